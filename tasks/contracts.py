@@ -1,0 +1,168 @@
+"""Data contracts: Great Expectations suites from data_contracts/, run as gates.
+
+A suite file is JSON: {"name", "description", "expectations": [{"type", "kwargs",
+"meta": {"guards": "<the failure this expectation stops>"}}]}. Its content hash is
+recorded with every data version, so each version names the contract it passed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tasks.settings import REPO_ROOT
+
+CONTRACTS_DIR = REPO_ROOT / "data_contracts"
+
+
+class ContractError(ValueError):
+    """The suite file itself is broken (not the data)."""
+
+
+@dataclass
+class Failure:
+    expectation: str
+    column: str | None
+    guards: str
+    observed: Any
+    expected: dict[str, Any]
+    unexpected_count: int | None = None
+    sample_values: list[Any] = field(default_factory=list)
+    sample_rows: list[int] = field(default_factory=list)
+    error: str | None = None
+
+    def describe(self) -> str:
+        where = f" on column {self.column!r}" if self.column else ""
+        msg = f"{self.expectation}{where}: observed {self.observed!r}, expected {self.expected}"
+        if self.unexpected_count:
+            msg += f"; {self.unexpected_count} offending rows, e.g. values {self.sample_values[:5]}"
+        if self.error:
+            msg += f"; error: {self.error}"
+        return f"{msg} (guards: {self.guards})"
+
+
+@dataclass
+class ContractResult:
+    suite: str
+    suite_hash: str
+    success: bool
+    evaluated: int
+    failures: list[Failure] = field(default_factory=list)
+    rows: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        if self.success:
+            return f"contract {self.suite} passed: {self.evaluated} expectations on {self.rows} rows"
+        lines = [f"contract {self.suite} FAILED: {len(self.failures)} of {self.evaluated} expectations"]
+        lines += [f"  - {f.describe()}" for f in self.failures]
+        return "\n".join(lines)
+
+
+def suite_path(name: str) -> Path:
+    return CONTRACTS_DIR / f"{name}.json"
+
+
+def load_suite_spec(name: str) -> dict[str, Any]:
+    path = suite_path(name)
+    try:
+        spec = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ContractError(f"no contract named {name!r} ({path} missing)") from None
+    except json.JSONDecodeError as exc:
+        raise ContractError(f"contract {path} is not valid JSON: {exc}") from None
+    exps = spec.get("expectations")
+    if not isinstance(exps, list) or not exps:
+        raise ContractError(f"contract {path} has no expectations")
+    seen = set()
+    for i, e in enumerate(exps):
+        if not e.get("meta", {}).get("guards"):
+            raise ContractError(f"contract {path}: expectation #{i} ({e.get('type')}) has no meta.guards note")
+        key = _key(e.get("type", ""), e.get("kwargs", {}))
+        if key in seen:
+            raise ContractError(f"contract {path}: expectation #{i} repeats {key}")
+        seen.add(key)
+    return spec
+
+
+def suite_hash(name: str) -> str:
+    spec = load_suite_spec(name)
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def _gx_batch_definition():
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    return ctx.data_sources.add_pandas("sluice").add_dataframe_asset("frame").add_batch_definition_whole_dataframe("all")
+
+
+def validate_frame(df: pd.DataFrame, name: str) -> ContractResult:
+    """Run suite `name` on `df`. Never raises for bad data: failures come back named."""
+    import great_expectations as gx
+
+    spec = load_suite_spec(name)
+    suite = gx.ExpectationSuite(name=spec["name"], expectations=spec["expectations"])
+    if len(suite.expectations) != len(spec["expectations"]):
+        # GX drops unknown expectation types with only a log line: the suite would pass on nothing.
+        known = {e.expectation_type for e in suite.expectations}
+        missing = [e["type"] for e in spec["expectations"] if e["type"] not in known]
+        raise ContractError(f"contract {name}: GX did not load expectation(s) {missing}")
+    guards = {_key(e["type"], e["kwargs"]): e["meta"]["guards"] for e in spec["expectations"]}
+
+    batch = _gx_batch_definition().get_batch(batch_parameters={"dataframe": df})
+    result = batch.validate(suite, result_format="SUMMARY")
+    failures = []
+    for r in result.results:
+        if r.success:
+            continue
+        cfg = r.expectation_config
+        kwargs = {k: v for k, v in cfg.kwargs.items() if k != "batch_id"}
+        res = r.result or {}
+        exc = r.exception_info or {}
+        failures.append(Failure(
+            expectation=cfg.type, column=kwargs.get("column"), guards=guards.get(_key(cfg.type, kwargs), ""),
+            observed=_plain(res.get("observed_value", res.get("unexpected_percent"))),
+            expected={k: v for k, v in kwargs.items() if k != "column"},
+            unexpected_count=res.get("unexpected_count"),
+            sample_values=_plain(res.get("partial_unexpected_list", []))[:10],
+            sample_rows=_plain(res.get("partial_unexpected_index_list", []))[:10],
+            error=exc.get("exception_message") if exc.get("raised_exception") else None,
+        ))
+    failures.sort(key=lambda f: (f.column or "", f.expectation))   # GX returns results unordered
+    return ContractResult(suite=name, suite_hash=suite_hash(name), success=not failures,
+                          evaluated=len(result.results), failures=failures, rows=len(df))
+
+
+def _key(etype: str, kwargs: dict[str, Any]) -> str:
+    """An expectation's identity in a suite: its type and column (one of each per suite)."""
+    return f"{etype}:{kwargs.get('column', '')}"
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and containers -> JSON-friendly Python values."""
+    return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+
+
+def write_gate_report(run_dir: Path, result: ContractResult) -> dict[str, Any]:
+    """Save the readable and the JSON report; return the small dict XCom and the summary carry."""
+    from tasks.stepio import atomic_write_bytes, atomic_write_json
+
+    folder = run_dir / "contracts"
+    atomic_write_json(folder / f"{result.suite}.json", result.to_dict())
+    atomic_write_bytes(folder / f"{result.suite}.txt", (result.summary() + "\n").encode())
+    return {"passed": result.success, "suite": result.suite, "suite_hash": result.suite_hash,
+            "evaluated": result.evaluated, "failed": len(result.failures), "rows": result.rows,
+            "summary": result.summary(), "report": str(folder / f"{result.suite}.txt")}

@@ -1,0 +1,1 @@
+"""Weak supervision: labeling-function modules per dataset, and the label model."""

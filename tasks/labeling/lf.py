@@ -1,0 +1,56 @@
+"""Vectorized labeling functions: each maps a whole DataFrame to a vote per row.
+
+A vote is SPAM, HAM or ABSTAIN (Snorkel's convention: -1 abstains). Working on
+columns rather than rows keeps LF application to numpy speed; the resulting
+label matrix is what Snorkel's LFAnalysis and LabelModel take.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import pandas as pd
+
+ABSTAIN = -1
+HAM = 0
+SPAM = 1
+
+
+@dataclass(frozen=True)
+class LabelingFunction:
+    name: str
+    fn: Callable[[pd.DataFrame], np.ndarray]
+    doc: str = ""
+
+    def __call__(self, df: pd.DataFrame) -> np.ndarray:
+        votes = np.asarray(self.fn(df))
+        if votes.shape != (len(df),):
+            raise ValueError(f"LF {self.name} returned shape {votes.shape}, expected ({len(df)},)")
+        bad = ~np.isin(votes, (ABSTAIN, HAM, SPAM))
+        if bad.any():
+            raise ValueError(f"LF {self.name} returned values outside {{-1, 0, 1}}: {np.unique(votes[bad])[:5]}")
+        return votes.astype(np.int8)
+
+
+def labeling_function(name: str | None = None):
+    """Decorator: `@labeling_function()` over `def lf(df) -> np.ndarray`."""
+    def wrap(fn: Callable[[pd.DataFrame], np.ndarray]) -> LabelingFunction:
+        return LabelingFunction(name=name or fn.__name__, fn=fn, doc=(fn.__doc__ or "").strip())
+    return wrap
+
+
+def vote_where(mask: pd.Series | np.ndarray, label: int) -> np.ndarray:
+    """`label` where mask is true, ABSTAIN elsewhere."""
+    return np.where(np.asarray(mask, dtype=bool), label, ABSTAIN).astype(np.int8)
+
+
+def apply_lfs(df: pd.DataFrame, lfs: list[LabelingFunction]) -> np.ndarray:
+    """Label matrix L [n_rows, n_lfs]; an LF that raises fails loudly with its name."""
+    cols = []
+    for lf in lfs:
+        try:
+            cols.append(lf(df))
+        except Exception as exc:  # noqa: BLE001 - re-raised with the LF named
+            raise RuntimeError(f"labeling function {lf.name!r} failed: {type(exc).__name__}: {exc}") from exc
+    return np.column_stack(cols) if cols else np.zeros((len(df), 0), np.int8)

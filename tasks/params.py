@@ -1,0 +1,166 @@
+"""params.yaml -> frozen, typed dataclasses that reject bad values by key name.
+
+Only the standard library and PyYAML: the DAG files may import this at run time
+without pulling in anything heavy.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tasks.settings import REPO_ROOT
+
+DEFAULT_PARAMS_FILE = REPO_ROOT / "params.yaml"
+
+
+class ParamsError(ValueError):
+    """A value in params.yaml (or an override) is missing, unknown or out of range."""
+
+
+def _check(cond: bool, key: str, msg: str) -> None:
+    if not cond:
+        raise ParamsError(f"params.yaml: {key}: {msg}")
+
+
+@dataclass(frozen=True)
+class DemoParams:
+    batch_size: int = 500
+    dev_fraction: float = 0.10
+    test_fraction: float = 0.20
+    seed: int = 7
+
+    def __post_init__(self) -> None:
+        _check(self.batch_size >= 10, "demo.batch_size", f"must be >= 10, got {self.batch_size}")
+        _check(0 < self.dev_fraction < 0.5, "demo.dev_fraction", f"must be in (0, 0.5), got {self.dev_fraction}")
+        _check(0 < self.test_fraction < 0.5, "demo.test_fraction", f"must be in (0, 0.5), got {self.test_fraction}")
+        _check(self.dev_fraction + self.test_fraction < 0.8, "demo",
+               "dev_fraction + test_fraction must leave at least 20% for the nightly batches")
+
+
+@dataclass(frozen=True)
+class WeakLabelParams:
+    label_model_epochs: int = 500
+    label_model_lr: float = 0.01
+    seed: int = 7
+
+    def __post_init__(self) -> None:
+        _check(self.label_model_epochs >= 1, "weak_label.label_model_epochs", "must be >= 1")
+        _check(0 < self.label_model_lr < 1, "weak_label.label_model_lr", "must be in (0, 1)")
+
+
+@dataclass(frozen=True)
+class TrainParams:
+    epochs: int = 40
+    batch_size: int = 64
+    lr: float = 0.003
+    weight_decay: float = 0.0001
+    hidden: tuple[int, ...] = (32, 16)
+    nproc: int = 2
+    checkpoint_every: int = 10
+    seed: int = 7
+
+    def __post_init__(self) -> None:
+        _check(1 <= self.epochs <= 1000, "train.epochs", f"must be in [1, 1000], got {self.epochs}")
+        _check(self.nproc >= 1, "train.nproc", f"must be >= 1, got {self.nproc}")
+        _check(self.batch_size >= self.nproc and self.batch_size % self.nproc == 0, "train.batch_size",
+               f"must be a positive multiple of train.nproc={self.nproc}, got {self.batch_size}")
+        _check(0 < self.lr < 1, "train.lr", f"must be in (0, 1), got {self.lr}")
+        _check(self.weight_decay >= 0, "train.weight_decay", "must be >= 0")
+        _check(len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden), "train.hidden",
+               f"must be a non-empty list of positive layer widths, got {list(self.hidden)}")
+        _check(self.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1")
+
+
+@dataclass(frozen=True)
+class EvaluateParams:
+    min_roc_auc: float = 0.70
+    max_regression: float = 0.02
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.min_roc_auc <= 1, "evaluate.min_roc_auc", "must be in [0, 1]")
+        _check(0 <= self.max_regression <= 1, "evaluate.max_regression", "must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class CompressParams:
+    max_roc_auc_drop: float = 0.02
+    parity_atol: float = 1e-4
+
+    def __post_init__(self) -> None:
+        _check(0 <= self.max_roc_auc_drop <= 1, "compress.max_roc_auc_drop", "must be in [0, 1]")
+        _check(self.parity_atol > 0, "compress.parity_atol", "must be > 0")
+
+
+@dataclass(frozen=True)
+class Params:
+    demo: DemoParams
+    weak_label: WeakLabelParams
+    train: TrainParams
+    evaluate: EvaluateParams
+    compress: CompressParams
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def digest(self) -> str:
+        """Stable hash of every hyperparameter: recorded in model lineage."""
+        blob = json.dumps(self.to_dict(), sort_keys=True, default=list).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+_SECTIONS = {f.name: f.type for f in fields(Params)}
+_CLASSES = {
+    "demo": DemoParams, "weak_label": WeakLabelParams, "train": TrainParams,
+    "evaluate": EvaluateParams, "compress": CompressParams,
+}
+
+
+def _build(section: str, raw: Any) -> Any:
+    cls = _CLASSES[section]
+    if raw is None:
+        raw = {}
+    _check(isinstance(raw, dict), section, f"must be a mapping, got {type(raw).__name__}")
+    known = {f.name: f for f in fields(cls)}
+    unknown = sorted(set(raw) - set(known))
+    _check(not unknown, section, f"unknown key(s) {unknown}; known: {sorted(known)}")
+    kwargs = {}
+    for name, value in raw.items():
+        default = known[name].default
+        key = f"{section}.{name}"
+        if isinstance(default, tuple):
+            _check(isinstance(value, (list, tuple)), key, f"must be a list, got {value!r}")
+            value = tuple(value)
+            _check(all(isinstance(v, int) and not isinstance(v, bool) for v in value), key,
+                   f"must hold integers, got {list(value)}")
+        elif isinstance(default, bool):
+            _check(isinstance(value, bool), key, f"must be true/false, got {value!r}")
+        elif isinstance(default, int):
+            _check(isinstance(value, int) and not isinstance(value, bool), key, f"must be an integer, got {value!r}")
+        elif isinstance(default, float):
+            _check(isinstance(value, (int, float)) and not isinstance(value, bool), key,
+                   f"must be a number, got {value!r}")
+            value = float(value)
+        kwargs[name] = value
+    return cls(**kwargs)
+
+
+def load_params(path: Path | str | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Params:
+    """Read params.yaml, apply per-section overrides (e.g. from DAG run Params), validate."""
+    path = Path(path) if path else DEFAULT_PARAMS_FILE
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ParamsError(f"params file not found: {path}") from None
+    _check(isinstance(raw, dict), str(path), "top level must be a mapping")
+    unknown = sorted(set(raw) - set(_SECTIONS))
+    _check(not unknown, str(path), f"unknown section(s) {unknown}; known: {sorted(_SECTIONS)}")
+    for section, values in (overrides or {}).items():
+        _check(section in _SECTIONS, "override", f"unknown section {section!r}")
+        raw[section] = {**(raw.get(section) or {}), **{k: v for k, v in values.items() if v is not None}}
+    return Params(**{s: _build(s, raw.get(s)) for s in _SECTIONS})

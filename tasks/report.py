@@ -1,0 +1,114 @@
+"""report: the run summary (summary.json and summary.txt) from every step's record.
+
+Runs on every branch: deployed, model rejected, batch quarantined, nothing to do,
+or a failed step. The text is what `make run` prints at the end.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tasks.metrics import fmt_quality
+from tasks.registry import Registry
+from tasks.settings import Settings
+from tasks.stepio import atomic_write_bytes, atomic_write_json, load_steps, log, step_cli
+
+
+def outcome_of(steps: dict[str, dict[str, Any]], failed_steps: list[str]) -> str:
+    if failed_steps:
+        return f"FAILED at {', '.join(failed_steps)}"
+    if "deploy" in steps:
+        return f"deployed {steps['deploy']['prod_model']}"
+    if "reject_model" in steps:
+        r = steps["reject_model"]
+        return f"model rejected at {r['gate']} ({'; '.join(r['reasons'])}); prod stays {r['prod_model'] or '(none)'}"
+    if "quarantine" in steps:
+        q = steps["quarantine"]
+        return f"batch {q['batch_id']} quarantined at {q['gate']}; data version unchanged"
+    if steps.get("ingest", {}).get("status") == "no_batch":
+        return "no landing batch waiting: nothing to do"
+    return "incomplete"
+
+
+def build_summary(run_id: str, steps: dict[str, dict[str, Any]], registry_state: dict[str, Any],
+                  failed_steps: list[str]) -> dict[str, Any]:
+    """Pure: the summary dict from the step records."""
+    ing, wl, snap = steps.get("ingest", {}), steps.get("weak_label", {}), steps.get("snapshot", {})
+    tr, ev, cp = steps.get("train", {}), steps.get("evaluate", {}), steps.get("compress", {})
+    return {
+        "run_id": run_id,
+        "outcome": outcome_of(steps, failed_steps),
+        "batch": {"id": ing.get("batch_id"), "rows_in": ing.get("rows"),
+                  "rows_labeled": (wl["rows"] - wl["abstained_rows"]) if wl else None,
+                  "rows_unlabeled": wl.get("abstained_rows")},
+        "labeling": {"coverage": wl.get("coverage"), "chosen": wl.get("chosen"), "quality_dev": wl.get("quality_dev"),
+                     "n_lfs": wl.get("n_lfs")} if wl else None,
+        "gates": {k: {"passed": steps[k]["passed"], "summary": steps[k].get("summary") or steps[k].get("reasons")}
+                  for k in ("validate_raw", "validate_labeled", "evaluate", "compress") if k in steps},
+        "data_version": snap.get("data_version") or registry_state.get("current_data"),
+        "data_version_rows": snap.get("total_rows"),
+        "train": {k: tr.get(k) for k in ("rows", "epochs", "world_size", "final_loss", "seconds")} if tr else None,
+        "test": {"challenger": ev.get("challenger"), "champion": ev.get("champion"),
+                 "champion_version": ev.get("champion_version")} if ev else None,
+        "onnx": {"fp32_bytes": cp.get("fp32_bytes"), "int8_bytes": cp.get("int8_bytes"), "fp32": cp.get("fp32"),
+                 "int8": cp.get("int8"), "parity_max_abs": cp.get("parity_max_abs")} if cp else None,
+        "registered": steps.get("register", {}).get("model_version"),
+        "prod_model": registry_state.get("prod_model"),
+        "quarantine": steps.get("quarantine"),
+        "failed_steps": failed_steps,
+    }
+
+
+def render_text(s: dict[str, Any]) -> str:
+    lines = [f"Sluice nightly run {s['run_id']}", f"  outcome        {s['outcome']}"]
+    b = s["batch"]
+    if b["id"]:
+        lines.append(f"  batch          {b['id']}: {b['rows_in']} rows in, {b['rows_labeled']} labeled, "
+                     f"{b['rows_unlabeled']} left unlabeled (every LF abstained)")
+    if s["labeling"]:
+        lab, q = s["labeling"], s["labeling"]["quality_dev"]
+        lines.append(f"  labeling       {lab['n_lfs']} LFs, coverage {lab['coverage']:.1%}; on gold dev: "
+                     f"label model {fmt_quality(q['label_model'])} | majority vote {fmt_quality(q['majority_vote'])}"
+                     f" -> using {lab['chosen']}")
+    for name, g in s["gates"].items():
+        detail = g["summary"] if isinstance(g["summary"], str) else "; ".join(g["summary"] or [])
+        lines.append(f"  gate {name:<17}{'pass' if g['passed'] else 'FAIL'}  {detail.splitlines()[0] if detail else 'ok'}")
+    lines.append(f"  data version   {s['data_version'] or '(none)'}"
+                 + (f" ({s['data_version_rows']} rows)" if s["data_version_rows"] else ""))
+    if s["train"]:
+        t = s["train"]
+        lines.append(f"  train          {t['rows']} rows, {t['epochs']} epochs x {t['world_size']} processes, "
+                     f"final loss {t['final_loss']:.4f}")
+    if s["test"]:
+        lines.append(f"  test (gold)    challenger {fmt_quality(s['test']['challenger'])}")
+        if s["test"]["champion"]:
+            lines.append(f"                 champion {s['test']['champion_version']} {fmt_quality(s['test']['champion'])}")
+    if s["onnx"]:
+        o = s["onnx"]
+        lines.append(f"  onnx fp32      {o['fp32_bytes']:,} B  {fmt_quality(o['fp32'])}  (parity {o['parity_max_abs']:.1e})")
+        lines.append(f"  onnx int8      {o['int8_bytes']:,} B  {fmt_quality(o['int8'])}")
+    lines.append(f"  registered     {s['registered'] or '(none this run)'}")
+    lines.append(f"  prod model     {s['prod_model'] or '(none)'}")
+    if s["quarantine"]:
+        lines.append(f"  quarantine     {s['quarantine']['path']}")
+    return "\n".join(lines) + "\n"
+
+
+def report(run_id: str, settings: Settings, failed_steps: list[str] | None = None) -> dict[str, Any]:
+    run_dir = settings.layout.run_dir(run_id)
+    summary = build_summary(run_id, load_steps(run_dir), Registry(settings).state(), failed_steps or [])
+    text = render_text(summary)
+    atomic_write_json(run_dir / "summary.json", summary)
+    atomic_write_bytes(run_dir / "summary.txt", text.encode())
+    log("run summary:\n" + text)
+    return {"outcome": summary["outcome"], "summary": str(run_dir / "summary.txt"),
+            "data_version": summary["data_version"], "prod_model": summary["prod_model"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    return step_cli(__doc__.splitlines()[0],
+                    lambda p: p.add_argument("--failed-step", action="append", default=[], help="a step that failed"),
+                    lambda a, s: report(a.run_id, s, a.failed_step), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,104 @@
+"""Deployment settings (environment variables prefixed SLUICE_) and the state layout.
+
+Nothing here touches the disk at import time; `Settings.from_env()` only reads
+the environment, and `StateLayout.ensure()` creates folders when a task asks.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_HOME = REPO_ROOT / ".sluice"
+
+_BACKENDS = ("local",)   # "kubernetes" arrives with the Kubernetes training backend
+
+
+class SettingsError(ValueError):
+    """An environment setting is malformed."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Where state lives and how steps run. Read from SLUICE_* variables."""
+
+    home: Path
+    backend: str = "local"
+    dvc_remote: str = ""          # empty: a local folder under SLUICE_HOME
+    demo_feed: bool = True        # deliver the next demo batch when landing/ is empty
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
+        env = os.environ if env is None else env
+        home = Path(env.get("SLUICE_HOME") or DEFAULT_HOME).expanduser().resolve()
+        backend = env.get("SLUICE_BACKEND", "local")
+        if backend not in _BACKENDS:
+            raise SettingsError(f"SLUICE_BACKEND must be one of {_BACKENDS}, got {backend!r}")
+        feed = env.get("SLUICE_DEMO_FEED", "1")
+        if feed not in ("0", "1"):
+            raise SettingsError(f"SLUICE_DEMO_FEED must be 0 or 1, got {feed!r}")
+        return cls(home=home, backend=backend, dvc_remote=env.get("SLUICE_DVC_REMOTE", ""),
+                   demo_feed=feed == "1")
+
+    @property
+    def layout(self) -> "StateLayout":
+        return StateLayout(self.home)
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """The folders under SLUICE_HOME. Nothing in here is ever deleted by the pipeline."""
+
+    home: Path
+
+    @property
+    def landing(self) -> Path:          # incoming raw batches, waiting
+        return self.home / "landing"
+
+    @property
+    def archive(self) -> Path:          # raw batches that made it into a data version
+        return self.home / "landing" / "archive"
+
+    @property
+    def quarantine(self) -> Path:       # rejected batches with their reports
+        return self.home / "quarantine"
+
+    @property
+    def gold(self) -> Path:             # gold-labeled dev and test sets (never trained on)
+        return self.home / "gold"
+
+    @property
+    def registry(self) -> Path:         # git + DVC repository owned by the pipeline
+        return self.home / "registry"
+
+    @property
+    def dvc_remote(self) -> Path:       # default DVC remote (a local folder)
+        return self.home / "dvc-remote"
+
+    @property
+    def runs(self) -> Path:
+        return self.home / "runs"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.home / "airflow"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs / safe_run_id(run_id)
+
+    def ensure(self) -> "StateLayout":
+        for p in (self.landing, self.archive, self.quarantine, self.gold, self.runs):
+            p.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+def safe_run_id(run_id: str) -> str:
+    """Airflow run ids hold ':' and '+'; make a folder name that keeps them readable."""
+    if not run_id or not run_id.strip():
+        raise SettingsError("run id must not be empty")
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id.strip())
+    if safe in (".", ".."):
+        raise SettingsError(f"run id {run_id!r} is not a usable folder name")
+    return safe

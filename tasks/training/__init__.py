@@ -1,0 +1,1 @@
+"""Distributed training: the model, the torchrun entrypoint, and the launcher."""

@@ -1,0 +1,45 @@
+"""Atomic, checksummed checkpoints: temp file, fsync, rename, sha256 beside it.
+
+A checkpoint whose bytes do not match its checksum (a kill mid-write, a bad disk)
+is skipped and the previous good one used.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tasks.stepio import atomic_write_bytes, log
+
+_NAME = re.compile(r"^ckpt-(\d{6})\.pt$")
+
+
+def save_checkpoint(folder: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
+    buf = io.BytesIO()
+    torch.save(state, buf)
+    data = buf.getvalue()
+    path = folder / f"ckpt-{step:06d}.pt"
+    atomic_write_bytes(path, data)
+    atomic_write_bytes(path.with_suffix(".sha256"), hashlib.sha256(data).hexdigest().encode())
+    for old in sorted(folder.glob("ckpt-*.pt"))[:-keep]:
+        old.unlink(missing_ok=True)
+        old.with_suffix(".sha256").unlink(missing_ok=True)
+    return path
+
+
+def latest_valid_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:
+    """Newest checkpoint whose checksum verifies; corrupt or partial ones are reported and skipped."""
+    if not folder.is_dir():
+        return None
+    for path in sorted((p for p in folder.iterdir() if _NAME.match(p.name)), reverse=True):
+        digest_file = path.with_suffix(".sha256")
+        data = path.read_bytes()
+        if not digest_file.exists() or digest_file.read_text().strip() != hashlib.sha256(data).hexdigest():
+            log(f"checkpoint {path.name} fails its checksum: skipped")
+            continue
+        return path, torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+    return None

@@ -1,0 +1,52 @@
+"""Build and run the torchrun command for the local backend (loopback only)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from tasks.params import TrainParams
+from tasks.stepio import log
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def torchrun_command(data_version: str, out: Path, p: TrainParams, port: int, max_restarts: int = 1) -> list[str]:
+    """The command a Kubernetes pod runs too (there with --standalone and GPUs)."""
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes=1", f"--nproc-per-node={p.nproc}", f"--max-restarts={max_restarts}",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--local-addr=127.0.0.1",
+        "-m", "tasks.training.engine",
+        "--data-version", data_version, "--out", str(out),
+        "--params", json.dumps(dataclasses.asdict(p)),
+    ]
+
+
+def run_torchrun(data_version: str, out: Path, p: TrainParams, timeout_s: float = 3600) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = torchrun_command(data_version, out, p, free_port())
+    store_dir = out / "dist-store"
+    shutil.rmtree(store_dir, ignore_errors=True)        # a previous attempt's keys must not leak in
+    store_dir.mkdir(parents=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1",
+           "SLUICE_DIST_STORE_DIR": str(store_dir)}
+    log(f"launching: {' '.join(cmd[:9])} ...")
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except BaseException:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        raise
+    if rc != 0:
+        raise RuntimeError(f"torchrun exited with {rc} (see the worker lines above)")

@@ -1,0 +1,40 @@
+"""validate_labeled: the labeled-data contract (data_contracts/labeled.json) as a gate."""
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+from tasks.contracts import validate_frame, write_gate_report
+from tasks.settings import Settings
+from tasks.stepio import log, read_json, record_step, step_cli
+
+SUITE = "labeled"
+
+
+def contract_view(labeled: pd.DataFrame) -> pd.DataFrame:
+    """The labeled partition plus the derived columns the contract checks:
+    `covered` (1 if any LF voted) and `spam_label` (1/0, missing where every LF abstained)."""
+    view = labeled.copy()
+    view["covered"] = (labeled["label"] != -1).astype(int)
+    view["spam_label"] = labeled["label"].where(labeled["label"] != -1).astype("float64")
+    return view
+
+
+def validate_labeled(run_id: str, settings: Settings, weak_label_result: dict[str, Any]) -> dict[str, Any]:
+    run_dir = settings.layout.run_dir(run_id)
+    labeled = pd.read_parquet(weak_label_result["labeled"])
+    result = validate_frame(contract_view(labeled), SUITE)
+    log(result.summary())
+    return record_step(run_dir, "validate_labeled", write_gate_report(run_dir, result))
+
+
+def main(argv: list[str] | None = None) -> int:
+    return step_cli(__doc__, lambda p: None,
+                    lambda a, s: validate_labeled(a.run_id, s,
+                                                  read_json(s.layout.run_dir(a.run_id) / "steps/weak_label.json")),
+                    argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
