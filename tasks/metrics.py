@@ -29,7 +29,11 @@ def classification_metrics(y_true: np.ndarray, prob: np.ndarray, threshold: floa
     }
 
 
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None or v != v else f"{v:.3f}"
+
+
 def fmt_quality(m: dict[str, float] | None) -> str:
     if not m:
         return "n/a"
-    return f"ROC AUC {m['roc_auc']:.3f}  F1 {m['f1']:.3f}  acc {m['accuracy']:.3f}"
+    return f"ROC AUC {_fmt(m['roc_auc'])}  F1 {_fmt(m['f1'])}  acc {_fmt(m['accuracy'])}"

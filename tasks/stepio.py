@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -49,7 +50,22 @@ def read_json(path: Path) -> Any:
     return json.loads(Path(path).read_text())
 
 
+def json_safe(obj: Any) -> Any:
+    """NaN and infinities -> None (strict JSON, as Airflow's XCom demands); numpy scalars -> Python."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+
+
 def record_step(run_dir: Path, step: str, result: dict[str, Any]) -> dict[str, Any]:
+    """Save a step's result to runs/<run_id>/steps/<step>.json and return it (JSON-safe)."""
+    result = json_safe(result)
     atomic_write_json(run_dir / "steps" / f"{step}.json", result)
     return result
 

@@ -1,0 +1,1 @@
+"""Operating Sluice locally: the Airflow environment, its services, and the REST client."""
