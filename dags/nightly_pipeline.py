@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import pendulum
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Param, TriggerRule, dag, task
 from airflow.timetables.trigger import CronTriggerTimetable
@@ -49,8 +48,9 @@ def _push(ti, result: dict) -> dict:
 
 @dag(
     dag_id=DAG_ID,
-    schedule=CronTriggerTimetable("0 2 * * *", timezone="UTC"),
-    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    # No start_date: once unpaused, the first run waits for the next 02:00 UTC rather than
+    # running the one that already passed today.
+    schedule=CronTriggerTimetable("0 2 * * *", timezone="UTC", run_immediately=False),
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 1, "retry_delay": timedelta(seconds=30), "owner": "sluice"},

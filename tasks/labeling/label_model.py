@@ -30,7 +30,7 @@ def lf_table(L: np.ndarray, lfs: list[LabelingFunction], L_dev: np.ndarray, y_de
     """Per LF: polarity, coverage/overlap/conflict on the batch, empirical accuracy on gold dev."""
     from snorkel.labeling import LFAnalysis
 
-    batch = LFAnalysis(L)
+    batch = LFAnalysis(L.astype(np.int64))
     cov, ovl, cfl = batch.lf_coverages(), batch.lf_overlaps(), batch.lf_conflicts()
     rows = []
     for j, lf in enumerate(lfs):

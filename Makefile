@@ -1,0 +1,50 @@
+# Sluice: two commands do everything on a fresh machine with Python 3.11.
+#   make run    set up the pinned environment, run nightly_pipeline once through Airflow, print the summary
+#   make test   set up the pinned environment, run the whole test suite
+# Also: make up / make down / make status (Airflow UI + scheduler on 127.0.0.1), make bench [BENCH=name].
+
+PYTHON ?= python3.11
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: help env run test test-fast bench up down status clean-state
+
+help:
+	@sed -n '1,6p' Makefile
+
+# The venv is (re)built when constraints.txt or pyproject.toml change. torch is pinned to the
+# CPU build in constraints.txt, so no install step can pull a multi-GB CUDA build by accident.
+$(STAMP): constraints.txt pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	@rm -f $(VENV)/.installed-*
+	@touch $@
+
+env: $(STAMP)
+
+run: $(STAMP)
+	$(PY) -m ops run
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) -m bench $(if $(BENCH),--only $(BENCH))
+
+up: $(STAMP)
+	$(PY) -m ops up
+
+down: $(STAMP)
+	$(PY) -m ops down
+
+status: $(STAMP)
+	$(PY) -m ops status
+
+# Removes all local state (registry, DVC remote, runs, Airflow DB) after stopping the services.
+clean-state: $(STAMP)
+	-$(PY) -m ops down
+	rm -rf $${SLUICE_HOME:-.sluice}

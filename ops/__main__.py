@@ -1,0 +1,108 @@
+"""Operate Sluice's local Airflow: `python -m ops {up,down,status,run}`.
+
+  up      start api-server, scheduler and dag-processor on 127.0.0.1, print the UI address and login
+  down    stop them (SIGTERM, then SIGKILL of each process group)
+  status  say whether they are running
+  run     run nightly_pipeline once through the scheduler (triggered via the REST API), print the summary
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import datetime, timezone
+
+from ops.airflow_env import ADMIN_USER, ensure_secrets
+from ops.services import AirflowServices, ApiClient, stop_groups
+from tasks.settings import Settings
+
+DAG_ID = "nightly_pipeline"
+
+
+def _login_lines(settings: Settings, port: int) -> str:
+    password = ensure_secrets(settings.layout.airflow_home)["password"]
+    return (f"Airflow UI and REST API: http://127.0.0.1:{port}\n"
+            f"  login: {ADMIN_USER} / {password}   (generated into {settings.layout.airflow_home / 'passwords.json'})")
+
+
+def cmd_up(settings: Settings) -> int:
+    running = AirflowServices.running(settings)
+    if running:
+        print("already running.\n" + _login_lines(settings, running["port"]))
+        return 0
+    services = AirflowServices(settings).start()
+    print(_login_lines(settings, services.port))
+    print("stop with: make down")
+    return 0
+
+
+def cmd_down(settings: Settings) -> int:
+    state_file = settings.layout.airflow_home / "services.json"
+    if not state_file.exists():
+        print("not running")
+        return 0
+    stop_groups(json.loads(state_file.read_text())["pgids"])
+    state_file.unlink()
+    print("stopped")
+    return 0
+
+
+def cmd_status(settings: Settings) -> int:
+    running = AirflowServices.running(settings)
+    print(("running.\n" + _login_lines(settings, running["port"])) if running else "not running")
+    return 0 if running else 3
+
+
+def run_pipeline(client: ApiClient, settings: Settings, conf: dict, timeout_s: float) -> tuple[str, str]:
+    client.wait_for_dag(DAG_ID)
+    client.unpause(DAG_ID)
+    run_id = client.trigger(DAG_ID, conf, run_id=f"make_run__{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}")
+    print(f"[sluice] triggered {DAG_ID} run {run_id} via the REST API", flush=True)
+    t0 = time.monotonic()
+    state = client.wait_for_run(DAG_ID, run_id, timeout_s, on_change=lambda task, st: print(
+        f"[sluice] {time.monotonic() - t0:6.1f}s  {task:<24} {st}", flush=True))
+    return run_id, state
+
+
+def cmd_run(settings: Settings, conf: dict, timeout_s: float) -> int:
+    running = AirflowServices.running(settings)
+    if running:
+        services = AirflowServices(settings, port=running["port"])
+        run_id, state = run_pipeline(services.client(), settings, conf, timeout_s)
+    else:
+        print("[sluice] starting Airflow (api-server, scheduler, dag-processor) on 127.0.0.1", flush=True)
+        with AirflowServices(settings, nightly_schedule=False) as services:
+            run_id, state = run_pipeline(services.client(), settings, conf, timeout_s)
+    summary = settings.layout.run_dir(run_id) / "summary.txt"
+    print()
+    print(summary.read_text() if summary.exists() else f"(no summary written: see the task logs under "
+                                                        f"{settings.layout.airflow_home / 'logs'})")
+    print(f"DAG run {run_id}: {state}")
+    return 0 if state == "success" else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m ops", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("up", help="start the Airflow services on 127.0.0.1")
+    sub.add_parser("down", help="stop them")
+    sub.add_parser("status", help="are they running?")
+    run = sub.add_parser("run", help="run nightly_pipeline once, end to end, and print the summary")
+    run.add_argument("--conf", default="{}", help='run Params as JSON, e.g. \'{"epochs": 10}\'')
+    run.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the run (default 1800)")
+    args = parser.parse_args(argv)
+    settings = Settings.from_env()
+    settings.layout.ensure()
+    if args.command == "up":
+        return cmd_up(settings)
+    if args.command == "down":
+        return cmd_down(settings)
+    if args.command == "status":
+        return cmd_status(settings)
+    return cmd_run(settings, json.loads(args.conf), args.timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""Shared fixtures: an isolated SLUICE_HOME per test, and small real inputs."""
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from tasks.settings import Settings
+
+
+@pytest.fixture
+def settings(tmp_path, monkeypatch) -> Settings:
+    """A fresh SLUICE_HOME under the test's tmp dir (nothing shared between tests)."""
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
+    monkeypatch.setenv("GX_ANALYTICS_ENABLED", "false")
+    return Settings.from_env()
+
+
+@pytest.fixture(scope="session")
+def emails() -> pd.DataFrame:
+    from tasks.demo_data import load_emails
+
+    return load_emails()
+
+
+@pytest.fixture
+def raw_batch(emails) -> pd.DataFrame:
+    """200 real rows, unlabeled, as a landing batch holds them."""
+    from tasks.schema import GOLD_COLUMN
+
+    return emails.head(200).drop(columns=[GOLD_COLUMN]).reset_index(drop=True)
+
+
+def row(**overrides) -> dict:
+    """One neutral email row (every LF abstains on it) with fields overridden."""
+    base = {"email_id": 1, "time": "2012-01-01T06:16:41Z", "to_multiple": 0, "from": 1, "cc": 0, "sent_email": 0,
+            "image": 0, "attach": 0, "dollar": 0, "winner": "no", "inherit": 0, "viagra": 0, "password": 0,
+            "num_char": 4.0, "line_breaks": 80, "format": 1, "re_subj": 0, "exclaim_subj": 0, "urgent_subj": 0,
+            "exclaim_mess": 0, "number": "small"}
+    base.update(overrides)
+    return base

@@ -1,0 +1,111 @@
+import json
+import subprocess
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from tasks.registry import Registry, RegistryError, check_version
+
+
+def partition(tmp_path, name, n=20, seed=0):
+    rng = np.random.default_rng(seed)
+    df = pd.DataFrame({"email_id": np.arange(n) + seed * 1000, "label": rng.integers(0, 2, n),
+                       "label_prob": rng.random(n)})
+    path = tmp_path / f"{name}.parquet"
+    df.to_parquet(path, index=False)
+    return path, df
+
+
+def test_snapshots_accumulate_partitions_as_tagged_versions(settings, tmp_path):
+    reg = Registry(settings)
+    p1, df1 = partition(tmp_path, "b1", seed=1)
+    p2, df2 = partition(tmp_path, "b2", seed=2)
+    v1 = reg.snapshot("batch-0001", p1, {"rows": len(df1)})
+    v2 = reg.snapshot("batch-0002", p2, {"rows": len(df2)})
+    assert (v1["data_version"], v2["data_version"]) == ("data-v1", "data-v2")
+    assert reg.tags("data") == ["data-v1", "data-v2"]
+    assert reg.state()["current_data"] == "data-v2"
+    assert [p["batch_id"] for p in reg.data_version_info("data-v2")["partitions"]] == ["batch-0001", "batch-0002"]
+    # Reading a version by tag gives exactly its partitions, old versions stay readable.
+    pd.testing.assert_frame_equal(reg.read_data_version("data-v1"), df1)
+    pd.testing.assert_frame_equal(reg.read_data_version("data-v2"), pd.concat([df1, df2], ignore_index=True))
+    # Pushed to the DVC remote: one object per partition (plus nothing else).
+    objects = [p for p in (settings.layout.dvc_remote / "files" / "md5").rglob("*") if p.is_file()]
+    assert len(objects) == 2
+
+
+def test_snapshot_retry_creates_no_duplicate(settings, tmp_path):
+    reg = Registry(settings)
+    p1, df1 = partition(tmp_path, "b1")
+    first = reg.snapshot("batch-0001", p1, {"rows": len(df1)})
+    again = reg.snapshot("batch-0001", p1, {"rows": len(df1)})
+    assert first["created"] and not again["created"]
+    assert again["data_version"] == "data-v1" and reg.tags("data") == ["data-v1"]
+
+
+def test_interrupted_transaction_is_rolled_back(settings, tmp_path):
+    reg = Registry(settings)
+    p1, df1 = partition(tmp_path, "b1")
+    reg.snapshot("batch-0001", p1, {"rows": len(df1)})
+    head = reg.git("rev-parse", "HEAD")
+    # What a kill after `dvc add` and before the commit leaves behind:
+    (reg.root / "data" / "emails" / "batch-0002.parquet").write_bytes(b"half")
+    (reg.root / "data" / "emails" / "batch-0002.parquet.dvc").write_text("outs: []\n")
+    (reg.root / "registry.json").write_text('{"current_data": "data-v9"}')
+    p2, df2 = partition(tmp_path, "b2", seed=2)
+    v2 = reg.snapshot("batch-0002", p2, {"rows": len(df2)})
+    assert v2["data_version"] == "data-v2" and v2["parent"] == "data-v1"
+    assert reg.git("rev-parse", "HEAD~1") == head
+    pd.testing.assert_frame_equal(reg.read_data_version("data-v2"), pd.concat([df1, df2], ignore_index=True))
+
+
+def test_models_register_promote_and_stay_immutable(settings, tmp_path):
+    reg = Registry(settings)
+    art = tmp_path / "model.int8.onnx"
+    art.write_bytes(b"onnx-bytes")
+    m1 = reg.register_model("run-1", {"model.int8.onnx": art}, {"data_version": "data-v1", "metrics": {}})
+    assert m1["model_version"] == "model-v1" and reg.state()["models"]["model-v1"]["stage"] == "candidate"
+    assert reg.register_model("run-1", {"model.int8.onnx": art}, {"data_version": "data-v1"})["created"] is False
+    reg.promote("model-v1", "test")
+    m2 = reg.register_model("run-2", {"model.int8.onnx": art}, {"data_version": "data-v2"})
+    reg.promote(m2["model_version"], "test")
+    state = reg.state()
+    assert state["prod_model"] == "model-v2"
+    assert state["models"] == {"model-v1": {"stage": "archived"}, "model-v2": {"stage": "prod"}}
+    assert reg.model_version_info("model-v1")["data_version"] == "data-v1"
+    assert reg.promote("model-v2", "again")["changed"] is False          # idempotent
+    audit = [json.loads(line) for line in (reg.root / "audit.jsonl").read_text().splitlines()]
+    assert [a["action"] for a in audit] == ["register", "promote", "register", "promote"]
+    assert reg.model_path("model-v2", "model.int8.onnx").read_bytes() == b"onnx-bytes"
+
+
+@pytest.mark.parametrize("bad", ["../data-v1", "data-v0", "data-v1/../../x", "data-1", "", "DATA-V1", "data-v1 "])
+def test_malformed_versions_are_refused(bad):
+    with pytest.raises(RegistryError, match="is not a data version"):
+        check_version("data", bad)
+
+
+def test_unknown_versions_are_refused(settings):
+    reg = Registry(settings)
+    reg.ensure()
+    with pytest.raises(RegistryError, match="does not exist"):
+        reg.data_version_info("data-v7")
+    with pytest.raises(RegistryError, match="does not exist"):
+        reg.promote("model-v3", "nope")
+    assert reg.state()["prod_model"] is None
+
+
+def test_unsafe_batch_id_is_refused(settings, tmp_path):
+    p1, _ = partition(tmp_path, "b1")
+    with pytest.raises(RegistryError, match="not a safe name"):
+        Registry(settings).snapshot("../escape", p1, {})
+
+
+def test_registry_commits_have_an_identity_without_global_git_config(settings, tmp_path, monkeypatch):
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "no-global-gitconfig"))
+    p1, df1 = partition(tmp_path, "b1")
+    Registry(settings).snapshot("batch-0001", p1, {"rows": len(df1)})
+    author = subprocess.run(["git", "-C", str(settings.layout.registry), "log", "-1", "--format=%an"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    assert author == "sluice-pipeline"
