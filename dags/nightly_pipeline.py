@@ -67,9 +67,14 @@ def _push(ti, result: dict) -> dict:
 def nightly_pipeline():
     @task.branch
     def ingest(ti=None, run_id=None, params=None):
+        from airflow.sdk.exceptions import AirflowFailException
+
         from tasks.ingest import ingest as run
 
-        r = _push(ti, run(run_id, _settings(), params["batch"]))
+        try:
+            r = _push(ti, run(run_id, _settings(), params["batch"]))
+        except (FileNotFoundError, ValueError) as exc:   # a bad `batch` param: retrying cannot help
+            raise AirflowFailException(str(exc)) from exc
         return "no_batch" if r["status"] == "no_batch" else "validate_raw"
 
     @task.branch

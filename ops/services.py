@@ -181,8 +181,8 @@ class ApiClient:
             self._token = r.json()["access_token"]
         return self._token
 
-    def request(self, method: str, path: str, **kw: Any) -> httpx.Response:
-        headers = {"Authorization": f"Bearer {self.token()}"}
+    def request(self, method: str, path: str, headers: dict | None = None, **kw: Any) -> httpx.Response:
+        headers = {**(headers or {}), "Authorization": f"Bearer {self.token()}"}
         return httpx.request(method, f"{self.base_url}/api/v2{path}", headers=headers, timeout=30, **kw)
 
     def _ok(self, r: httpx.Response) -> Any:

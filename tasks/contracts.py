@@ -165,4 +165,5 @@ def write_gate_report(run_dir: Path, result: ContractResult) -> dict[str, Any]:
     atomic_write_bytes(folder / f"{result.suite}.txt", (result.summary() + "\n").encode())
     return {"passed": result.success, "suite": result.suite, "suite_hash": result.suite_hash,
             "evaluated": result.evaluated, "failed": len(result.failures), "rows": result.rows,
-            "summary": result.summary(), "report": str(folder / f"{result.suite}.txt")}
+            "summary": result.summary(), "report": str(folder / f"{result.suite}.txt"),
+            "report_json": str(folder / f"{result.suite}.json")}

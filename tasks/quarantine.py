@@ -23,7 +23,10 @@ def quarantine_batch(run_id: str, settings: Settings, ingest_result: dict[str, A
     source = Path(ingest_result["source"])
     dest = layout.quarantine / batch_id
     dest.mkdir(parents=True, exist_ok=True)
-    report = {"batch_id": batch_id, "run_id": run_id, "gate": gate, "source": str(source), **gate_result}
+    # The full contract result (every failed expectation, observed vs expected, offending rows).
+    full = json.loads(Path(gate_result["report_json"]).read_text())
+    report = {"batch_id": batch_id, "run_id": run_id, "gate": gate, "source": str(source),
+              "summary": gate_result["summary"], **full}
     # Report first, then the move: a kill in between leaves the batch waiting with its report
     # already written, and a re-run repeats both harmlessly.
     atomic_write_json(dest / "report.json", report)
