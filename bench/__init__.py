@@ -1,0 +1,1 @@
+"""Benchmarks: one module per claim, each returning records measured side by side in one run."""

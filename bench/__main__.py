@@ -1,0 +1,47 @@
+"""Run the benchmarks: `python -m bench [--only NAME]` (make bench [BENCH=NAME]).
+
+Prints a table and writes bench/results/latest.json: a list of
+{name, value, unit, goal, passed, details}. Each benchmark measures its ratio
+side by side in one run, because absolute times on shared machines are not stable.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
+# module -> the record names it produces (a module may produce several)
+BENCHMARKS = {
+    "bench.dag_parse_ratio": ["dag_parse_ratio"],
+    "bench.orchestration_overhead": ["orchestration_overhead"],
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    names = sorted(n for ns in BENCHMARKS.values() for n in ns)
+    parser.add_argument("--only", choices=names, help="run one benchmark")
+    args = parser.parse_args(argv)
+    records = []
+    for module, produced in BENCHMARKS.items():
+        if args.only and args.only not in produced:
+            continue
+        print(f"[bench] {module} ...", file=sys.stderr, flush=True)
+        records += importlib.import_module(module).run()
+    print(f"\n{'benchmark':<28}{'value':>10}  {'unit':<10}{'goal':<10}result")
+    for r in records:
+        print(f"{r.name:<28}{r.value:>10.3f}  {r.unit:<10}{r.goal:<10}{'pass' if r.passed else 'MISS'}")
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    previous = json.loads(RESULTS.read_text()) if (args.only and RESULTS.exists()) else []
+    merged = {r["name"]: r for r in previous}
+    merged.update({r.name: r.to_dict() for r in records})
+    RESULTS.write_text(json.dumps(list(merged.values()), indent=2) + "\n")
+    print(f"\nwritten to {RESULTS}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
