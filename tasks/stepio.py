@@ -93,4 +93,7 @@ def step_cli(description: str, add_args: Callable[[argparse.ArgumentParser], Non
     settings = Settings.from_env()
     result = run(args, settings)
     print(json.dumps(result, indent=2, sort_keys=True, default=str))
+    if result.get("passed") is False:        # a gate said no: fail the command, so scripts stop here
+        print(f"gate failed: {result.get('summary') or '; '.join(result.get('reasons') or [])}", file=sys.stderr)
+        return 1
     return 0
