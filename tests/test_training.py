@@ -62,3 +62,34 @@ def test_torchrun_failure_is_reported(settings, tmp_path):
     p = dataclasses.replace(load_params().train, epochs=1)
     with pytest.raises(RuntimeError, match="torchrun exited"):
         run_torchrun("data-v1", tmp_path / "train", p)          # no registry: the workers fail
+
+
+@pytest.mark.slow
+def test_training_processes_listen_on_loopback_only(settings, data_version, tmp_path):
+    import threading
+
+    import psutil
+
+    p = dataclasses.replace(load_params().train, epochs=60, checkpoint_every=1000)
+    done = threading.Event()
+    errors = []
+
+    def train():
+        try:
+            run_torchrun(data_version, tmp_path / "train", p)
+        except Exception as exc:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(exc)
+        finally:
+            done.set()
+
+    threading.Thread(target=train, daemon=True).start()
+    me, seen = psutil.Process(), set()
+    while not done.is_set():
+        pids = {c.pid for c in me.children(recursive=True)}
+        for c in psutil.net_connections("inet"):
+            if c.status == psutil.CONN_LISTEN and c.pid in pids:
+                seen.add((c.laddr.ip, c.laddr.port))
+        done.wait(0.05)
+    assert not errors, errors
+    assert seen, "the gloo workers should have listened on some socket"
+    assert all(ip in ("127.0.0.1", "::1") for ip, _ in seen), seen

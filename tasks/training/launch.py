@@ -15,17 +15,22 @@ from tasks.stepio import log
 
 
 def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (for servers that must be told their port)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
-def torchrun_command(data_version: str, out: Path, p: TrainParams, port: int, max_restarts: int = 1) -> list[str]:
-    """The command a Kubernetes pod runs too (there with --standalone and GPUs)."""
+def torchrun_command(data_version: str, out: Path, p: TrainParams, store_dir: Path,
+                     max_restarts: int = 1) -> list[str]:
+    """The local backend's command. On one machine the rendezvous uses a file store: torch's
+    TCPStore server listens on every interface, and Sluice's processes listen on loopback only.
+    (Across machines, Kubernetes pods use the c10d TCP rendezvous instead.)"""
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes=1", f"--nproc-per-node={p.nproc}", f"--max-restarts={max_restarts}",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{port}", "--local-addr=127.0.0.1",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint={store_dir / 'rendezvous'}", "--rdzv-conf=store_type=file",
+        "--local-addr=127.0.0.1",
         "-m", "tasks.training.engine",
         "--data-version", data_version, "--out", str(out),
         "--params", json.dumps(dataclasses.asdict(p)),
@@ -34,12 +39,14 @@ def torchrun_command(data_version: str, out: Path, p: TrainParams, port: int, ma
 
 def run_torchrun(data_version: str, out: Path, p: TrainParams, timeout_s: float = 3600) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    cmd = torchrun_command(data_version, out, p, free_port())
     store_dir = out / "dist-store"
     shutil.rmtree(store_dir, ignore_errors=True)        # a previous attempt's keys must not leak in
     store_dir.mkdir(parents=True)
+    cmd = torchrun_command(data_version, out, p, store_dir)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1",
-           "SLUICE_DIST_STORE_DIR": str(store_dir)}
+           "SLUICE_DIST_STORE_DIR": str(store_dir),
+           # Otherwise the launcher opens a TCPStore server (all interfaces) to share with workers.
+           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     log(f"launching: {' '.join(cmd[:9])} ...")
     proc = subprocess.Popen(cmd, env=env, start_new_session=True)
     try:
