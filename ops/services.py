@@ -77,6 +77,13 @@ def stop_groups(pgids: dict[str, int], grace_s: float = 15.0) -> None:
                 os.killpg(pgid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+    # Return only once every member is gone (orphans are reaped by init, not at once).
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_group_alive(p) for p in pgids.values()):
+        time.sleep(0.05)
+    left = [n for n, p in pgids.items() if _group_alive(p)]
+    if left:
+        raise ServiceError(f"process groups of {left} survived SIGKILL")
 
 
 class AirflowServices:
