@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -98,12 +99,23 @@ class CompressParams:
 
 
 @dataclass(frozen=True)
+class ExperimentParams:
+    """What the DVC stages in dvc.yaml (dvc repro / dvc exp run) train on."""
+    data_version: str = "data-v1"
+
+    def __post_init__(self) -> None:
+        _check(bool(re.match(r"^data-v[1-9][0-9]*$", self.data_version)), "experiment.data_version",
+               f"must be a data version like data-v3, got {self.data_version!r}")
+
+
+@dataclass(frozen=True)
 class Params:
     demo: DemoParams
     weak_label: WeakLabelParams
     train: TrainParams
     evaluate: EvaluateParams
     compress: CompressParams
+    experiment: ExperimentParams
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -117,7 +129,7 @@ class Params:
 _SECTIONS = {f.name: f.type for f in fields(Params)}
 _CLASSES = {
     "demo": DemoParams, "weak_label": WeakLabelParams, "train": TrainParams,
-    "evaluate": EvaluateParams, "compress": CompressParams,
+    "evaluate": EvaluateParams, "compress": CompressParams, "experiment": ExperimentParams,
 }
 
 
@@ -142,6 +154,8 @@ def _build(section: str, raw: Any) -> Any:
             _check(isinstance(value, bool), key, f"must be true/false, got {value!r}")
         elif isinstance(default, int):
             _check(isinstance(value, int) and not isinstance(value, bool), key, f"must be an integer, got {value!r}")
+        elif isinstance(default, str):
+            _check(isinstance(value, str), key, f"must be a string, got {value!r}")
         elif isinstance(default, float):
             _check(isinstance(value, (int, float)) and not isinstance(value, bool), key,
                    f"must be a number, got {value!r}")

@@ -56,6 +56,10 @@ def test_torchrun_two_processes_train_and_resume(settings, data_version, tmp_pat
     assert resumed["losses"][:8] == m["losses"][:8]
     np.testing.assert_allclose(resumed["losses"][8:], m["losses"][8:], rtol=1e-5)
 
+    # Other hyperparameters: the checkpoint is not theirs, training starts over.
+    run_torchrun(data_version, out, dataclasses.replace(p, lr=p.lr / 2))
+    assert read_json(out / "train_metrics.json")["resumed_from_epoch"] == 0
+
 
 @pytest.mark.slow
 def test_torchrun_failure_is_reported(settings, tmp_path):

@@ -11,6 +11,8 @@ logs and writes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import hashlib
 import json
 import os
 import time
@@ -72,7 +74,13 @@ def train(data_version: str, out: Path, p: TrainParams) -> dict:
     opt = torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
     ckpt_dir = out / "checkpoints"
     start_epoch, losses = 0, []
+    # A checkpoint resumes only the same training: same data version and hyperparameters.
+    fingerprint = hashlib.sha256(json.dumps([data_version, dataclasses.asdict(p)], sort_keys=True).encode()).hexdigest()
     found = latest_valid_checkpoint(ckpt_dir)
+    if found and found[1].get("fingerprint") != fingerprint:
+        if master:
+            log(f"ignoring {found[0].name}: it belongs to another data version or other params")
+        found = None
     if found:
         path, state = found
         model.load_state_dict(state["model"])
@@ -113,7 +121,8 @@ def train(data_version: str, out: Path, p: TrainParams) -> dict:
                 dist.all_gather_object(rngs, torch.get_rng_state())
             if master:
                 save_checkpoint(ckpt_dir, epoch + 1, {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                                      "epoch": epoch + 1, "losses": losses, "rng": rngs})
+                                                      "epoch": epoch + 1, "losses": losses, "rng": rngs,
+                                                      "fingerprint": fingerprint})
             if distributed:
                 dist.barrier()
     metrics = {"data_version": data_version, "rows": int(len(x)), "epochs": p.epochs, "world_size": world,
