@@ -1,7 +1,8 @@
-"""deploy: move the registry's prod pointer to a model version (the previous prod is archived).
+"""deploy: move the registry's prod and serving pointers to a model version (the previous prod is archived).
 
-Also records `reject_model`: a challenger that failed a gate leaves prod untouched.
-Serving (canary, A/B) builds on this pointer.
+Also `reject_model`: a challenger that failed a gate is not deployed; prod stays, and
+the data pointer goes back to the version prod was trained on (tasks.rollback), so
+data and model stay together. Serving (canary, A/B) builds on these pointers.
 """
 from __future__ import annotations
 
@@ -18,11 +19,17 @@ def deploy(run_id: str, settings: Settings, model_version: str) -> dict[str, Any
 
 
 def reject_model(run_id: str, settings: Settings, gate: str, gate_result: dict[str, Any]) -> dict[str, Any]:
-    prod = Registry(settings).state()["prod_model"]
+    from tasks.rollback import rollback_to_prod_lineage
+
     reasons = gate_result.get("reasons") or ["unknown"]
-    log(f"challenger rejected at {gate}: {'; '.join(reasons)}; prod stays {prod or '(none)'}")
+    rolled = rollback_to_prod_lineage(settings, f"nightly run {run_id}: challenger rejected at {gate}: "
+                                                f"{'; '.join(reasons)}", who="nightly_pipeline")
+    state = Registry(settings).state()
+    log(f"challenger rejected at {gate}: {'; '.join(reasons)}; prod stays {state['prod_model'] or '(none)'}, "
+        f"data pointer {state['current_data']}")
     return record_step(settings.layout.run_dir(run_id), "reject_model",
-                       {"gate": gate, "reasons": reasons, "prod_model": prod})
+                       {"gate": gate, "reasons": reasons, "prod_model": state["prod_model"],
+                        "current_data": state["current_data"], "rolled_back": rolled.get("changed", False)})
 
 
 def main(argv: list[str] | None = None) -> int:

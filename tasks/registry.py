@@ -36,7 +36,11 @@ from tasks.stepio import atomic_write_json, log
 DATA_VERSION = re.compile(r"^data-v([1-9][0-9]{0,8})$")
 MODEL_VERSION = re.compile(r"^model-v([1-9][0-9]{0,8})$")
 BATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-STAGES = ("candidate", "canary", "prod", "archived", "rejected")
+STAGES = ("candidate", "canary", "prod", "archived", "rejected", "rolled_back")
+SERVED_ARTIFACT = "model.int8.onnx"
+# current_data: the data version the next snapshot builds on; prod_model: the champion;
+# serving: what the model server loads (moves with prod); models: version -> stage.
+EMPTY_STATE: dict[str, Any] = {"current_data": None, "prod_model": None, "serving": None, "models": {}}
 DATASET = "emails"
 
 
@@ -116,34 +120,60 @@ class Registry:
             with contextlib.redirect_stdout(io.StringIO()):   # keep DVC's banner out of the step's JSON output
                 Repo.init(str(self.root))
         # The remote is configured before the first tag (dvc push --all-tags skips earlier ones).
-        Path(self.remote).mkdir(parents=True, exist_ok=True) if "://" not in self.remote else None
+        # Its address is committed (clones and training pods read through it); credentials never
+        # are: DVC's S3 client takes them from the AWS_* environment variables.
+        remote = {"url": self.remote}
+        if self.remote.startswith("s3://") and self.settings.s3_endpoint_url:
+            remote["endpointurl"] = self.settings.s3_endpoint_url
+        elif "://" not in self.remote:
+            Path(self.remote).mkdir(parents=True, exist_ok=True)
         with self._dvc() as repo:
             with repo.config.edit() as conf:
                 conf["core"]["remote"] = "storage"
                 conf["core"]["analytics"] = False
                 conf["core"]["autostage"] = True
-                conf["remote"]["storage"] = {"url": self.remote}
-        atomic_write_json(self.root / "registry.json", {"current_data": None, "prod_model": None, "models": {}})
+                # Hardlinks: adding a partition hashes it once and links it, no second copy on disk.
+                # Partitions are immutable (a new one is always a new file), so links are safe.
+                conf["cache"]["type"] = "hardlink"
+                conf["remote"]["storage"] = remote
+        atomic_write_json(self.root / "registry.json", EMPTY_STATE)
         (self.root / "audit.jsonl").touch()
         self.git("add", "-A")
         self.git("commit", "-q", "-m", "registry: initialize")
         log(f"registry initialized at {self.root} (DVC remote {self.remote})")
 
     def recover(self) -> None:
-        """Drop whatever a killed transaction left uncommitted; re-link tracked data."""
-        if self.git("status", "--porcelain"):
-            log("registry: discarding changes of an interrupted transaction")
+        """Finish or undo what a killed transaction left: a version whose tag was made (its commit
+        point) is completed; anything short of that is discarded. Then re-link tracked data."""
+        head = self.git("rev-parse", "HEAD")
+        rolled_forward = False
+        for tag in self.git("tag", "--no-merged", "HEAD").splitlines():
+            commit = self.git("rev-parse", f"{tag}^{{commit}}")
+            if self.git("rev-parse", f"{commit}^") == head:
+                log(f"registry: completing the interrupted transaction that made {tag}")
+                self.git("update-ref", "refs/heads/main", commit, head)
+                head, rolled_forward = commit, True
+        if rolled_forward or self.git("status", "--porcelain"):
+            if not rolled_forward:
+                log("registry: discarding changes of an interrupted transaction")
             self.git("reset", "-q", "--hard", "HEAD")
             self.git("clean", "-q", "-fd")
         with self._dvc() as repo:
             repo.checkout(force=True, allow_missing=True)
+        if rolled_forward:
+            self._push()
 
     def _commit(self, message: str, tag: str | None = None) -> str:
+        """One commit of everything staged. For a new version the tag is the commit point: the
+        commit is made off-branch, tagged, then the branch moves to it (`recover` completes a
+        transaction killed between the tag and the move)."""
         self.git("add", "-A")
-        self.git("commit", "-q", "-m", message)
+        parent = self.git("rev-parse", "HEAD")
+        commit = self.git("commit-tree", self.git("write-tree"), "-p", parent, "-m", message)
         if tag:
-            self.git("tag", "-a", tag, "-m", message)
-        return self.git("rev-parse", "HEAD")
+            self.git("tag", "-a", tag, "-m", message, commit)
+        self.git("update-ref", "refs/heads/main", commit, parent)
+        return commit
 
     def _push(self) -> None:
         with self._dvc() as repo:
@@ -153,8 +183,8 @@ class Registry:
     def state(self) -> dict[str, Any]:
         path = self.root / "registry.json"
         if not path.exists():
-            return {"current_data": None, "prod_model": None, "models": {}}
-        return json.loads(path.read_text())
+            return json.loads(json.dumps(EMPTY_STATE))
+        return {**EMPTY_STATE, **json.loads(path.read_text())}
 
     def tags(self, kind: str) -> list[str]:
         pattern = DATA_VERSION if kind == "data" else MODEL_VERSION
@@ -179,8 +209,9 @@ class Registry:
             raise RegistryError(f"model version {version} does not exist (have: {self.tags('model') or 'none'})")
         return json.loads(self.git("show", f"{version}:models/{version}.json"))
 
-    def _audit(self, action: str, **fields: Any) -> None:
-        entry = {"at": datetime.now(timezone.utc).isoformat(), "who": getpass.getuser(), "action": action, **fields}
+    def _audit(self, action: str, who: str | None = None, **fields: Any) -> None:
+        entry = {"at": datetime.now(timezone.utc).isoformat(), "who": who or getpass.getuser(), "action": action,
+                 **fields}
         with open(self.root / "audit.jsonl", "a") as f:
             f.write(json.dumps(entry, sort_keys=True) + "\n")
 
@@ -188,52 +219,72 @@ class Registry:
         atomic_write_json(self.root / "registry.json", state)
 
     # ---- data versions ----------------------------------------------------------
-    def snapshot(self, batch_id: str, partition: Path, meta: dict[str, Any]) -> dict[str, Any]:
-        """Add one labeled partition as a new data version (all earlier partitions + this one).
+    def snapshot(self, partitions: dict[str, Path], meta: dict[str, Any]) -> dict[str, Any]:
+        """Add labeled partitions ({batch_id: parquet file}) as a new data version: the current
+        version's partitions plus these. Only the new files are hashed and pushed.
 
-        Idempotent: a batch already in the current data version returns that version.
+        Idempotent: if every batch is already in the current data version, that version is returned.
         """
-        if not BATCH_ID.match(batch_id):
-            raise RegistryError(f"batch id {batch_id!r} is not a safe name")
+        if not partitions:
+            raise RegistryError("a snapshot needs at least one partition")
+        for batch_id in partitions:
+            if not BATCH_ID.match(batch_id):
+                raise RegistryError(f"batch id {batch_id!r} is not a safe name")
         with self.transaction():
             state = self.state()
             current = state["current_data"]
             parts = self.data_version_info(current)["partitions"] if current else []
-            if any(p["batch_id"] == batch_id for p in parts):
-                log(f"registry: {batch_id} is already in {current}; nothing to add")
+            have = {p["batch_id"] for p in parts}
+            if set(partitions) <= have:
+                log(f"registry: {sorted(partitions)} already in {current}; nothing to add")
                 self._push()
                 return {"data_version": current, "created": False, **self.data_version_info(current)}
+            if set(partitions) & have:
+                raise RegistryError(f"batches {sorted(set(partitions) & have)} are already in {current}")
 
             version = self._next_version("data")
-            rel = Path("data") / DATASET / f"{batch_id}.parquet"
-            (self.root / rel.parent).mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(partition, self.root / rel)
+            targets = {}
+            for batch_id, src in partitions.items():
+                rel = Path("data") / DATASET / f"{batch_id}.parquet"
+                dest = self.root / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.unlink(missing_ok=True)        # never write through a hardlink into the cache
+                shutil.copyfile(src, dest)
+                targets[batch_id] = rel
             with self._dvc() as repo:
-                repo.add(str(self.root / rel))
-            md5 = _dvc_md5(self.root / f"{rel}.dvc")
-            info = {
-                "version": version, "dataset": DATASET, "parent": current,
-                "partitions": [*parts, {"batch_id": batch_id, "path": str(rel), "md5": md5, "rows": meta.get("rows")}],
-                "created_at": datetime.now(timezone.utc).isoformat(), **meta,
-            }
+                repo.add([str(self.root / rel) for rel in targets.values()])
+            rows = meta.get("rows_by_batch", {})
+            new = [{"batch_id": b, "path": str(rel), "md5": _dvc_md5(self.root / f"{rel}.dvc"), "rows": rows.get(b)}
+                   for b, rel in targets.items()]
+            info = {"version": version, "dataset": DATASET, "parent": current, "partitions": [*parts, *new],
+                    "created_at": datetime.now(timezone.utc).isoformat(),
+                    **{k: v for k, v in meta.items() if k != "rows_by_batch"}}
             info["total_rows"] = sum(p.get("rows") or 0 for p in info["partitions"])
             atomic_write_json(self.root / "data" / "versions" / f"{version}.json", info)
             state["current_data"] = version
             self._write_state(state)
-            self._audit("snapshot", data_version=version, previous=current, batch_id=batch_id)
-            commit = self._commit(f"{version}: add partition {batch_id}", tag=version)
+            self._audit("snapshot", data_version=version, previous=current, batches=sorted(partitions))
+            commit = self._commit(f"{version}: add partition(s) {', '.join(sorted(partitions))}", tag=version)
             self._push()
             log(f"registry: {version} tagged at {commit[:10]} with {len(info['partitions'])} partitions, pushed")
             return {"data_version": version, "created": True, "commit": commit, **info}
 
-    def read_data_version(self, version: str) -> "Any":
-        """All partitions of a data version as one DataFrame, read by tag through DVC
-        (from the local cache, or streamed from the remote when it is not cached)."""
+    def read_data_version(self, version: str, repo_url: str | None = None) -> "Any":
+        """All partitions of a data version as one DataFrame, read by tag through DVC.
+
+        From this registry's workspace and cache by default; with `repo_url` (a git URL or path
+        of the registry, as a training pod sees it) DVC clones the tag and streams the
+        partitions from the DVC remote: no disk shared with the pipeline.
+        """
         import pandas as pd
         from dvc.api import DVCFileSystem
 
-        info = self.data_version_info(version)
-        fs = DVCFileSystem(str(self.root), rev=version)
+        check_version("data", version)
+        fs = DVCFileSystem(repo_url or str(self.root), rev=version)
+        try:
+            info = json.loads(fs.read_text(f"data/versions/{version}.json"))
+        except FileNotFoundError:
+            raise RegistryError(f"data version {version} has no metadata in {repo_url or self.root}") from None
         frames = []
         for part in info["partitions"]:
             with fs.open(part["path"], "rb") as f:
@@ -287,11 +338,55 @@ class Registry:
                 state["models"][previous]["stage"] = "archived"
             state["models"][version]["stage"] = "prod"
             state["prod_model"] = version
+            state["serving"] = self._serving_pointer(version)
             self._write_state(state)
             self._audit("promote", model_version=version, previous=previous, reason=reason)
             commit = self._commit(f"promote {version} to prod (was {previous}): {reason}")
             log(f"registry: prod model {previous} -> {version}")
             return {"prod_model": version, "previous": previous, "changed": True, "commit": commit}
+
+    def _serving_pointer(self, version: str | None) -> dict[str, str] | None:
+        return {"model_version": version, "artifact": f"models/{version}/{SERVED_ARTIFACT}"} if version else None
+
+    def rollback(self, data_version: str | None, model_version: str | None, reason: str,
+                 who: str | None = None) -> dict[str, Any]:
+        """Put the current-data pointer, the prod model and the serving pointer back, as one commit.
+
+        Either version may be None (that pointer stays). Both are validated before anything
+        changes; versions are never deleted. Running it again is a no-op (`changed: False`).
+        """
+        if data_version is None and model_version is None:
+            raise RegistryError("rollback needs a data version, a model version, or both")
+        if data_version is not None:
+            check_version("data", data_version)
+        if model_version is not None:
+            check_version("model", model_version)
+        if not reason or not reason.strip():
+            raise RegistryError("rollback needs a reason (it goes into the audit log)")
+        with self.transaction():
+            for kind, version in (("data", data_version), ("model", model_version)):
+                if version is not None and version not in self.tags(kind):
+                    raise RegistryError(f"cannot roll back to {version}: no such {kind} version "
+                                        f"(have: {', '.join(self.tags(kind)) or 'none'})")
+            state = self.state()
+            before = {"data_version": state["current_data"], "model_version": state["prod_model"]}
+            after = {"data_version": data_version or before["data_version"],
+                     "model_version": model_version or before["model_version"]}
+            if before == after and state["serving"] == self._serving_pointer(after["model_version"]):
+                log(f"registry: already at {after}; nothing to roll back")
+                return {"changed": False, "from": before, "to": after}
+            state["current_data"] = after["data_version"]
+            if model_version and model_version != before["model_version"]:
+                if before["model_version"]:
+                    state["models"][before["model_version"]]["stage"] = "rolled_back"
+                state["models"][model_version]["stage"] = "prod"
+            state["prod_model"] = after["model_version"]
+            state["serving"] = self._serving_pointer(after["model_version"])
+            self._write_state(state)
+            self._audit("rollback", who=who, reason=reason, **{"from": before, "to": after})
+            commit = self._commit(f"rollback to {after['data_version']} / {after['model_version']}: {reason}")
+            log(f"registry: rolled back {before} -> {after} ({reason})")
+            return {"changed": True, "from": before, "to": after, "commit": commit}
 
     def set_stage(self, version: str, stage: str, reason: str) -> None:
         check_version("model", version)

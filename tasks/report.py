@@ -20,7 +20,9 @@ def outcome_of(steps: dict[str, dict[str, Any]], failed_steps: list[str]) -> str
         return f"deployed {steps['deploy']['prod_model']}"
     if "reject_model" in steps:
         r = steps["reject_model"]
-        return f"model rejected at {r['gate']} ({'; '.join(r['reasons'])}); prod stays {r['prod_model'] or '(none)'}"
+        back = f"; data pointer back to {r['current_data']}" if r.get("rolled_back") else ""
+        return (f"model rejected at {r['gate']} ({'; '.join(r['reasons'])}); prod stays "
+                f"{r['prod_model'] or '(none)'}{back}")
     if "quarantine" in steps:
         q = steps["quarantine"]
         return f"batch {q['batch_id']} quarantined at {q['gate']}; data version unchanged"

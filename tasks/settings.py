@@ -26,7 +26,8 @@ class Settings:
 
     home: Path
     backend: str = "local"
-    dvc_remote: str = ""          # empty: a local folder under SLUICE_HOME
+    dvc_remote: str = ""          # empty: a local folder under SLUICE_HOME; or s3://bucket/prefix
+    s3_endpoint_url: str = ""     # an S3-compatible store's endpoint (credentials: AWS_* variables)
     demo_feed: bool = True        # deliver the next demo batch when landing/ is empty
 
     @classmethod
@@ -39,7 +40,10 @@ class Settings:
         feed = env.get("SLUICE_DEMO_FEED", "1")
         if feed not in ("0", "1"):
             raise SettingsError(f"SLUICE_DEMO_FEED must be 0 or 1, got {feed!r}")
-        return cls(home=home, backend=backend, dvc_remote=env.get("SLUICE_DVC_REMOTE", ""),
+        remote = env.get("SLUICE_DVC_REMOTE", "")
+        if remote and "://" in remote and not remote.startswith("s3://"):
+            raise SettingsError(f"SLUICE_DVC_REMOTE must be a local path or s3://bucket/prefix, got {remote!r}")
+        return cls(home=home, backend=backend, dvc_remote=remote, s3_endpoint_url=env.get("SLUICE_S3_ENDPOINT_URL", ""),
                    demo_feed=feed == "1")
 
     @property

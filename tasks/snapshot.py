@@ -17,12 +17,14 @@ from tasks.stepio import log, read_json, record_step, step_cli
 def snapshot(run_id: str, settings: Settings, ingest_result: dict[str, Any], weak_label_result: dict[str, Any],
              raw_gate: dict[str, Any], labeled_gate: dict[str, Any]) -> dict[str, Any]:
     layout = settings.layout.ensure()
+    batch_id = ingest_result["batch_id"]
     meta = {
-        "rows": weak_label_result["rows"], "source": ingest_result["source"], "run_id": run_id,
+        "rows_by_batch": {batch_id: weak_label_result["rows"]}, "source": ingest_result["source"], "run_id": run_id,
         "contracts": {raw_gate["suite"]: raw_gate["suite_hash"], labeled_gate["suite"]: labeled_gate["suite_hash"]},
-        "lf_module": weak_label_result["lf_module"], "label_source": weak_label_result["chosen"],
+        "lf_module": weak_label_result["lf_module"], "lf_module_hash": weak_label_result["lf_module_hash"],
+        "label_source": weak_label_result["chosen"],
     }
-    result = Registry(settings).snapshot(ingest_result["batch_id"], Path(weak_label_result["labeled"]), meta)
+    result = Registry(settings).snapshot({batch_id: Path(weak_label_result["labeled"])}, meta)
     source = Path(ingest_result["source"])
     if source.exists():
         shutil.move(str(source), layout.archive / source.name)

@@ -5,7 +5,9 @@ analysis table; the gold dev set scores both label sources every run.
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,7 +27,9 @@ def weak_label(run_id: str, settings: Settings, ingest_result: dict[str, Any]) -
     p = load_params().weak_label
     layout = settings.layout
     run_dir = layout.run_dir(run_id)
-    lfs = importlib.import_module(LF_MODULE).LFS
+    module = importlib.import_module(LF_MODULE)
+    lfs = module.LFS
+    lf_hash = hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest()[:16]   # the LF code's version
     batch = pd.read_parquet(ingest_result["staged"])[RAW_COLUMNS]
     dev = pd.read_parquet(layout.gold / "dev.parquet")
 
@@ -46,7 +50,8 @@ def weak_label(run_id: str, settings: Settings, ingest_result: dict[str, Any]) -
         f"majority vote ROC AUC {q['majority_vote']['roc_auc']:.3f} F1 {q['majority_vote']['f1']:.3f}; "
         f"using {out.chosen}; coverage {out.coverage:.1%}, {out.abstained_rows} rows unlabeled")
     return record_step(run_dir, "weak_label", {
-        "labeled": str(path), "rows": int(len(labeled)), "lf_module": LF_MODULE, "n_lfs": len(lfs),
+        "labeled": str(path), "rows": int(len(labeled)), "lf_module": LF_MODULE, "lf_module_hash": lf_hash,
+        "n_lfs": len(lfs),
         "coverage": out.coverage, "abstained_rows": out.abstained_rows, "chosen": out.chosen,
         "quality_dev": q, "spam_share": float(np.mean(out.label[out.label != -1])) if (out.label != -1).any() else 0.0,
         "lf_table": out.lf_table,

@@ -46,7 +46,7 @@ def test_parsing_imports_nothing_heavy(dagbag):
     assert dagbag["heavy"] == []
 
 
-@pytest.mark.parametrize("dag_id", ["nightly_pipeline"])
+@pytest.mark.parametrize("dag_id", ["nightly_pipeline", "rollback"])
 def test_dag_settings(dagbag, dag_id):
     d = dagbag["dags"][dag_id]
     assert d["tags"] and d["doc"] and d["catchup"] is False and d["max_active_runs"] == 1
@@ -84,3 +84,9 @@ def test_nightly_pipeline_wiring(dagbag):
     assert t["report"]["trigger_rule"] == "all_done" and t["run_failed"]["trigger_rule"] == "one_failed"
     assert t["run_failed"]["down"] == [] and t["report"]["down"] == []
     assert dagbag["dags"]["nightly_pipeline"]["params"] == ["batch", "epochs"]
+
+
+def test_rollback_dag(dagbag):
+    d = dagbag["dags"]["rollback"]
+    assert list(d["tasks"]) == ["rollback_versions"]
+    assert d["params"] == ["data_version", "model_version", "reason"]

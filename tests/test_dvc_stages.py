@@ -44,7 +44,7 @@ DemoFeed(s.layout.ensure(), load_params().demo).ensure_gold()
 df = load_emails().iloc[:800]
 df = df.assign(label=df.pop("spam"), label_prob=lambda d: d["label"].astype(float))
 df.to_parquet("part.parquet", index=False)
-print(Registry(s).snapshot("batch-0001", "part.parquet", {{"rows": len(df)}})["data_version"])
+print(Registry(s).snapshot({{"batch-0001": "part.parquet"}}, {{"rows_by_batch": {{"batch-0001": len(df)}}}})["data_version"])
 """
     out = subprocess.run([sys.executable, "-c", prepare], cwd=project, env=env, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip().endswith("data-v1"), out.stderr[-2000:]

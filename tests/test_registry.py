@@ -21,8 +21,8 @@ def test_snapshots_accumulate_partitions_as_tagged_versions(settings, tmp_path):
     reg = Registry(settings)
     p1, df1 = partition(tmp_path, "b1", seed=1)
     p2, df2 = partition(tmp_path, "b2", seed=2)
-    v1 = reg.snapshot("batch-0001", p1, {"rows": len(df1)})
-    v2 = reg.snapshot("batch-0002", p2, {"rows": len(df2)})
+    v1 = reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
+    v2 = reg.snapshot({"batch-0002": p2}, {"rows_by_batch": {"batch-0002": len(df2)}})
     assert (v1["data_version"], v2["data_version"]) == ("data-v1", "data-v2")
     assert reg.tags("data") == ["data-v1", "data-v2"]
     assert reg.state()["current_data"] == "data-v2"
@@ -38,8 +38,8 @@ def test_snapshots_accumulate_partitions_as_tagged_versions(settings, tmp_path):
 def test_snapshot_retry_creates_no_duplicate(settings, tmp_path):
     reg = Registry(settings)
     p1, df1 = partition(tmp_path, "b1")
-    first = reg.snapshot("batch-0001", p1, {"rows": len(df1)})
-    again = reg.snapshot("batch-0001", p1, {"rows": len(df1)})
+    first = reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
+    again = reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
     assert first["created"] and not again["created"]
     assert again["data_version"] == "data-v1" and reg.tags("data") == ["data-v1"]
 
@@ -47,14 +47,14 @@ def test_snapshot_retry_creates_no_duplicate(settings, tmp_path):
 def test_interrupted_transaction_is_rolled_back(settings, tmp_path):
     reg = Registry(settings)
     p1, df1 = partition(tmp_path, "b1")
-    reg.snapshot("batch-0001", p1, {"rows": len(df1)})
+    reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
     head = reg.git("rev-parse", "HEAD")
     # What a kill after `dvc add` and before the commit leaves behind:
     (reg.root / "data" / "emails" / "batch-0002.parquet").write_bytes(b"half")
     (reg.root / "data" / "emails" / "batch-0002.parquet.dvc").write_text("outs: []\n")
     (reg.root / "registry.json").write_text('{"current_data": "data-v9"}')
     p2, df2 = partition(tmp_path, "b2", seed=2)
-    v2 = reg.snapshot("batch-0002", p2, {"rows": len(df2)})
+    v2 = reg.snapshot({"batch-0002": p2}, {"rows_by_batch": {"batch-0002": len(df2)}})
     assert v2["data_version"] == "data-v2" and v2["parent"] == "data-v1"
     assert reg.git("rev-parse", "HEAD~1") == head
     pd.testing.assert_frame_equal(reg.read_data_version("data-v2"), pd.concat([df1, df2], ignore_index=True))
@@ -99,13 +99,76 @@ def test_unknown_versions_are_refused(settings):
 def test_unsafe_batch_id_is_refused(settings, tmp_path):
     p1, _ = partition(tmp_path, "b1")
     with pytest.raises(RegistryError, match="not a safe name"):
-        Registry(settings).snapshot("../escape", p1, {})
+        Registry(settings).snapshot({"../escape": p1}, {})
 
 
 def test_registry_commits_have_an_identity_without_global_git_config(settings, tmp_path, monkeypatch):
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "no-global-gitconfig"))
     p1, df1 = partition(tmp_path, "b1")
-    Registry(settings).snapshot("batch-0001", p1, {"rows": len(df1)})
+    Registry(settings).snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
     author = subprocess.run(["git", "-C", str(settings.layout.registry), "log", "-1", "--format=%an"],
                             capture_output=True, text=True, check=True).stdout.strip()
     assert author == "sluice-pipeline"
+
+
+def _two_versions_each(reg, tmp_path):
+    art = tmp_path / "model.int8.onnx"
+    art.write_bytes(b"onnx")
+    for i in (1, 2):
+        p, df = partition(tmp_path, f"b{i}", seed=i)
+        reg.snapshot({f"batch-000{i}": p}, {"rows_by_batch": {f"batch-000{i}": len(df)}})
+        m = reg.register_model(f"run-{i}", {"model.int8.onnx": art}, {"data_version": f"data-v{i}"})
+        reg.promote(m["model_version"], "test")
+
+
+def test_rollback_moves_data_model_and_serving_together_once(settings, tmp_path):
+    reg = Registry(settings)
+    _two_versions_each(reg, tmp_path)
+    tags_before = reg.tags("data") + reg.tags("model")
+    r = reg.rollback("data-v1", "model-v1", "bad labels in batch 2", who="alice")
+    assert r["changed"] and r["from"] == {"data_version": "data-v2", "model_version": "model-v2"}
+    state = reg.state()
+    assert (state["current_data"], state["prod_model"]) == ("data-v1", "model-v1")
+    assert state["serving"] == {"model_version": "model-v1", "artifact": "models/model-v1/model.int8.onnx"}
+    assert state["models"] == {"model-v1": {"stage": "prod"}, "model-v2": {"stage": "rolled_back"}}
+    assert reg.tags("data") + reg.tags("model") == tags_before          # nothing deleted
+    last = json.loads((reg.root / "audit.jsonl").read_text().splitlines()[-1])
+    assert last["action"] == "rollback" and last["who"] == "alice" and last["reason"] == "bad labels in batch 2"
+    assert last["to"] == {"data_version": "data-v1", "model_version": "model-v1"}
+    head = reg.git("rev-parse", "HEAD")
+    assert reg.rollback("data-v1", "model-v1", "again")["changed"] is False   # harmless twice
+    assert reg.git("rev-parse", "HEAD") == head
+    # The next snapshot builds on the rolled-back data version.
+    p3, df3 = partition(tmp_path, "b3", seed=3)
+    v3 = reg.snapshot({"batch-0003": p3}, {"rows_by_batch": {"batch-0003": len(df3)}})
+    assert v3["parent"] == "data-v1"
+    assert [p["batch_id"] for p in v3["partitions"]] == ["batch-0001", "batch-0003"]
+
+
+@pytest.mark.parametrize("data, model, match", [
+    ("data-v9", None, "no such data version"),
+    (None, "model-v9", "no such model version"),
+    ("../../etc", None, "not a data version"),
+    (None, "model-v1; rm -rf /", "not a model version"),
+    (None, None, "needs a data version, a model version, or both"),
+])
+def test_bad_rollback_changes_nothing(settings, tmp_path, data, model, match):
+    reg = Registry(settings)
+    _two_versions_each(reg, tmp_path)
+    head, state = reg.git("rev-parse", "HEAD"), reg.state()
+    with pytest.raises(RegistryError, match=match):
+        reg.rollback(data, model, "test")
+    assert reg.git("rev-parse", "HEAD") == head and reg.state() == state
+
+
+def test_a_clone_with_an_empty_cache_streams_a_version_from_the_remote(settings, tmp_path):
+    reg = Registry(settings)
+    p1, df1 = partition(tmp_path, "b1", seed=1)
+    p2, df2 = partition(tmp_path, "b2", seed=2)
+    reg.snapshot({"batch-0001": p1, "batch-0002": p2}, {"rows_by_batch": {"batch-0001": 20, "batch-0002": 20}})
+    # Nothing of the pipeline's disk but the git repo (as a pod would clone it) and the remote.
+    clone = tmp_path / "pod-clone"
+    subprocess.run(["git", "clone", "-q", str(reg.root), str(clone)], check=True)
+    got = Registry(settings).read_data_version("data-v1", repo_url=str(clone))
+    pd.testing.assert_frame_equal(got, pd.concat([df1, df2], ignore_index=True))
+    assert not (clone / ".dvc" / "cache").exists() or not any((clone / ".dvc" / "cache").rglob("*.parquet"))

@@ -21,7 +21,7 @@ def data_version(settings, emails, tmp_path):
     df.loc[df["label"] == -1, "label_prob"] = np.nan
     path = tmp_path / "part.parquet"
     df.to_parquet(path, index=False)
-    return Registry(settings).snapshot("batch-0001", path, {"rows": len(df)})["data_version"]
+    return Registry(settings).snapshot({"batch-0001": path}, {"rows_by_batch": {"batch-0001": len(df)}})["data_version"]
 
 
 def test_save_then_load_latest_and_skip_corrupt(tmp_path):

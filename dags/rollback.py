@@ -1,0 +1,58 @@
+"""
+### rollback
+
+Puts the data and the model back together, in one recorded step: the current-data
+pointer (what the next nightly snapshot builds on), the prod model stage and the
+serving pointer, committed at once in the registry and appended to its audit log
+(who triggered it, when, from, to, why).
+
+**Params** (validated when the run is triggered): `data_version` (e.g. `data-v3`),
+`model_version` (e.g. `model-v2`), either or both, and a `reason`. A version that
+does not exist fails the run with a message naming the versions that do; nothing
+changes. Running the same rollback twice is harmless. Versions are never deleted.
+
+Trigger from the UI (Trigger DAG w/ config) or the REST API:
+`POST /api/v2/dags/rollback/dagRuns {"logical_date": null, "conf": {"model_version": "model-v2", "reason": "..."}}`
+"""
+from __future__ import annotations
+
+from datetime import timedelta
+
+from airflow.sdk import Param, dag, task
+
+@dag(
+    dag_id="rollback",
+    schedule=None,
+    catchup=False,
+    max_active_runs=1,
+    # Idempotent, so a retry after a crash is safe; a bad version fails at once (no retry).
+    default_args={"retries": 1, "retry_delay": timedelta(seconds=10), "owner": "sluice"},
+    tags=["sluice", "rollback"],
+    doc_md=__doc__,
+    params={
+        "data_version": Param(None, type=["null", "string"], pattern=r"^data-v[1-9][0-9]*$",
+                              description="Data version to make current (e.g. data-v3); empty: keep."),
+        "model_version": Param(None, type=["null", "string"], pattern=r"^model-v[1-9][0-9]*$",
+                               description="Model version to make prod and serve (e.g. model-v2); empty: keep."),
+        "reason": Param("", type="string", minLength=3, description="Why (goes into the audit log)."),
+    },
+)
+def rollback():
+    @task
+    def rollback_versions(params=None, dag_run=None):
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from tasks.registry import RegistryError
+        from tasks.rollback import rollback as run
+        from tasks.settings import Settings
+
+        who = getattr(dag_run, "triggering_user_name", None) or "airflow"
+        try:
+            return run(Settings.from_env(), params["data_version"], params["model_version"], params["reason"], who)
+        except RegistryError as exc:       # a bad version: say so and change nothing (no retry)
+            raise AirflowFailException(str(exc)) from exc
+
+    rollback_versions()
+
+
+rollback()
