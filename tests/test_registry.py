@@ -172,3 +172,31 @@ def test_a_clone_with_an_empty_cache_streams_a_version_from_the_remote(settings,
     got = Registry(settings).read_data_version("data-v1", repo_url=str(clone))
     pd.testing.assert_frame_equal(got, pd.concat([df1, df2], ignore_index=True))
     assert not (clone / ".dvc" / "cache").exists() or not any((clone / ".dvc" / "cache").rglob("*.parquet"))
+
+
+def test_nightly_model_rejection_rolls_data_back_to_prods_lineage(settings, tmp_path):
+    from tasks.deploy import reject_model
+
+    reg = Registry(settings)
+    art = tmp_path / "model.int8.onnx"
+    art.write_bytes(b"onnx")
+    p1, df1 = partition(tmp_path, "b1", seed=1)
+    reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
+    reg.promote(reg.register_model("r1", {"model.int8.onnx": art}, {"data_version": "data-v1"})["model_version"], "t")
+    p2, df2 = partition(tmp_path, "b2", seed=2)
+    reg.snapshot({"batch-0002": p2}, {"rows_by_batch": {"batch-0002": len(df2)}})   # tonight's data
+    out = reject_model("run-2", settings, "evaluate", {"reasons": ["test ROC AUC 0.61 is below the floor 0.70"]})
+    assert out["rolled_back"] and out["prod_model"] == "model-v1" and out["current_data"] == "data-v1"
+    last = json.loads((reg.root / "audit.jsonl").read_text().splitlines()[-1])
+    assert last["action"] == "rollback" and last["who"] == "nightly_pipeline" and "below the floor" in last["reason"]
+    assert reg.tags("data") == ["data-v1", "data-v2"]                  # the rejected data version is kept
+
+
+def test_rejection_without_a_prod_model_changes_nothing(settings, tmp_path):
+    from tasks.deploy import reject_model
+
+    reg = Registry(settings)
+    p1, df1 = partition(tmp_path, "b1", seed=1)
+    reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
+    out = reject_model("run-1", settings, "compress", {"reasons": ["int8 drop"]})
+    assert not out["rolled_back"] and out["prod_model"] is None and out["current_data"] == "data-v1"

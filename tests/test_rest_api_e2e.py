@@ -78,3 +78,37 @@ def test_trigger_with_conf_runs_to_success(services):
     log = client.request("GET", f"/dags/{DAG}/dagRuns/{run_id}/taskInstances/train/logs/1",
                          headers={"Accept": "application/json"})
     assert log.status_code == 200 and "trained on" in log.text
+
+
+def test_rollback_dag_over_rest(services):
+    """A second nightly run makes data-v2/model-v2; the rollback DAG puts v1 of both back."""
+    client = services.client()
+    assert client.wait_for_run(DAG, client.trigger(DAG, {"epochs": 4}, run_id="rest_e2e_2")) == "success"
+    reg = Registry(services.settings)
+    assert (reg.state()["current_data"], reg.state()["prod_model"]) == ("data-v2", "model-v2")
+
+    client.wait_for_dag("rollback")
+    client.unpause("rollback")
+    # Malformed versions (path tricks included) are refused at trigger time by the Params schema.
+    for bad in ({"data_version": "../../etc", "reason": "x" * 5}, {"model_version": "model-v2", "reason": ""}):
+        r = client.request("POST", "/dags/rollback/dagRuns", json={"logical_date": None, "conf": bad})
+        assert r.status_code == 400, r.text
+    # A well-formed version that does not exist fails the run, naming it; nothing changes.
+    missing = client.trigger("rollback", {"model_version": "model-v9", "reason": "typo test"})
+    assert client.wait_for_run("rollback", missing, timeout_s=300) == "failed"
+    assert reg.state()["prod_model"] == "model-v2"
+
+    run_id = client.trigger("rollback", {"data_version": "data-v1", "model_version": "model-v1",
+                                         "reason": "batch-0002 labels look wrong"})
+    assert client.wait_for_run("rollback", run_id, timeout_s=300) == "success"
+    state = reg.state()
+    assert (state["current_data"], state["prod_model"]) == ("data-v1", "model-v1")
+    assert state["serving"]["model_version"] == "model-v1"
+    audit = json.loads((reg.root / "audit.jsonl").read_text().splitlines()[-1])
+    assert audit["action"] == "rollback" and audit["who"] == "admin"
+    assert audit["from"] == {"data_version": "data-v2", "model_version": "model-v2"}
+    assert audit["reason"] == "batch-0002 labels look wrong"
+    # Twice is harmless.
+    again = client.trigger("rollback", {"data_version": "data-v1", "model_version": "model-v1", "reason": "again"})
+    assert client.wait_for_run("rollback", again, timeout_s=300) == "success"
+    assert json.loads((reg.root / "audit.jsonl").read_text().splitlines()[-1]) == audit
