@@ -17,6 +17,9 @@ RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 BENCHMARKS = {
     "bench.dag_parse_ratio": ["dag_parse_ratio"],
     "bench.orchestration_overhead": ["orchestration_overhead"],
+    "bench.snapshot_incremental": ["snapshot_incremental_ratio"],
+    "bench.rollback_scale": ["rollback_scale_ratio"],
+    "bench.dvc_add_vs_md5sum": ["dvc_add_vs_md5sum"],
 }
 
 

@@ -153,11 +153,12 @@ class Registry:
                 log(f"registry: completing the interrupted transaction that made {tag}")
                 self.git("update-ref", "refs/heads/main", commit, head)
                 head, rolled_forward = commit, True
-        if rolled_forward or self.git("status", "--porcelain"):
-            if not rolled_forward:
-                log("registry: discarding changes of an interrupted transaction")
-            self.git("reset", "-q", "--hard", "HEAD")
-            self.git("clean", "-q", "-fd")
+        if not (rolled_forward or self.git("status", "--porcelain")):
+            return                              # the common case: the last transaction finished
+        if not rolled_forward:
+            log("registry: discarding changes of an interrupted transaction")
+        self.git("reset", "-q", "--hard", "HEAD")
+        self.git("clean", "-q", "-fd")
         with self._dvc() as repo:
             repo.checkout(force=True, allow_missing=True)
         if rolled_forward:
@@ -175,9 +176,10 @@ class Registry:
         self.git("update-ref", "refs/heads/main", commit, parent)
         return commit
 
-    def _push(self) -> None:
+    def _push(self, targets: list[str] | None = None) -> None:
+        """Push to the DVC remote: the named outputs, or every output in the workspace."""
         with self._dvc() as repo:
-            repo.push()
+            repo.push(targets=targets)
 
     # ---- state ------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -265,7 +267,7 @@ class Registry:
             self._write_state(state)
             self._audit("snapshot", data_version=version, previous=current, batches=sorted(partitions))
             commit = self._commit(f"{version}: add partition(s) {', '.join(sorted(partitions))}", tag=version)
-            self._push()
+            self._push([str(self.root / rel) for rel in targets.values()])   # only what is new
             log(f"registry: {version} tagged at {commit[:10]} with {len(info['partitions'])} partitions, pushed")
             return {"data_version": version, "created": True, "commit": commit, **info}
 
@@ -316,7 +318,7 @@ class Registry:
             self._write_state(state)
             self._audit("register", model_version=version, run_id=run_id, data_version=lineage.get("data_version"))
             commit = self._commit(f"{version}: register from run {run_id}", tag=version)
-            self._push()
+            self._push([str(folder)])
             log(f"registry: {version} registered at {commit[:10]} (candidate)")
             return {"model_version": version, "created": True, "commit": commit, **info}
 
