@@ -106,3 +106,27 @@ def test_killed_rollbacks_leave_old_or_new_state(settings, tmp_path):
     reg.rollback("data-v1", "model-v1", "finish")
     audit = [json.loads(line) for line in (reg.root / "audit.jsonl").read_text().splitlines()]
     assert sum(a["action"] == "rollback" for a in audit) == 1
+
+
+def test_concurrent_writers_are_serialized(settings, tmp_path):
+    """Two processes snapshot at once: the lock makes one wait, both versions come out whole."""
+    reg = Registry(settings)
+    reg.ensure()
+    code = """
+from pathlib import Path
+import sys
+from tasks.registry import Registry
+from tasks.settings import Settings
+print(Registry(Settings.from_env()).snapshot({sys.argv[1]: Path(sys.argv[2])},
+                                           {"rows_by_batch": {sys.argv[1]: 20}})["data_version"])
+"""
+    env = {**os.environ, "SLUICE_HOME": str(settings.home)}
+    procs = []
+    for i in (1, 2):
+        p, _ = partition(tmp_path, f"c{i}", seed=i)
+        procs.append(subprocess.Popen([sys.executable, "-c", code, f"batch-000{i}", str(p)], env=env, cwd=REPO_ROOT,
+                                      stdout=subprocess.PIPE, text=True))
+    outs = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
+    assert outs == ["data-v1", "data-v2"] and all(p.returncode == 0 for p in procs)
+    assert len(reg.data_version_info("data-v2")["partitions"]) == 2
+    consistent(reg)

@@ -51,16 +51,19 @@ def init_process_group() -> None:
         dist.init_process_group("gloo", timeout=timeout)
 
 
-def load_training_data(data_version: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Features and soft targets of every labeled row (rows where all LFs abstained are left out)."""
-    df = Registry(Settings.from_env()).read_data_version(data_version)
+def load_training_data(data_version: str, registry_url: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Features and soft targets of every labeled row (rows where all LFs abstained are left out).
+
+    `registry_url` (a clone URL of the registry): read by tag from the DVC remote, as a pod
+    with no disk shared with the pipeline does; default: the local registry."""
+    df = Registry(Settings.from_env()).read_data_version(data_version, repo_url=registry_url)
     df = df[df["label"] != -1]
     if df.empty:
         raise ValueError(f"data version {data_version} has no labeled rows to train on")
     return torch.from_numpy(featurize(df)), torch.from_numpy(df["label_prob"].to_numpy(np.float32))
 
 
-def train(data_version: str, out: Path, p: TrainParams) -> dict:
+def train(data_version: str, out: Path, p: TrainParams, registry_url: str | None = None) -> dict:
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
         init_process_group()
@@ -68,7 +71,7 @@ def train(data_version: str, out: Path, p: TrainParams) -> dict:
     master = rank == 0
     torch.manual_seed(p.seed)
 
-    x, y = load_training_data(data_version)
+    x, y = load_training_data(data_version, registry_url)
     model = SpamMLP(len(FEATURE_NAMES), p.hidden)
     model.set_scaling(x)                       # same data on every rank: same scaling
     opt = torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
@@ -143,11 +146,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-version", required=True)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--params", required=True, help="JSON of the train section of params.yaml")
+    parser.add_argument("--registry-url", default=os.environ.get("SLUICE_REGISTRY_URL"),
+                        help="git URL of the registry to read the data version from (default: the local one)")
     args = parser.parse_args(argv)
     raw = json.loads(args.params)
     raw["hidden"] = tuple(raw["hidden"])
     args.out.mkdir(parents=True, exist_ok=True)
-    train(args.data_version, args.out, TrainParams(**raw))
+    train(args.data_version, args.out, TrainParams(**raw), args.registry_url)
     return 0
 
 
