@@ -35,13 +35,15 @@ class Failure:
     unexpected_count: int | None = None
     sample_values: list[Any] = field(default_factory=list)
     sample_rows: list[int] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
 
     def describe(self) -> str:
         where = f" on column {self.column!r}" if self.column else ""
         msg = f"{self.expectation}{where}: observed {self.observed!r}, expected {self.expected}"
         if self.unexpected_count:
-            msg += f"; {self.unexpected_count} offending rows, e.g. values {self.sample_values[:5]}"
+            msg += (f"; {self.unexpected_count} offending rows, e.g. values {self.sample_values[:5]}"
+                    f" at rows {self.sample_rows[:5]}")
         if self.error:
             msg += f"; error: {self.error}"
         return f"{msg} (guards: {self.guards})"
@@ -55,13 +57,15 @@ class ContractResult:
     evaluated: int
     failures: list[Failure] = field(default_factory=list)
     rows: int = 0
+    skipped: list[str] = field(default_factory=list)   # checks against a previous version, when there is none
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def summary(self) -> str:
+        skipped = f" ({len(self.skipped)} skipped: no previous version to compare with)" if self.skipped else ""
         if self.success:
-            return f"contract {self.suite} passed: {self.evaluated} expectations on {self.rows} rows"
+            return f"contract {self.suite} passed: {self.evaluated} expectations on {self.rows} rows{skipped}"
         lines = [f"contract {self.suite} FAILED: {len(self.failures)} of {self.evaluated} expectations"]
         lines += [f"  - {f.describe()}" for f in self.failures]
         return "\n".join(lines)
@@ -109,11 +113,49 @@ def _gx_batch_definition():
     return ctx.data_sources.add_pandas("sluice").add_dataframe_asset("frame").add_batch_definition_whole_dataframe("all")
 
 
-def validate_frame(df: pd.DataFrame, name: str) -> ContractResult:
-    """Run suite `name` on `df`. Never raises for bad data: failures come back named."""
+def resolve_relative(expectation: dict[str, Any], reference: pd.DataFrame) -> dict[str, Any]:
+    """Fill an expectation's bounds from the previous version's data (meta.relative_to_previous). Pure.
+
+    {"categorical_kl": threshold}: the column's value distribution may diverge from the
+    reference's by at most `threshold` (KL; add-one smoothing over the values either has).
+    {"max_rel_change": r} / {"max_abs_change": a}: the statistic the expectation checks (mean or
+    median) must stay within r (relative) or a (absolute) of the reference's.
+    """
+    rule = expectation["meta"]["relative_to_previous"]
+    column = expectation["kwargs"]["column"]
+    kwargs = dict(expectation["kwargs"])
+    ref = reference[column].dropna()
+    if "categorical_kl" in rule:
+        counts = ref.value_counts()
+        values = sorted(set(counts.index) | set(rule.get("values", [])), key=str)
+        weights = [(counts.get(v, 0) + 1) / (len(ref) + len(values)) for v in values]
+        kwargs.update(partition_object={"values": [_plain(v) for v in values], "weights": weights},
+                      threshold=rule["categorical_kl"])
+    else:
+        stat = {"expect_column_mean_to_be_between": ref.mean,
+                "expect_column_median_to_be_between": ref.median}[expectation["type"]]()
+        half = rule["max_rel_change"] * abs(stat) if "max_rel_change" in rule else rule["max_abs_change"]
+        kwargs.update(min_value=float(stat - half), max_value=float(stat + half))
+    return {**expectation, "kwargs": kwargs}
+
+
+def validate_frame(df: pd.DataFrame, name: str, reference: pd.DataFrame | None = None) -> ContractResult:
+    """Run suite `name` on `df`. Never raises for bad data: failures come back named.
+
+    `reference`: the previous version's data, for expectations relative to it; without it
+    they are skipped (and listed as skipped)."""
     import great_expectations as gx
 
     spec = load_suite_spec(name)
+    expectations, skipped = [], []
+    for e in spec["expectations"]:
+        if "relative_to_previous" in e["meta"]:
+            if reference is None:
+                skipped.append(_key(e["type"], e["kwargs"]))
+                continue
+            e = resolve_relative(e, reference)
+        expectations.append(e)
+    spec = {**spec, "expectations": expectations}
     suite = gx.ExpectationSuite(name=spec["name"], expectations=spec["expectations"])
     if len(suite.expectations) != len(spec["expectations"]):
         # GX drops unknown expectation types with only a log line: the suite would pass on nothing.
@@ -139,11 +181,18 @@ def validate_frame(df: pd.DataFrame, name: str) -> ContractResult:
             unexpected_count=res.get("unexpected_count"),
             sample_values=_plain(res.get("partial_unexpected_list", []))[:10],
             sample_rows=_plain(res.get("partial_unexpected_index_list", []))[:10],
+            rows=_sample_rows(df, res.get("partial_unexpected_index_list", [])),
             error=exc.get("exception_message") if exc.get("raised_exception") else None,
         ))
     failures.sort(key=lambda f: (f.column or "", f.expectation))   # GX returns results unordered
     return ContractResult(suite=name, suite_hash=suite_hash(name), success=not failures,
-                          evaluated=len(result.results), failures=failures, rows=len(df))
+                          evaluated=len(result.results), failures=failures, rows=len(df), skipped=skipped)
+
+
+def _sample_rows(df: pd.DataFrame, index: list, n: int = 5) -> list[dict[str, Any]]:
+    """The first offending rows, whole, so a person sees the record and not only the value."""
+    idx = [i for i in index[:n] if i in df.index]
+    return _plain(df.loc[idx].to_dict("records")) if idx else []
 
 
 def _key(etype: str, kwargs: dict[str, Any]) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -17,7 +18,7 @@ import yaml
 
 from tasks.settings import REPO_ROOT
 
-DEFAULT_PARAMS_FILE = REPO_ROOT / "params.yaml"
+DEFAULT_PARAMS_FILE = REPO_ROOT / "params.yaml"      # SLUICE_PARAMS names another file
 
 
 class ParamsError(ValueError):
@@ -49,10 +50,19 @@ class WeakLabelParams:
     label_model_epochs: int = 500
     label_model_lr: float = 0.01
     seed: int = 7
+    lf_module: str = "tasks.labeling.email_lfs"   # the dataset's LF module (exposes make_lfs)
+    # Drift flags: absolute change from the previous data version's labeling that is reported.
+    drift_max_coverage_change: float = 0.15
+    drift_max_conflict_change: float = 0.10
+    drift_max_balance_change: float = 0.10
 
     def __post_init__(self) -> None:
         _check(self.label_model_epochs >= 1, "weak_label.label_model_epochs", "must be >= 1")
         _check(0 < self.label_model_lr < 1, "weak_label.label_model_lr", "must be in (0, 1)")
+        _check(bool(re.match(r"^[A-Za-z_][\w.]*$", self.lf_module)), "weak_label.lf_module",
+               f"must be a Python module path, got {self.lf_module!r}")
+        for name in ("drift_max_coverage_change", "drift_max_conflict_change", "drift_max_balance_change"):
+            _check(0 < getattr(self, name) <= 1, f"weak_label.{name}", "must be in (0, 1]")
 
 
 @dataclass(frozen=True)
@@ -166,7 +176,7 @@ def _build(section: str, raw: Any) -> Any:
 
 def load_params(path: Path | str | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Params:
     """Read params.yaml, apply per-section overrides (e.g. from DAG run Params), validate."""
-    path = Path(path) if path else DEFAULT_PARAMS_FILE
+    path = Path(path or os.environ.get("SLUICE_PARAMS") or DEFAULT_PARAMS_FILE)
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:

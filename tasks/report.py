@@ -43,7 +43,8 @@ def build_summary(run_id: str, steps: dict[str, dict[str, Any]], registry_state:
                   "rows_labeled": (wl["rows"] - wl["abstained_rows"]) if wl else None,
                   "rows_unlabeled": wl.get("abstained_rows")},
         "labeling": {"coverage": wl.get("coverage"), "chosen": wl.get("chosen"), "quality_dev": wl.get("quality_dev"),
-                     "n_lfs": wl.get("n_lfs")} if wl else None,
+                     "n_lfs": wl.get("n_lfs"), "lf_table": wl.get("lf_table"), "stats": wl.get("labeling_stats"),
+                     "drift": wl.get("drift"), "drift_compared_with": wl.get("drift_compared_with")} if wl else None,
         "gates": {k: {"passed": steps[k]["passed"], "summary": steps[k].get("summary") or steps[k].get("reasons")}
                   for k in ("validate_raw", "validate_labeled", "evaluate", "compress") if k in steps},
         "data_version": snap.get("data_version") or registry_state.get("current_data"),
@@ -71,6 +72,16 @@ def render_text(s: dict[str, Any]) -> str:
         lines.append(f"  labeling       {lab['n_lfs']} LFs, coverage {lab['coverage']:.1%}; on gold dev: "
                      f"label model {fmt_quality(q['label_model'])} | majority vote {fmt_quality(q['majority_vote'])}"
                      f" -> using {lab['chosen']}")
+        lines.append(f"  {'LF':<22}{'votes':>6}{'coverage':>10}{'overlaps':>10}{'conflicts':>10}{'dev acc':>9}")
+        for r in lab["lf_table"] or []:
+            acc = "n/a" if r["dev_accuracy"] is None else f"{r['dev_accuracy']:.3f}"
+            votes = "/".join({0: "ham", 1: "spam"}[v] for v in r["polarity"]) or "-"
+            lines.append(f"  {r['lf']:<22}{votes:>6}{r['coverage']:>10.3f}{r['overlaps']:>10.3f}"
+                         f"{r['conflicts']:>10.3f}{acc:>9}")
+        if lab["drift"]:
+            lines += [f"  DRIFT vs {lab['drift_compared_with']}: {flag}" for flag in lab["drift"]]
+        elif lab["drift_compared_with"]:
+            lines.append(f"  drift          none beyond thresholds vs {lab['drift_compared_with']}")
     for name, g in s["gates"].items():
         detail = g["summary"] if isinstance(g["summary"], str) else "; ".join(g["summary"] or [])
         lines.append(f"  gate {name:<17}{'pass' if g['passed'] else 'FAIL'}  {detail.splitlines()[0] if detail else 'ok'}")

@@ -22,7 +22,8 @@ def snapshot(run_id: str, settings: Settings, ingest_result: dict[str, Any], wea
         "rows_by_batch": {batch_id: weak_label_result["rows"]}, "source": ingest_result["source"], "run_id": run_id,
         "contracts": {raw_gate["suite"]: raw_gate["suite_hash"], labeled_gate["suite"]: labeled_gate["suite_hash"]},
         "lf_module": weak_label_result["lf_module"], "lf_module_hash": weak_label_result["lf_module_hash"],
-        "label_source": weak_label_result["chosen"],
+        "label_source": weak_label_result["chosen"], "label_quality_dev": weak_label_result["quality_dev"],
+        "labeling_stats": weak_label_result["labeling_stats"], "lf_analysis": weak_label_result["lf_table"],
     }
     result = Registry(settings).snapshot({batch_id: Path(weak_label_result["labeled"])}, meta)
     source = Path(ingest_result["source"])

@@ -22,9 +22,14 @@ def contract_view(labeled: pd.DataFrame) -> pd.DataFrame:
 
 
 def validate_labeled(run_id: str, settings: Settings, weak_label_result: dict[str, Any]) -> dict[str, Any]:
+    from tasks.registry import Registry
+
     run_dir = settings.layout.run_dir(run_id)
     labeled = pd.read_parquet(weak_label_result["labeled"])
-    result = validate_frame(contract_view(labeled), SUITE)
+    registry = Registry(settings)
+    previous = registry.state()["current_data"]
+    reference = contract_view(registry.read_data_version(previous)) if previous else None
+    result = validate_frame(contract_view(labeled), SUITE, reference=reference)
     log(result.summary())
     return record_step(run_dir, "validate_labeled", write_gate_report(run_dir, result))
 

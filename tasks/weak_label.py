@@ -13,30 +13,37 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from tasks.labeling.drift import drift_flags, labeling_stats
 from tasks.labeling.label_model import label_batch
-from tasks.labeling.lf import apply_lfs
+from tasks.labeling.lf import apply_lfs, apply_lfs_dev
 from tasks.params import load_params
+from tasks.registry import Registry
 from tasks.schema import GOLD_COLUMN, RAW_COLUMNS
 from tasks.settings import Settings
 from tasks.stepio import atomic_write_json, atomic_write_parquet, log, read_json, record_step, step_cli
-
-LF_MODULE = "tasks.labeling.email_lfs"
 
 
 def weak_label(run_id: str, settings: Settings, ingest_result: dict[str, Any]) -> dict[str, Any]:
     p = load_params().weak_label
     layout = settings.layout
     run_dir = layout.run_dir(run_id)
-    module = importlib.import_module(LF_MODULE)
-    lfs = module.LFS
+    module = importlib.import_module(p.lf_module)
     lf_hash = hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest()[:16]   # the LF code's version
     batch = pd.read_parquet(ingest_result["staged"])[RAW_COLUMNS]
     dev = pd.read_parquet(layout.gold / "dev.parquet")
-
-    L, L_dev = apply_lfs(batch, lfs), apply_lfs(dev, lfs)
     y_dev = dev[GOLD_COLUMN].to_numpy().astype(int)
+    lfs = module.make_lfs(dev, y_dev)
+
+    L, L_dev = apply_lfs(batch, lfs), apply_lfs_dev(dev, lfs)
     log(f"applied {len(lfs)} LFs to {len(batch)} batch rows and {len(dev)} gold dev rows")
     out = label_batch(L, L_dev, y_dev, lfs, p)
+    stats = labeling_stats(L, out.label)
+    registry = Registry(settings)
+    previous = registry.state()["current_data"]
+    before = registry.data_version_info(previous).get("labeling_stats") if previous else None
+    drift = drift_flags(stats, before, p)
+    for flag in drift:
+        log(f"DRIFT vs {previous}: {flag}")
 
     labeled = batch.copy()
     labeled["label"] = out.label.astype(np.int64)
@@ -50,10 +57,11 @@ def weak_label(run_id: str, settings: Settings, ingest_result: dict[str, Any]) -
         f"majority vote ROC AUC {q['majority_vote']['roc_auc']:.3f} F1 {q['majority_vote']['f1']:.3f}; "
         f"using {out.chosen}; coverage {out.coverage:.1%}, {out.abstained_rows} rows unlabeled")
     return record_step(run_dir, "weak_label", {
-        "labeled": str(path), "rows": int(len(labeled)), "lf_module": LF_MODULE, "lf_module_hash": lf_hash,
+        "labeled": str(path), "rows": int(len(labeled)), "lf_module": p.lf_module, "lf_module_hash": lf_hash,
+        "labeling_stats": stats, "drift": drift, "drift_compared_with": previous,
         "n_lfs": len(lfs),
         "coverage": out.coverage, "abstained_rows": out.abstained_rows, "chosen": out.chosen,
-        "quality_dev": q, "spam_share": float(np.mean(out.label[out.label != -1])) if (out.label != -1).any() else 0.0,
+        "quality_dev": q,
         "lf_table": out.lf_table,
     })
 

@@ -87,3 +87,57 @@ def test_suite_hash_tracks_content(monkeypatch, tmp_path):
     spec["expectations"][0]["kwargs"]["column"] = "dollar"
     _with_suite(monkeypatch, tmp_path, spec)
     assert contracts.suite_hash("custom") != h1
+
+
+def _labeled(raw_batch, spam_share=0.1, seed=0):
+    df = raw_batch.copy()
+    rng = np.random.default_rng(seed)
+    df["label"] = np.where(rng.random(len(df)) < spam_share, 1, 0)
+    df.loc[df.index[::10], "label"] = -1
+    df["label_prob"] = df["label"].clip(lower=0).astype(float)
+    df.loc[df["label"] == -1, "label_prob"] = np.nan
+    return df
+
+
+def test_distribution_checks_are_skipped_without_a_previous_version(raw_batch):
+    r = validate_frame(contract_view(_labeled(raw_batch)), "labeled")
+    assert r.success and len(r.skipped) == 3 and "skipped" in r.summary()
+
+
+def test_distribution_against_the_previous_version(emails):
+    from tasks.schema import GOLD_COLUMN
+
+    previous = _labeled(emails.iloc[:600].drop(columns=[GOLD_COLUMN]).reset_index(drop=True), seed=1)
+    tonight = _labeled(emails.iloc[600:1200].drop(columns=[GOLD_COLUMN]).reset_index(drop=True), seed=2)
+    ref = contract_view(previous)
+    ok = validate_frame(contract_view(tonight), "labeled", reference=ref)
+    assert ok.success and not ok.skipped and ok.evaluated == len(contracts.load_suite_spec("labeled")["expectations"])
+
+    flipped = tonight.assign(label=np.where(tonight["label"] == -1, -1, 1 - tonight["label"]))
+    flipped["label_prob"] = flipped["label"].clip(lower=0).astype(float).where(flipped["label"] != -1)
+    assert ("expect_column_kl_divergence_to_be_less_than", "label") in failed(
+        validate_frame(contract_view(flipped), "labeled", reference=ref))
+
+    inflated = tonight.assign(num_char=tonight["num_char"] * 10)
+    r = validate_frame(contract_view(inflated), "labeled", reference=ref)
+    assert ("expect_column_median_to_be_between", "num_char") in failed(r)
+
+
+def test_resolve_relative_is_pure_and_smoothed():
+    ref = pd.DataFrame({"number": ["small"] * 9 + ["big"], "x": [1.0] * 10})
+    e = {"type": "expect_column_kl_divergence_to_be_less_than", "kwargs": {"column": "number"},
+         "meta": {"guards": "g", "relative_to_previous": {"categorical_kl": 0.1, "values": ["none", "small", "big"]}}}
+    out = contracts.resolve_relative(e, ref)
+    part = out["kwargs"]["partition_object"]
+    assert part["values"] == ["big", "none", "small"] and abs(sum(part["weights"]) - 1) < 1e-9
+    assert min(part["weights"]) > 0 and "partition_object" not in e["kwargs"]        # input untouched
+    m = {"type": "expect_column_median_to_be_between", "kwargs": {"column": "x"},
+         "meta": {"guards": "g", "relative_to_previous": {"max_rel_change": 0.5}}}
+    assert contracts.resolve_relative(m, ref)["kwargs"] | {} == {"column": "x", "min_value": 0.5, "max_value": 1.5}
+
+
+def test_failure_report_carries_whole_offending_rows(raw_batch):
+    df = raw_batch.copy()
+    df.loc[[3], "cc"] = -4
+    f = next(f for f in validate_frame(df, "raw_batch").failures if f.column == "cc")
+    assert f.rows and f.rows[0]["cc"] == -4 and f.rows[0]["email_id"] == int(df.loc[3, "email_id"])

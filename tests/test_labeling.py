@@ -73,3 +73,48 @@ def test_label_batch_on_real_rows(emails):
     # Weak labels carry real signal: well above chance on the gold dev set.
     assert out.quality[out.chosen]["roc_auc"] > 0.75
     assert len(out.lf_table) == len(lfs) and all(0 <= r["coverage"] <= 1 for r in out.lf_table)
+
+
+def test_model_lf_votes_out_of_fold_on_dev_and_confidently_elsewhere(emails):
+    from tasks.labeling.email_lfs import MODEL_HAM_AT, MODEL_SPAM_AT, lf_dev_classifier, make_lfs
+    from tasks.labeling.lf import apply_lfs_dev
+
+    dev, batch = emails.iloc[:500], emails.iloc[500:1500]
+    y_dev = dev["spam"].to_numpy()
+    lf = lf_dev_classifier(dev, y_dev)
+    assert lf.dev_votes is not None and lf.dev_votes.shape == (len(dev),)
+    # Out of fold, dev accuracy is honest: lower than the in-sample fit would claim.
+    in_sample = lf(dev)
+    fired_oof, fired_in = lf.dev_votes != ABSTAIN, in_sample != ABSTAIN
+    acc_oof = (lf.dev_votes[fired_oof] == y_dev[fired_oof]).mean()
+    acc_in = (in_sample[fired_in] == y_dev[fired_in]).mean()
+    assert acc_in >= acc_oof > 0.7
+    votes = lf(batch)
+    assert set(np.unique(votes)) <= {ABSTAIN, HAM, SPAM} and (votes == ABSTAIN).any() and (votes != ABSTAIN).any()
+    assert MODEL_HAM_AT < 0.5 < MODEL_SPAM_AT
+    lfs = make_lfs(dev, y_dev)
+    assert len(lfs) == 11 and lfs[-1].name == "lf_dev_classifier"
+    assert (apply_lfs_dev(dev, lfs)[:, -1] == lf.dev_votes).all()
+
+
+def test_row_wise_and_vectorized_votes_agree(emails):
+    """The same LF definitions under Snorkel's row-wise applier give the same label matrix."""
+    from snorkel.labeling import PandasLFApplier
+
+    rows = emails.iloc[:300]
+    rules = email_lfs.LFS
+    L_snorkel = PandasLFApplier([lf.to_snorkel() for lf in rules]).apply(rows, progress_bar=False)
+    assert (L_snorkel == apply_lfs(rows, rules)).all()
+
+
+def test_drift_flags():
+    from tasks.labeling.drift import drift_flags, labeling_stats
+
+    p = load_params().weak_label
+    L = np.array([[0, -1], [1, 0], [-1, -1], [1, -1]])
+    stats = labeling_stats(L, np.array([0, 1, -1, 1]))
+    assert stats == {"coverage": 0.75, "conflict_rate": 0.25, "spam_share": 2 / 3}
+    assert drift_flags(stats, None, p) == []
+    assert drift_flags(stats, dict(stats), p) == []
+    (flag,) = drift_flags(stats, {**stats, "coverage": 0.4}, p)
+    assert flag.startswith("coverage moved 0.400 -> 0.750")
