@@ -20,6 +20,8 @@ BENCHMARKS = {
     "bench.snapshot_incremental": ["snapshot_incremental_ratio"],
     "bench.rollback_scale": ["rollback_scale_ratio"],
     "bench.dvc_add_vs_md5sum": ["dvc_add_vs_md5sum"],
+    "bench.weak_vs_gold": [f"{kind}_k{k}" for kind in ("weak_vs_gold", "gold_only") for k in (5, 10, 20)],
+    "bench.lf_applier": ["lf_applier_speedup"],
 }
 
 

@@ -26,11 +26,12 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from tasks.params import TrainParams
 from tasks.registry import Registry
-from tasks.schema import FEATURE_NAMES, featurize
+from tasks.schema import featurize
 from tasks.settings import Settings
 from tasks.stepio import atomic_write_json, log
 from tasks.training.checkpoint import latest_valid_checkpoint, save_checkpoint
-from tasks.training.model import SpamMLP, save_model
+from tasks.training.loop import make_loss, make_model, make_optimizer, train_epoch
+from tasks.training.model import save_model
 
 
 def init_process_group() -> None:
@@ -69,12 +70,9 @@ def train(data_version: str, out: Path, p: TrainParams, registry_url: str | None
         init_process_group()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     master = rank == 0
-    torch.manual_seed(p.seed)
-
     x, y = load_training_data(data_version, registry_url)
-    model = SpamMLP(len(FEATURE_NAMES), p.hidden)
-    model.set_scaling(x)                       # same data on every rank: same scaling
-    opt = torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
+    model = make_model(x, p)                   # same seed and data on every rank: same start, same scaling
+    opt = make_optimizer(model, p)
     ckpt_dir = out / "checkpoints"
     start_epoch, losses = 0, []
     # A checkpoint resumes only the same training: same data version and hyperparameters.
@@ -98,20 +96,12 @@ def train(data_version: str, out: Path, p: TrainParams, registry_url: str | None
         if distributed else None
     loader = DataLoader(TensorDataset(x, y), batch_size=p.batch_size // world, sampler=sampler,
                         shuffle=sampler is None, generator=torch.Generator().manual_seed(p.seed))
-    # Weak labels are ~10% spam: weigh the spam side so the 0.5 threshold stays meaningful.
-    spam_share = float(y.mean().clamp(0.01, 0.99))
-    loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=torch.tensor((1 - spam_share) / spam_share))
+    loss_fn = make_loss(y)
     t0 = time.time()
     for epoch in range(start_epoch, p.epochs):
         if sampler is not None:
             sampler.set_epoch(epoch)
-        total, count = torch.zeros(2), 0
-        for xb, yb in loader:
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(ddp(xb), yb)
-            loss.backward()
-            opt.step()
-            total += torch.tensor([loss.item() * len(xb), len(xb)])
+        total = train_epoch(ddp, loader, opt, loss_fn)
         if distributed:
             dist.all_reduce(total)
         losses.append(float(total[0] / total[1]))
