@@ -20,7 +20,7 @@ from tasks.settings import REPO_ROOT
 CHILD = r"""
 import json, resource, sys, time
 import numpy as np
-from tasks.demo_data import load_emails
+from tasks.datasets.emails import load_source
 from tasks.labeling.email_lfs import LFS
 from tasks.labeling.lf import apply_lfs
 
@@ -30,7 +30,7 @@ def rss_mb():
 
 rows, which = int(sys.argv[1]), sys.argv[2]
 rng = np.random.default_rng(0)
-base = load_emails().drop(columns=["spam"])
+base = load_source().drop(columns=["spam"])
 df = base.iloc[rng.integers(0, len(base), rows)].reset_index(drop=True)
 df["num_char"] = df["num_char"] * rng.uniform(0.8, 1.2, rows)
 df["cc"] = np.maximum(0, df["cc"] + rng.integers(-1, 2, rows))

@@ -22,11 +22,11 @@ import numpy as np
 import torch
 
 from bench.record import Record
-from tasks.demo_data import load_emails
+from tasks.datasets.emails import load_source
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
 from tasks.params import load_params
-from tasks.schema import GOLD_COLUMN, featurize
+from tasks.datasets.emails import GOLD_COLUMN, featurize
 from tasks.scoring import gold_quality
 from tasks.training.loop import fit_in_memory
 
@@ -48,7 +48,7 @@ def run(splits: int = 5) -> list[Record]:
     params = load_params()
     p, wp = params.train, params.weak_label
     lf_module = importlib.import_module(wp.lf_module)
-    emails = load_emails()
+    emails = load_source()
     n = len(emails)
     ratios: dict[str, list[float]] = {f"{kind}_k{k}": [] for kind in ("weak_vs_gold", "gold_only") for k in KS}
     details: dict[str, list[float]] = {"full_gold_auc": []}

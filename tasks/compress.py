@@ -20,11 +20,11 @@ from tasks.stepio import log, read_json, record_step, step_cli
 def export_onnx(model_path: Path, out: Path) -> Path:
     import torch
 
-    from tasks.schema import FEATURE_NAMES
     from tasks.training.model import SpamProbability, load_model
 
-    wrapped = SpamProbability(load_model(str(model_path))).eval()
-    example = torch.zeros(4, len(FEATURE_NAMES))
+    model = load_model(str(model_path))
+    wrapped = SpamProbability(model).eval()
+    example = torch.zeros(4, model.arch["n_features"])
     tmp = out.with_name(f".{out.name}.tmp")
     torch.onnx.export(wrapped, (example,), str(tmp), input_names=["features"], output_names=["p_spam"],
                       dynamo=True, external_data=False, dynamic_shapes=({0: torch.export.Dim("batch")},),

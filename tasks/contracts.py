@@ -72,7 +72,8 @@ class ContractResult:
 
 
 def suite_path(name: str) -> Path:
-    return CONTRACTS_DIR / f"{name}.json"
+    """A contract by name (data_contracts/<name>.json) or by path to its .json file."""
+    return Path(name) if name.endswith(".json") else CONTRACTS_DIR / f"{name}.json"
 
 
 def load_suite_spec(name: str) -> dict[str, Any]:
@@ -185,7 +186,7 @@ def validate_frame(df: pd.DataFrame, name: str, reference: pd.DataFrame | None =
             error=exc.get("exception_message") if exc.get("raised_exception") else None,
         ))
     failures.sort(key=lambda f: (f.column or "", f.expectation))   # GX returns results unordered
-    return ContractResult(suite=name, suite_hash=suite_hash(name), success=not failures,
+    return ContractResult(suite=spec["name"], suite_hash=suite_hash(name), success=not failures,
                           evaluated=len(result.results), failures=failures, rows=len(df), skipped=skipped)
 
 

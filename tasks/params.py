@@ -46,11 +46,20 @@ class DemoParams:
 
 
 @dataclass(frozen=True)
+class DatasetParams:
+    module: str = "tasks.datasets.emails"     # the dataset plug-in (tasks/datasets/__init__.py)
+
+    def __post_init__(self) -> None:
+        _check(bool(re.match(r"^[A-Za-z_][\w.]*$", self.module)), "dataset.module",
+               f"must be a Python module path, got {self.module!r}")
+
+
+@dataclass(frozen=True)
 class WeakLabelParams:
     label_model_epochs: int = 500
     label_model_lr: float = 0.01
     seed: int = 7
-    lf_module: str = "tasks.labeling.email_lfs"   # the dataset's LF module (exposes make_lfs)
+    lf_module: str = ""          # empty: the dataset's own LF module; else a module exposing make_lfs
     # Drift flags: absolute change from the previous data version's labeling that is reported.
     drift_max_coverage_change: float = 0.15
     drift_max_conflict_change: float = 0.10
@@ -59,8 +68,8 @@ class WeakLabelParams:
     def __post_init__(self) -> None:
         _check(self.label_model_epochs >= 1, "weak_label.label_model_epochs", "must be >= 1")
         _check(0 < self.label_model_lr < 1, "weak_label.label_model_lr", "must be in (0, 1)")
-        _check(bool(re.match(r"^[A-Za-z_][\w.]*$", self.lf_module)), "weak_label.lf_module",
-               f"must be a Python module path, got {self.lf_module!r}")
+        _check(self.lf_module == "" or bool(re.match(r"^[A-Za-z_][\w.]*$", self.lf_module)),
+               "weak_label.lf_module", f"must be empty or a Python module path, got {self.lf_module!r}")
         for name in ("drift_max_coverage_change", "drift_max_conflict_change", "drift_max_balance_change"):
             _check(0 < getattr(self, name) <= 1, f"weak_label.{name}", "must be in (0, 1]")
 
@@ -120,6 +129,7 @@ class ExperimentParams:
 
 @dataclass(frozen=True)
 class Params:
+    dataset: DatasetParams
     demo: DemoParams
     weak_label: WeakLabelParams
     train: TrainParams
@@ -138,7 +148,7 @@ class Params:
 
 _SECTIONS = {f.name: f.type for f in fields(Params)}
 _CLASSES = {
-    "demo": DemoParams, "weak_label": WeakLabelParams, "train": TrainParams,
+    "dataset": DatasetParams, "demo": DemoParams, "weak_label": WeakLabelParams, "train": TrainParams,
     "evaluate": EvaluateParams, "compress": CompressParams, "experiment": ExperimentParams,
 }
 

@@ -41,7 +41,7 @@ SERVED_ARTIFACT = "model.int8.onnx"
 # current_data: the data version the next snapshot builds on; prod_model: the champion;
 # serving: what the model server loads (moves with prod); models: version -> stage.
 EMPTY_STATE: dict[str, Any] = {"current_data": None, "prod_model": None, "serving": None, "models": {}}
-DATASET = "emails"
+DEFAULT_DATASET = "emails"     # the bundled dataset; the snapshot step names the active one
 
 
 class RegistryError(RuntimeError):
@@ -221,7 +221,7 @@ class Registry:
         atomic_write_json(self.root / "registry.json", state)
 
     # ---- data versions ----------------------------------------------------------
-    def snapshot(self, partitions: dict[str, Path], meta: dict[str, Any]) -> dict[str, Any]:
+    def snapshot(self, partitions: dict[str, Path], meta: dict[str, Any], dataset: str = DEFAULT_DATASET) -> dict[str, Any]:
         """Add labeled partitions ({batch_id: parquet file}) as a new data version: the current
         version's partitions plus these. Only the new files are hashed and pushed.
 
@@ -229,13 +229,19 @@ class Registry:
         """
         if not partitions:
             raise RegistryError("a snapshot needs at least one partition")
+        if not BATCH_ID.match(dataset):
+            raise RegistryError(f"dataset name {dataset!r} is not a safe name")
         for batch_id in partitions:
             if not BATCH_ID.match(batch_id):
                 raise RegistryError(f"batch id {batch_id!r} is not a safe name")
         with self.transaction():
             state = self.state()
             current = state["current_data"]
-            parts = self.data_version_info(current)["partitions"] if current else []
+            parent = self.data_version_info(current) if current else {"partitions": [], "dataset": dataset}
+            if parent["dataset"] != dataset:
+                raise RegistryError(f"this registry holds dataset {parent['dataset']!r}, not {dataset!r}: "
+                                    f"use another SLUICE_HOME for another dataset")
+            parts = parent["partitions"]
             have = {p["batch_id"] for p in parts}
             if set(partitions) <= have:
                 log(f"registry: {sorted(partitions)} already in {current}; nothing to add")
@@ -247,7 +253,7 @@ class Registry:
             version = self._next_version("data")
             targets = {}
             for batch_id, src in partitions.items():
-                rel = Path("data") / DATASET / f"{batch_id}.parquet"
+                rel = Path("data") / dataset / f"{batch_id}.parquet"
                 dest = self.root / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 dest.unlink(missing_ok=True)        # never write through a hardlink into the cache
@@ -258,7 +264,7 @@ class Registry:
             rows = meta.get("rows_by_batch", {})
             new = [{"batch_id": b, "path": str(rel), "md5": _dvc_md5(self.root / f"{rel}.dvc"), "rows": rows.get(b)}
                    for b, rel in targets.items()]
-            info = {"version": version, "dataset": DATASET, "parent": current, "partitions": [*parts, *new],
+            info = {"version": version, "dataset": dataset, "parent": current, "partitions": [*parts, *new],
                     "created_at": datetime.now(timezone.utc).isoformat(),
                     **{k: v for k, v in meta.items() if k != "rows_by_batch"}}
             info["total_rows"] = sum(p.get("rows") or 0 for p in info["partitions"])

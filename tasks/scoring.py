@@ -6,8 +6,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tasks.datasets import load_dataset
 from tasks.metrics import classification_metrics
-from tasks.schema import GOLD_COLUMN, featurize
 
 
 def load_gold_test(gold_dir: Path) -> pd.DataFrame:
@@ -21,7 +21,7 @@ def predict_torch(model_path: Path, df: pd.DataFrame) -> np.ndarray:
 
     model = load_model(str(model_path))
     with torch.no_grad():
-        return torch.sigmoid(model(torch.from_numpy(featurize(df)))).numpy().astype(np.float64)
+        return torch.sigmoid(model(torch.from_numpy(load_dataset().featurize(df)))).numpy().astype(np.float64)
 
 
 def predict_onnx(onnx_path: Path, df: pd.DataFrame) -> np.ndarray:
@@ -31,8 +31,8 @@ def predict_onnx(onnx_path: Path, df: pd.DataFrame) -> np.ndarray:
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
     name = sess.get_inputs()[0].name
-    return sess.run(None, {name: featurize(df)})[0].reshape(-1).astype(np.float64)
+    return sess.run(None, {name: load_dataset().featurize(df)})[0].reshape(-1).astype(np.float64)
 
 
 def gold_quality(prob: np.ndarray, gold: pd.DataFrame) -> dict[str, float]:
-    return classification_metrics(gold[GOLD_COLUMN].to_numpy(), prob)
+    return classification_metrics(gold[load_dataset().GOLD_COLUMN].to_numpy(), prob)

@@ -25,7 +25,10 @@ def snapshot(run_id: str, settings: Settings, ingest_result: dict[str, Any], wea
         "label_source": weak_label_result["chosen"], "label_quality_dev": weak_label_result["quality_dev"],
         "labeling_stats": weak_label_result["labeling_stats"], "lf_analysis": weak_label_result["lf_table"],
     }
-    result = Registry(settings).snapshot({batch_id: Path(weak_label_result["labeled"])}, meta)
+    from tasks.datasets import load_dataset
+
+    result = Registry(settings).snapshot({batch_id: Path(weak_label_result["labeled"])}, meta,
+                                         dataset=load_dataset().NAME)
     source = Path(ingest_result["source"])
     if source.exists():
         shutil.move(str(source), layout.archive / source.name)

@@ -9,8 +9,6 @@ from tasks.contracts import validate_frame, write_gate_report
 from tasks.settings import Settings
 from tasks.stepio import log, read_json, record_step, step_cli
 
-SUITE = "labeled"
-
 
 def contract_view(labeled: pd.DataFrame) -> pd.DataFrame:
     """The labeled partition plus the derived columns the contract checks:
@@ -22,6 +20,7 @@ def contract_view(labeled: pd.DataFrame) -> pd.DataFrame:
 
 
 def validate_labeled(run_id: str, settings: Settings, weak_label_result: dict[str, Any]) -> dict[str, Any]:
+    from tasks.datasets import load_dataset
     from tasks.registry import Registry
 
     run_dir = settings.layout.run_dir(run_id)
@@ -29,7 +28,7 @@ def validate_labeled(run_id: str, settings: Settings, weak_label_result: dict[st
     registry = Registry(settings)
     previous = registry.state()["current_data"]
     reference = contract_view(registry.read_data_version(previous)) if previous else None
-    result = validate_frame(contract_view(labeled), SUITE, reference=reference)
+    result = validate_frame(contract_view(labeled), load_dataset().LABELED_CONTRACT, reference=reference)
     log(result.summary())
     return record_step(run_dir, "validate_labeled", write_gate_report(run_dir, result))
 

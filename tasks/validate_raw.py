@@ -3,19 +3,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.contracts import ContractResult, Failure, suite_hash, validate_frame, write_gate_report
+from tasks.contracts import ContractResult, Failure, load_suite_spec, suite_hash, validate_frame, write_gate_report
 from tasks.settings import Settings
 from tasks.stepio import log, read_json, record_step, step_cli
-
-SUITE = "raw_batch"
-
 
 def validate_raw(run_id: str, settings: Settings, ingest_result: dict[str, Any]) -> dict[str, Any]:
     import pandas as pd
 
+    from tasks.datasets import load_dataset
+
+    SUITE = load_dataset().RAW_CONTRACT
     run_dir = settings.layout.run_dir(run_id)
     if ingest_result.get("status") == "unreadable":
-        result = ContractResult(suite=SUITE, suite_hash=suite_hash(SUITE), success=False, evaluated=1, failures=[
+        result = ContractResult(suite=load_suite_spec(SUITE)["name"], suite_hash=suite_hash(SUITE), success=False,
+                                evaluated=1, failures=[
             Failure(expectation="file_is_readable", column=None, guards="a file the parser cannot read "
                     "(bad encoding, truncated, empty) must not reach labeling", observed=ingest_result["error"],
                     expected={"format": "UTF-8 CSV with a header row, or parquet"})])

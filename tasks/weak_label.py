@@ -18,7 +18,7 @@ from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
 from tasks.params import load_params
 from tasks.registry import Registry
-from tasks.schema import GOLD_COLUMN, RAW_COLUMNS
+from tasks.datasets import load_dataset
 from tasks.settings import Settings
 from tasks.stepio import atomic_write_json, atomic_write_parquet, log, read_json, record_step, step_cli
 
@@ -27,11 +27,13 @@ def weak_label(run_id: str, settings: Settings, ingest_result: dict[str, Any]) -
     p = load_params().weak_label
     layout = settings.layout
     run_dir = layout.run_dir(run_id)
-    module = importlib.import_module(p.lf_module)
+    ds = load_dataset()
+    lf_module = p.lf_module or ds.LF_MODULE
+    module = importlib.import_module(lf_module)
     lf_hash = hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest()[:16]   # the LF code's version
-    batch = pd.read_parquet(ingest_result["staged"])[RAW_COLUMNS]
+    batch = pd.read_parquet(ingest_result["staged"])[ds.RAW_COLUMNS]
     dev = pd.read_parquet(layout.gold / "dev.parquet")
-    y_dev = dev[GOLD_COLUMN].to_numpy().astype(int)
+    y_dev = dev[ds.GOLD_COLUMN].to_numpy().astype(int)
     lfs = module.make_lfs(dev, y_dev)
 
     L, L_dev = apply_lfs(batch, lfs), apply_lfs_dev(dev, lfs)
@@ -57,7 +59,7 @@ def weak_label(run_id: str, settings: Settings, ingest_result: dict[str, Any]) -
         f"majority vote ROC AUC {q['majority_vote']['roc_auc']:.3f} F1 {q['majority_vote']['f1']:.3f}; "
         f"using {out.chosen}; coverage {out.coverage:.1%}, {out.abstained_rows} rows unlabeled")
     return record_step(run_dir, "weak_label", {
-        "labeled": str(path), "rows": int(len(labeled)), "lf_module": p.lf_module, "lf_module_hash": lf_hash,
+        "labeled": str(path), "rows": int(len(labeled)), "lf_module": lf_module, "lf_module_hash": lf_hash,
         "labeling_stats": stats, "drift": drift, "drift_compared_with": previous,
         "n_lfs": len(lfs),
         "coverage": out.coverage, "abstained_rows": out.abstained_rows, "chosen": out.chosen,

@@ -18,15 +18,15 @@ def settings(tmp_path, monkeypatch) -> Settings:
 
 @pytest.fixture(scope="session")
 def emails() -> pd.DataFrame:
-    from tasks.demo_data import load_emails
+    from tasks.datasets.emails import load_source
 
-    return load_emails()
+    return load_source()
 
 
 @pytest.fixture
 def raw_batch(emails) -> pd.DataFrame:
     """200 real rows, unlabeled, as a landing batch holds them."""
-    from tasks.schema import GOLD_COLUMN
+    from tasks.datasets.emails import GOLD_COLUMN
 
     return emails.head(200).drop(columns=[GOLD_COLUMN]).reset_index(drop=True)
 

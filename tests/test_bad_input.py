@@ -11,7 +11,7 @@ import yaml
 from tasks.ingest import ingest
 from tasks.quarantine import quarantine_batch, readmit
 from tasks.registry import Registry
-from tasks.schema import GOLD_COLUMN
+from tasks.datasets.emails import GOLD_COLUMN
 from tasks.settings import REPO_ROOT
 from tasks.snapshot import snapshot
 from tasks.validate_labeled import validate_labeled

@@ -2,7 +2,7 @@ import numpy as np
 import torch
 
 from tasks.compress import count_ops, export_onnx, quantize_int8
-from tasks.schema import FEATURE_NAMES, featurize
+from tasks.datasets.emails import FEATURE_NAMES, featurize
 from tasks.scoring import gold_quality, predict_onnx, predict_torch
 from tasks.training.model import SpamMLP, save_model
 

@@ -105,7 +105,7 @@ def test_distribution_checks_are_skipped_without_a_previous_version(raw_batch):
 
 
 def test_distribution_against_the_previous_version(emails):
-    from tasks.schema import GOLD_COLUMN
+    from tasks.datasets.emails import GOLD_COLUMN
 
     previous = _labeled(emails.iloc[:600].drop(columns=[GOLD_COLUMN]).reset_index(drop=True), seed=1)
     tonight = _labeled(emails.iloc[600:1200].drop(columns=[GOLD_COLUMN]).reset_index(drop=True), seed=2)

@@ -1,6 +1,6 @@
 from tasks.demo_data import DemoFeed, split_demo
 from tasks.params import load_params
-from tasks.schema import GOLD_COLUMN, ID_COLUMN, RAW_COLUMNS
+from tasks.datasets.emails import GOLD_COLUMN, ID_COLUMN, RAW_COLUMNS
 
 
 def test_split_keeps_gold_rows_out_of_the_batches(emails):

@@ -34,14 +34,15 @@ def test_dvc_repro_trains_evaluates_compresses(tmp_path, emails):
     home = project / ".sluice"
     prepare = f"""
 import pandas as pd
-from tasks.demo_data import DemoFeed, load_emails
+from tasks.datasets.emails import load_source
+from tasks.demo_data import DemoFeed
 from tasks.params import load_params
 from tasks.registry import Registry
 from tasks.settings import Settings
 s = Settings.from_env()
 assert str(s.home) == {str(home)!r}, s.home
 DemoFeed(s.layout.ensure(), load_params().demo).ensure_gold()
-df = load_emails().iloc[:800]
+df = load_source().iloc[:800]
 df = df.assign(label=df.pop("spam"), label_prob=lambda d: d["label"].astype(float))
 df.to_parquet("part.parquet", index=False)
 print(Registry(s).snapshot({{"batch-0001": "part.parquet"}}, {{"rows_by_batch": {{"batch-0001": len(df)}}}})["data_version"])

@@ -109,7 +109,7 @@ def lf_dev_classifier(dev: pd.DataFrame, y_dev: np.ndarray, seed: int = 0) -> La
     """
     from sklearn.model_selection import StratifiedKFold
 
-    from tasks.schema import featurize
+    from tasks.datasets.emails import featurize
 
     x_dev = featurize(dev)
     if len(np.unique(y_dev)) < 2 or min(np.bincount(y_dev)) < MODEL_FOLDS:

@@ -26,7 +26,7 @@ from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from tasks.params import TrainParams
 from tasks.registry import Registry
-from tasks.schema import featurize
+from tasks.datasets import load_dataset
 from tasks.settings import Settings
 from tasks.stepio import atomic_write_json, log
 from tasks.training.checkpoint import latest_valid_checkpoint, save_checkpoint
@@ -61,7 +61,7 @@ def load_training_data(data_version: str, registry_url: str | None = None) -> tu
     df = df[df["label"] != -1]
     if df.empty:
         raise ValueError(f"data version {data_version} has no labeled rows to train on")
-    return torch.from_numpy(featurize(df)), torch.from_numpy(df["label_prob"].to_numpy(np.float32))
+    return torch.from_numpy(load_dataset().featurize(df)), torch.from_numpy(df["label_prob"].to_numpy(np.float32))
 
 
 def train(data_version: str, out: Path, p: TrainParams, registry_url: str | None = None) -> dict:

@@ -10,13 +10,12 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.params import TrainParams
-from tasks.schema import FEATURE_NAMES
 from tasks.training.model import SpamMLP
 
 
 def make_model(x: torch.Tensor, p: TrainParams) -> SpamMLP:
     torch.manual_seed(p.seed)
-    model = SpamMLP(len(FEATURE_NAMES), p.hidden)
+    model = SpamMLP(x.shape[1], p.hidden)
     model.set_scaling(x)
     return model
 

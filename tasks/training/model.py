@@ -1,4 +1,4 @@
-"""The demo model: a small MLP over `tasks.schema.featurize` output.
+"""The model: a small MLP over the dataset's `featurize` output.
 
 Feature scaling lives inside the model (buffers), so the exported ONNX graph takes
 raw features and the serving side needs no separate scaler.

