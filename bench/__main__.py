@@ -22,6 +22,7 @@ BENCHMARKS = {
     "bench.dvc_add_vs_md5sum": ["dvc_add_vs_md5sum"],
     "bench.weak_vs_gold": [f"{kind}_k{k}" for kind in ("weak_vs_gold", "gold_only") for k in (5, 10, 20)],
     "bench.lf_applier": ["lf_applier_speedup"],
+    "bench.hier_allreduce": ["hier_internode_bytes_ratio"],
 }
 
 

@@ -84,8 +84,11 @@ class TrainParams:
     nproc: int = 2
     checkpoint_every: int = 10
     seed: int = 7
+    allreduce: str = "flat"      # "hierarchical": reduce in each node, allreduce among node leaders, broadcast
 
     def __post_init__(self) -> None:
+        _check(self.allreduce in ("flat", "hierarchical"), "train.allreduce",
+               f"must be 'flat' or 'hierarchical', got {self.allreduce!r}")
         _check(1 <= self.epochs <= 1000, "train.epochs", f"must be in [1, 1000], got {self.epochs}")
         _check(self.nproc >= 1, "train.nproc", f"must be >= 1, got {self.nproc}")
         _check(self.batch_size >= self.nproc and self.batch_size % self.nproc == 0, "train.batch_size",

@@ -56,6 +56,11 @@ def test_torchrun_two_processes_train_and_resume(settings, data_version, tmp_pat
     assert resumed["losses"][:8] == m["losses"][:8]
     np.testing.assert_allclose(resumed["losses"][8:], m["losses"][8:], rtol=1e-5)
 
+    # The hierarchical allreduce hook gives the same training (1 node: reduce + broadcast inside it).
+    hier = dataclasses.replace(p, allreduce="hierarchical")
+    run_torchrun(data_version, tmp_path / "hier", hier)
+    np.testing.assert_allclose(read_json(tmp_path / "hier" / "train_metrics.json")["losses"], m["losses"], rtol=1e-4)
+
     # Other hyperparameters: the checkpoint is not theirs, training starts over.
     run_torchrun(data_version, out, dataclasses.replace(p, lr=p.lr / 2))
     assert read_json(out / "train_metrics.json")["resumed_from_epoch"] == 0

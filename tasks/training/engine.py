@@ -30,6 +30,7 @@ from tasks.datasets import load_dataset
 from tasks.settings import Settings
 from tasks.stepio import atomic_write_json, log
 from tasks.training.checkpoint import latest_valid_checkpoint, save_checkpoint
+from tasks.training.hierarchical import HierarchicalState, hierarchical_allreduce_hook
 from tasks.training.loop import make_loss, make_model, make_optimizer, train_epoch
 from tasks.training.model import save_model
 
@@ -92,6 +93,9 @@ def train(data_version: str, out: Path, p: TrainParams, registry_url: str | None
             log(f"resumed from {path.name} at epoch {start_epoch}")
 
     ddp = DistributedDataParallel(model) if distributed else model
+    if distributed and p.allreduce == "hierarchical":
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        ddp.register_comm_hook(HierarchicalState.build(local), hierarchical_allreduce_hook)
     sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world, rank=rank, shuffle=True, seed=p.seed) \
         if distributed else None
     loader = DataLoader(TensorDataset(x, y), batch_size=p.batch_size // world, sampler=sampler,
