@@ -85,6 +85,7 @@ class TrainParams:
     checkpoint_every: int = 10
     seed: int = 7
     allreduce: str = "flat"      # "hierarchical": reduce in each node, allreduce among node leaders, broadcast
+    warm_start: bool = True      # start from the prod model's weights when the architecture matches
 
     def __post_init__(self) -> None:
         _check(self.allreduce in ("flat", "hierarchical"), "train.allreduce",

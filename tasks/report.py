@@ -49,7 +49,8 @@ def build_summary(run_id: str, steps: dict[str, dict[str, Any]], registry_state:
                   for k in ("validate_raw", "validate_labeled", "evaluate", "compress") if k in steps},
         "data_version": snap.get("data_version") or registry_state.get("current_data"),
         "data_version_rows": snap.get("total_rows"),
-        "train": {k: tr.get(k) for k in ("rows", "epochs", "world_size", "final_loss", "seconds")} if tr else None,
+        "train": {k: tr.get(k) for k in ("rows", "epochs", "world_size", "final_loss", "seconds", "warm_start")}
+        if tr else None,
         "test": {"challenger": ev.get("challenger"), "champion": ev.get("champion"),
                  "champion_version": ev.get("champion_version")} if ev else None,
         "onnx": {"fp32_bytes": cp.get("fp32_bytes"), "int8_bytes": cp.get("int8_bytes"), "fp32": cp.get("fp32"),
@@ -90,7 +91,8 @@ def render_text(s: dict[str, Any]) -> str:
     if s["train"]:
         t = s["train"]
         lines.append(f"  train          {t['rows']} rows, {t['epochs']} epochs x {t['world_size']} processes, "
-                     f"final loss {t['final_loss']:.4f}")
+                     f"final loss {t['final_loss']:.4f}"
+                     + (f", warm start from {t['warm_start']}" if t.get("warm_start") else ", from scratch"))
     if s["test"]:
         lines.append(f"  test (gold)    challenger {fmt_quality(s['test']['challenger'])}")
         if s["test"]["champion"]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.params import load_params
-from tasks.registry import check_version
+from tasks.registry import Registry, check_version
 from tasks.settings import Settings
 from tasks.stepio import read_json, record_step, step_cli
 from tasks.training.launch import run_torchrun
@@ -18,10 +18,14 @@ def train(run_id: str, settings: Settings, data_version: str, epochs: int | None
     check_version("data", data_version)
     p = load_params(overrides={"train": {"epochs": epochs}}).train
     out = settings.layout.run_dir(run_id) / "train"
-    run_torchrun(data_version, out, p)
+    registry = Registry(settings)
+    prod = registry.state()["prod_model"]
+    init_from = registry.model_path(prod, "model.pt") if (p.warm_start and prod) else None
+    run_torchrun(data_version, out, p, init_from=init_from)
     m = read_json(out / "train_metrics.json")
     summary = {k: m[k] for k in ("data_version", "rows", "epochs", "world_size", "final_loss", "seconds",
                                  "resumed_from_epoch", "n_parameters")}
+    summary["warm_start"] = prod if m["warm_started_from"] else None
     return record_step(settings.layout.run_dir(run_id), "train", {**summary, "model": str(out / "model.pt")})
 
 

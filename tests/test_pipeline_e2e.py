@@ -51,6 +51,7 @@ def test_two_nightly_batches_accumulate_versions(airflow_home):
     assert s["labeling"]["chosen"] in ("label_model", "majority_vote")
     assert {"label_model", "majority_vote"} == set(s["labeling"]["quality_dev"])
     assert s["train"]["world_size"] == 2 and s["train"]["final_loss"] > 0
+    assert s["train"]["warm_start"] == "model-v1"                        # incremental: from the prod model
     assert s["onnx"]["int8_bytes"] < s["onnx"]["fp32_bytes"]
     assert s["test"]["champion_version"] == "model-v1"
     text = (settings.layout.run_dir(run2) / "summary.txt").read_text()

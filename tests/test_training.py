@@ -102,3 +102,25 @@ def test_training_processes_listen_on_loopback_only(settings, data_version, tmp_
     assert not errors, errors
     assert seen, "the gloo workers should have listened on some socket"
     assert all(ip in ("127.0.0.1", "::1") for ip, _ in seen), seen
+
+
+@pytest.mark.slow
+def test_warm_start_picks_up_a_previous_model(settings, data_version, tmp_path):
+    from tasks.training.model import SpamMLP, load_model, save_model
+
+    p = dataclasses.replace(load_params().train, epochs=10, checkpoint_every=100)
+    run_torchrun(data_version, tmp_path / "prod", p)
+    cold = read_json(tmp_path / "prod" / "train_metrics.json")
+    warm_p = dataclasses.replace(p, epochs=2)
+    run_torchrun(data_version, tmp_path / "warm", warm_p, init_from=tmp_path / "prod" / "model.pt")
+    warm = read_json(tmp_path / "warm" / "train_metrics.json")
+    assert warm["warm_started_from"] == str(tmp_path / "prod" / "model.pt")
+    assert warm["losses"][0] < cold["losses"][0] * 0.8          # it starts where the prod model left off
+    # The input scaling came with the weights.
+    assert torch.equal(load_model(str(tmp_path / "warm" / "model.pt")).mean,
+                       load_model(str(tmp_path / "prod" / "model.pt")).mean)
+    # Another architecture: trained from scratch, said so.
+    other = tmp_path / "other.pt"
+    save_model(SpamMLP(load_model(str(tmp_path / "prod" / "model.pt")).arch["n_features"], (8,)), str(other))
+    run_torchrun(data_version, tmp_path / "cold", warm_p, init_from=other)
+    assert read_json(tmp_path / "cold" / "train_metrics.json")["warm_started_from"] is None

@@ -65,7 +65,20 @@ def load_training_data(data_version: str, registry_url: str | None = None) -> tu
     return torch.from_numpy(load_dataset().featurize(df)), torch.from_numpy(df["label_prob"].to_numpy(np.float32))
 
 
-def train(data_version: str, out: Path, p: TrainParams, registry_url: str | None = None) -> dict:
+def warm_start(model, init_from: str | None) -> str | None:
+    """Load a previous model's weights (and its input scaling) when the architecture matches."""
+    if not init_from:
+        return None
+    blob = torch.load(init_from, map_location="cpu", weights_only=True)
+    if blob["arch"] != model.arch:
+        log(f"not warm-starting: {init_from} has architecture {blob['arch']}, this run {model.arch}")
+        return None
+    model.load_state_dict(blob["state_dict"])
+    return init_from
+
+
+def train(data_version: str, out: Path, p: TrainParams, registry_url: str | None = None,
+          init_from: str | None = None) -> dict:
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
     if distributed:
         init_process_group()
@@ -77,12 +90,18 @@ def train(data_version: str, out: Path, p: TrainParams, registry_url: str | None
     ckpt_dir = out / "checkpoints"
     start_epoch, losses = 0, []
     # A checkpoint resumes only the same training: same data version and hyperparameters.
-    fingerprint = hashlib.sha256(json.dumps([data_version, dataclasses.asdict(p)], sort_keys=True).encode()).hexdigest()
+    fingerprint = hashlib.sha256(json.dumps([data_version, dataclasses.asdict(p), init_from],
+                                            sort_keys=True).encode()).hexdigest()
     found = latest_valid_checkpoint(ckpt_dir)
     if found and found[1].get("fingerprint") != fingerprint:
         if master:
             log(f"ignoring {found[0].name}: it belongs to another data version or other params")
         found = None
+    warm = None
+    if not found:
+        warm = warm_start(model, init_from)
+        if warm and master:
+            log(f"warm start from {warm}")
     if found:
         path, state = found
         model.load_state_dict(state["model"])
@@ -123,7 +142,7 @@ def train(data_version: str, out: Path, p: TrainParams, registry_url: str | None
             if distributed:
                 dist.barrier()
     metrics = {"data_version": data_version, "rows": int(len(x)), "epochs": p.epochs, "world_size": world,
-               "resumed_from_epoch": start_epoch, "losses": losses, "final_loss": losses[-1],
+               "resumed_from_epoch": start_epoch, "warm_started_from": warm, "losses": losses, "final_loss": losses[-1],
                "seconds": time.time() - t0, "n_parameters": sum(t.numel() for t in model.parameters())}
     if master:
         save_model(model, str(out / "model.pt"), {"data_version": data_version})
@@ -140,13 +159,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-version", required=True)
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--params", required=True, help="JSON of the train section of params.yaml")
+    parser.add_argument("--init-from", help="model.pt to warm-start from (used when the architecture matches)")
     parser.add_argument("--registry-url", default=os.environ.get("SLUICE_REGISTRY_URL"),
                         help="git URL of the registry to read the data version from (default: the local one)")
     args = parser.parse_args(argv)
     raw = json.loads(args.params)
     raw["hidden"] = tuple(raw["hidden"])
     args.out.mkdir(parents=True, exist_ok=True)
-    train(args.data_version, args.out, TrainParams(**raw), args.registry_url)
+    train(args.data_version, args.out, TrainParams(**raw), args.registry_url, args.init_from)
     return 0
 
 

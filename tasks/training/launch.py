@@ -21,8 +21,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def engine_args(data_version: str, out: str, p: TrainParams, init_from: str | None = None,
+                registry_url: str | None = None) -> list[str]:
+    """The engine's part of the command: the same locally, in a Kubernetes pod, in dvc.yaml."""
+    return [
+        "-m", "tasks.training.engine",
+        "--data-version", data_version, "--out", out,
+        "--params", json.dumps(dataclasses.asdict(p)),
+        *(["--init-from", init_from] if init_from else []),
+        *(["--registry-url", registry_url] if registry_url else []),
+    ]
+
+
 def torchrun_command(data_version: str, out: Path, p: TrainParams, store_dir: Path,
-                     max_restarts: int = 1) -> list[str]:
+                     max_restarts: int = 1, init_from: Path | None = None) -> list[str]:
     """The local backend's command. On one machine the rendezvous uses a file store: torch's
     TCPStore server listens on every interface, and Sluice's processes listen on loopback only.
     (Across machines, Kubernetes pods use the c10d TCP rendezvous instead.)"""
@@ -31,18 +43,17 @@ def torchrun_command(data_version: str, out: Path, p: TrainParams, store_dir: Pa
         "--nnodes=1", f"--nproc-per-node={p.nproc}", f"--max-restarts={max_restarts}",
         "--rdzv-backend=c10d", f"--rdzv-endpoint={store_dir / 'rendezvous'}", "--rdzv-conf=store_type=file",
         "--local-addr=127.0.0.1",
-        "-m", "tasks.training.engine",
-        "--data-version", data_version, "--out", str(out),
-        "--params", json.dumps(dataclasses.asdict(p)),
+        *engine_args(data_version, str(out), p, str(init_from) if init_from else None),
     ]
 
 
-def run_torchrun(data_version: str, out: Path, p: TrainParams, timeout_s: float = 3600) -> None:
+def run_torchrun(data_version: str, out: Path, p: TrainParams, timeout_s: float = 3600,
+                 init_from: Path | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     store_dir = out / "dist-store"
     shutil.rmtree(store_dir, ignore_errors=True)        # a previous attempt's keys must not leak in
     store_dir.mkdir(parents=True)
-    cmd = torchrun_command(data_version, out, p, store_dir)
+    cmd = torchrun_command(data_version, out, p, store_dir, init_from=init_from)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1",
            "SLUICE_DIST_STORE_DIR": str(store_dir),
            # Otherwise the launcher opens a TCPStore server (all interfaces) to share with workers.
