@@ -77,12 +77,15 @@ class WeakLabelParams:
 @dataclass(frozen=True)
 class TrainParams:
     epochs: int = 40
-    batch_size: int = 64
+    batch_size: int = 64         # the global batch: one optimizer step, whatever the processes and splits
+    micro_batch_size: int = 0    # gradient accumulation chunk on each rank (0: the rank's whole slice)
     lr: float = 0.003
     weight_decay: float = 0.0001
     hidden: tuple[int, ...] = (32, 16)
     nproc: int = 2
-    checkpoint_every: int = 10
+    checkpoint_every: int = 50   # steps between checkpoints (also written on SIGTERM)
+    balance_every: int = 0       # steps between re-splits of the global batch by rank throughput (0: off)
+    log_every: int = 10          # steps between metrics lines
     seed: int = 7
     allreduce: str = "flat"      # "hierarchical": reduce in each node, allreduce among node leaders, broadcast
     warm_start: bool = True      # start from the prod model's weights when the architecture matches
@@ -92,13 +95,16 @@ class TrainParams:
                f"must be 'flat' or 'hierarchical', got {self.allreduce!r}")
         _check(1 <= self.epochs <= 1000, "train.epochs", f"must be in [1, 1000], got {self.epochs}")
         _check(self.nproc >= 1, "train.nproc", f"must be >= 1, got {self.nproc}")
-        _check(self.batch_size >= self.nproc and self.batch_size % self.nproc == 0, "train.batch_size",
-               f"must be a positive multiple of train.nproc={self.nproc}, got {self.batch_size}")
+        _check(self.batch_size >= self.nproc, "train.batch_size",
+               f"must be at least train.nproc={self.nproc}, got {self.batch_size}")
         _check(0 < self.lr < 1, "train.lr", f"must be in (0, 1), got {self.lr}")
         _check(self.weight_decay >= 0, "train.weight_decay", "must be >= 0")
         _check(len(self.hidden) >= 1 and all(h >= 1 for h in self.hidden), "train.hidden",
                f"must be a non-empty list of positive layer widths, got {list(self.hidden)}")
         _check(self.checkpoint_every >= 1, "train.checkpoint_every", "must be >= 1")
+        _check(self.micro_batch_size >= 0, "train.micro_batch_size", "must be >= 0 (0: no accumulation)")
+        _check(self.balance_every >= 0, "train.balance_every", "must be >= 0 (0: off)")
+        _check(self.log_every >= 1, "train.log_every", "must be >= 1")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ def train(run_id: str, settings: Settings, data_version: str, epochs: int | None
     run_torchrun(data_version, out, p, init_from=init_from)
     m = read_json(out / "train_metrics.json")
     summary = {k: m[k] for k in ("data_version", "rows", "epochs", "world_size", "final_loss", "seconds",
-                                 "resumed_from_epoch", "n_parameters")}
+                                 "resumed_from_step", "steps", "n_parameters")}
     summary["warm_start"] = prod if m["warm_started_from"] else None
     return record_step(settings.layout.run_dir(run_id), "train", {**summary, "model": str(out / "model.pt")})
 

@@ -23,7 +23,7 @@ def test_none_override_keeps_file_value():
 @pytest.mark.parametrize("text, key", [
     ("train:\n  epochs: 0\n", "train.epochs"),
     ("train:\n  epochs: ten\n", "train.epochs"),
-    ("train:\n  batch_size: 63\n", "train.batch_size"),
+    ("train:\n  batch_size: 1\n", "train.batch_size"),
     ("train:\n  hidden: []\n", "train.hidden"),
     ("train:\n  learning_rate: 0.1\n", "unknown key"),
     ("evaluate:\n  min_roc_auc: 1.5\n", "evaluate.min_roc_auc"),

@@ -1,4 +1,5 @@
 import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -8,7 +9,7 @@ from tasks.params import load_params
 from tasks.registry import Registry
 from tasks.stepio import read_json
 from tasks.training.checkpoint import latest_valid_checkpoint, save_checkpoint
-from tasks.training.launch import run_torchrun
+from tasks.training.launch import run_torchrun, start_torchrun
 
 
 @pytest.fixture
@@ -37,33 +38,115 @@ def test_save_then_load_latest_and_skip_corrupt(tmp_path):
     assert latest_valid_checkpoint(tmp_path / "missing") is None
 
 
+def weights(path):
+    from tasks.training.model import load_model
+
+    return {k: v.clone() for k, v in load_model(str(path)).state_dict().items()}
+
+
+def assert_same_weights(a, b, atol=0.0):
+    assert a.keys() == b.keys()
+    for k in a:
+        if atol == 0.0:
+            assert torch.equal(a[k], b[k]), f"{k} differs"
+        else:
+            torch.testing.assert_close(a[k], b[k], atol=atol, rtol=0)
+
+
+def params(**kw):
+    base = dict(epochs=6, checkpoint_every=10, log_every=1, nproc=2)
+    return dataclasses.replace(load_params().train, **{**base, **kw})
+
+
+def wait_for_step(out, step, proc, timeout=60):
+    """Block until metrics.jsonl shows `step` done (or the launcher ended)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        lines = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
+        if lines and json.loads(lines[-1])["step"] >= step:
+            return json.loads(lines[-1])["step"]
+        time.sleep(0.01)
+    raise AssertionError(f"training did not reach step {step}")
+
+
 @pytest.mark.slow
-def test_torchrun_two_processes_train_and_resume(settings, data_version, tmp_path):
-    p = dataclasses.replace(load_params().train, epochs=12, checkpoint_every=4, nproc=2)
-    out = tmp_path / "train"
-    run_torchrun(data_version, out, p)
-    m = read_json(out / "train_metrics.json")
-    assert m["world_size"] == 2 and m["rows"] == 570          # abstained rows are left out
-    assert len(m["losses"]) == 12 and m["losses"][-1] < m["losses"][0]
-    assert (out / "model.pt").exists()
-    assert [c.name for c in sorted((out / "checkpoints").glob("*.pt"))] == ["ckpt-000004.pt", "ckpt-000008.pt"]
+def test_two_processes_match_one_with_the_same_global_batch(settings, data_version, tmp_path):
+    run_torchrun(data_version, tmp_path / "one", params(nproc=1))
+    run_torchrun(data_version, tmp_path / "two", params(nproc=2))
+    m1, m2 = read_json(tmp_path / "one" / "train_metrics.json"), read_json(tmp_path / "two" / "train_metrics.json")
+    assert (m1["world_size"], m2["world_size"]) == (1, 2) and m1["steps"] == m2["steps"] == 6 * (570 // 64)
+    assert m2["rows"] == 570                                     # rows every LF abstained on are left out
+    assert m2["losses"][-1] < m2["losses"][0]
+    # Same global batches, split differently: the same weights up to float summation order.
+    assert_same_weights(weights(tmp_path / "one" / "model.pt"), weights(tmp_path / "two" / "model.pt"), atol=1e-5)
+    # The hierarchical allreduce hook trains the same model (one node: reduce and broadcast inside it).
+    run_torchrun(data_version, tmp_path / "hier", params(nproc=2, allreduce="hierarchical"))
+    assert_same_weights(weights(tmp_path / "two" / "model.pt"), weights(tmp_path / "hier" / "model.pt"), atol=1e-6)
+    lines = [json.loads(x) for x in (tmp_path / "two" / "metrics.jsonl").read_text().splitlines()]
+    assert len(lines) == m2["steps"] and {"grad_norm", "update_to_weight", "cpu_percent", "rss_mb"} <= set(lines[0])
 
-    # A retry of the task finds the checkpoint and continues from it, ending where a clean run ends.
-    (out / "model.pt").unlink()
-    run_torchrun(data_version, out, p)
-    resumed = read_json(out / "train_metrics.json")
-    assert resumed["resumed_from_epoch"] == 8
-    assert resumed["losses"][:8] == m["losses"][:8]
-    np.testing.assert_allclose(resumed["losses"][8:], m["losses"][8:], rtol=1e-5)
 
-    # The hierarchical allreduce hook gives the same training (1 node: reduce + broadcast inside it).
-    hier = dataclasses.replace(p, allreduce="hierarchical")
-    run_torchrun(data_version, tmp_path / "hier", hier)
-    np.testing.assert_allclose(read_json(tmp_path / "hier" / "train_metrics.json")["losses"], m["losses"], rtol=1e-4)
+@pytest.mark.slow
+def test_gradient_accumulation_gives_the_update_of_the_whole_batch(settings, data_version, tmp_path):
+    run_torchrun(data_version, tmp_path / "whole", params(epochs=3))
+    run_torchrun(data_version, tmp_path / "accum", params(epochs=3, micro_batch_size=5))
+    assert_same_weights(weights(tmp_path / "whole" / "model.pt"), weights(tmp_path / "accum" / "model.pt"), atol=1e-5)
 
-    # Other hyperparameters: the checkpoint is not theirs, training starts over.
-    run_torchrun(data_version, out, dataclasses.replace(p, lr=p.lr / 2))
-    assert read_json(out / "train_metrics.json")["resumed_from_epoch"] == 0
+
+@pytest.mark.slow
+def test_sigkill_of_a_worker_resumes_bit_identical(settings, data_version, tmp_path, monkeypatch):
+    import psutil
+
+    monkeypatch.setenv("SLUICE_SIMULATE_SLOW", "*:0.002")        # ~64 ms a step, time to aim the kill
+    p = params()
+    run_torchrun(data_version, tmp_path / "clean", p)
+    proc = start_torchrun(data_version, tmp_path / "killed", p)
+    killed_at = wait_for_step(tmp_path / "killed", 25, proc)
+    workers = [c for c in psutil.Process(proc.pid).children() if "tasks.training.engine" in " ".join(c.cmdline())]
+    workers[-1].kill()                                           # SIGKILL one rank, mid-run
+    assert proc.wait(timeout=120) == 0                           # restarted once, finished
+    m = read_json(tmp_path / "killed" / "train_metrics.json")
+    assert 0 < m["resumed_from_step"] <= killed_at and killed_at - m["resumed_from_step"] <= p.checkpoint_every
+    assert_same_weights(weights(tmp_path / "clean" / "model.pt"), weights(tmp_path / "killed" / "model.pt"))
+    assert read_json(tmp_path / "clean" / "train_metrics.json")["losses"] == m["losses"]
+
+    # Another step count per checkpoint, or other params: the checkpoint is not theirs, training starts over.
+    run_torchrun(data_version, tmp_path / "killed", dataclasses.replace(p, lr=p.lr / 2))
+    assert read_json(tmp_path / "killed" / "train_metrics.json")["resumed_from_step"] == 0
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_then_a_rerun_redoes_nothing(settings, data_version, tmp_path, monkeypatch):
+    import signal
+
+    monkeypatch.setenv("SLUICE_SIMULATE_SLOW", "*:0.002")
+    p = params()
+    run_torchrun(data_version, tmp_path / "clean", p)
+    proc = start_torchrun(data_version, tmp_path / "preempted", p)
+    wait_for_step(tmp_path / "preempted", 23, proc)
+    proc.send_signal(signal.SIGTERM)                             # what a node drain or `kill` sends
+    assert proc.wait(timeout=120) != 0
+    steps = [json.loads(x)["step"] for x in (tmp_path / "preempted" / "metrics.jsonl").read_text().splitlines()]
+    stopped_at = steps[-1]
+    run_torchrun(data_version, tmp_path / "preempted", p)         # the Airflow retry
+    m = read_json(tmp_path / "preempted" / "train_metrics.json")
+    assert m["resumed_from_step"] == stopped_at                   # checkpointed at the very step it stopped
+    assert_same_weights(weights(tmp_path / "clean" / "model.pt"), weights(tmp_path / "preempted" / "model.pt"))
+
+
+@pytest.mark.slow
+def test_balancing_moves_rows_off_a_slow_rank_without_changing_the_update(settings, data_version, tmp_path,
+                                                                           monkeypatch):
+    monkeypatch.setenv("SLUICE_SIMULATE_SLOW", "1:0.002")        # rank 1 is slow per sample
+    run_torchrun(data_version, tmp_path / "static", params(epochs=3))
+    run_torchrun(data_version, tmp_path / "balanced", params(epochs=3, balance_every=4))
+    splits = read_json(tmp_path / "balanced" / "train_metrics.json")["final_splits"]
+    assert sum(splits) == 64 and splits[1] < splits[0] / 3      # most rows moved to the fast rank
+    assert read_json(tmp_path / "static" / "train_metrics.json")["final_splits"] == [32, 32]
+    assert_same_weights(weights(tmp_path / "static" / "model.pt"), weights(tmp_path / "balanced" / "model.pt"),
+                        atol=1e-5)
 
 
 @pytest.mark.slow
@@ -79,7 +162,7 @@ def test_training_processes_listen_on_loopback_only(settings, data_version, tmp_
 
     import psutil
 
-    p = dataclasses.replace(load_params().train, epochs=60, checkpoint_every=1000)
+    p = params(epochs=60, checkpoint_every=1000)
     done = threading.Event()
     errors = []
 
@@ -108,7 +191,7 @@ def test_training_processes_listen_on_loopback_only(settings, data_version, tmp_
 def test_warm_start_picks_up_a_previous_model(settings, data_version, tmp_path):
     from tasks.training.model import SpamMLP, load_model, save_model
 
-    p = dataclasses.replace(load_params().train, epochs=10, checkpoint_every=100)
+    p = params(epochs=10, checkpoint_every=100)
     run_torchrun(data_version, tmp_path / "prod", p)
     cold = read_json(tmp_path / "prod" / "train_metrics.json")
     warm_p = dataclasses.replace(p, epochs=2)

@@ -43,3 +43,43 @@ def latest_valid_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:
             continue
         return path, torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
     return None
+
+
+def _cpu_copy(obj: Any) -> Any:
+    """A detached CPU copy of a (nested) state, so training can go on changing the original."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to("cpu", copy=True)
+    if isinstance(obj, dict):
+        return {k: _cpu_copy(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_cpu_copy(v) for v in obj)
+    return obj
+
+
+class AsyncCheckpointer:
+    """Copy the state now (fast), serialize and write it on a background thread (slow), so
+    training goes on while the file is written. One write in flight at a time."""
+
+    def __init__(self, folder: Path, keep: int = 2):
+        import concurrent.futures
+
+        self.folder = folder
+        self.keep = keep
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
+        self._pending = None
+
+    def save(self, step: int, state: dict[str, Any], wait: bool = False) -> None:
+        self.wait()
+        snapshot = _cpu_copy(state)
+        self._pending = self._pool.submit(save_checkpoint, self.folder, step, snapshot, self.keep)
+        if wait:
+            self.wait()
+
+    def wait(self) -> None:
+        if self._pending is not None:
+            self._pending.result()          # re-raises a failed write here
+            self._pending = None
+
+    def close(self) -> None:
+        self.wait()
+        self._pool.shutdown()

@@ -11,10 +11,12 @@ logs and writes.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
@@ -22,16 +24,17 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from tasks.params import TrainParams
 from tasks.registry import Registry
 from tasks.datasets import load_dataset
 from tasks.settings import Settings
 from tasks.stepio import atomic_write_json, log
-from tasks.training.checkpoint import latest_valid_checkpoint, save_checkpoint
+from tasks.training.batching import epoch_permutation, equal_splits, rank_rows, rebalance
+from tasks.training.checkpoint import AsyncCheckpointer, latest_valid_checkpoint
 from tasks.training.hierarchical import HierarchicalState, hierarchical_allreduce_hook
-from tasks.training.loop import make_loss, make_model, make_optimizer, train_epoch
+from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
+from tasks.training.metrics import TrainingMetrics
 from tasks.training.model import save_model
 
 
@@ -77,6 +80,27 @@ def warm_start(model, init_from: str | None) -> str | None:
     return init_from
 
 
+class StopSignal:
+    """SIGTERM (preemption, `kill`): finish the step, checkpoint, exit. Ranks agree on it each step."""
+
+    def __init__(self):
+        self.requested = False
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        self.requested = True
+
+
+def simulated_delay(rank: int) -> float:
+    """Seconds per sample to add on this rank: SLUICE_SIMULATE_SLOW="RANK:SECONDS[,RANK:SECONDS]" ("*" for all).
+    A test and benchmark knob that makes a rank slow in proportion to its micro-batch."""
+    for part in filter(None, os.environ.get("SLUICE_SIMULATE_SLOW", "").split(",")):
+        who, seconds = part.split(":")
+        if who in ("*", str(rank)):
+            return float(seconds)
+    return 0.0
+
+
 def train(data_version: str, out: Path, p: TrainParams, registry_url: str | None = None,
           init_from: str | None = None) -> dict:
     distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
@@ -84,74 +108,112 @@ def train(data_version: str, out: Path, p: TrainParams, registry_url: str | None
         init_process_group()
     rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
     master = rank == 0
+    stop = StopSignal()
     x, y = load_training_data(data_version, registry_url)
     model = make_model(x, p)                   # same seed and data on every rank: same start, same scaling
     opt = make_optimizer(model, p)
+    n, batch = len(x), min(p.batch_size, len(x))
+    steps_per_epoch = max(1, n // batch)       # full global batches only; the permutation changes each epoch
+    total_steps = p.epochs * steps_per_epoch
+    splits = equal_splits(batch, world)
     ckpt_dir = out / "checkpoints"
-    start_epoch, losses = 0, []
-    # A checkpoint resumes only the same training: same data version and hyperparameters.
-    fingerprint = hashlib.sha256(json.dumps([data_version, dataclasses.asdict(p), init_from],
+    step, losses, epoch_loss = 0, [], [0.0, 0]
+    # A checkpoint resumes only the same training: same data version, hyperparameters and start.
+    fingerprint = hashlib.sha256(json.dumps([data_version, dataclasses.asdict(p), init_from, world],
                                             sort_keys=True).encode()).hexdigest()
     found = latest_valid_checkpoint(ckpt_dir)
     if found and found[1].get("fingerprint") != fingerprint:
         if master:
-            log(f"ignoring {found[0].name}: it belongs to another data version or other params")
+            log(f"ignoring {found[0].name}: it belongs to another data version, other params or world size")
         found = None
     warm = None
-    if not found:
-        warm = warm_start(model, init_from)
-        if warm and master:
-            log(f"warm start from {warm}")
     if found:
         path, state = found
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"][rank] if rank < len(state["rng"]) else state["rng"][0])
-        start_epoch, losses = state["epoch"], state["losses"]
+        step, losses, epoch_loss, splits = state["step"], state["losses"], state["epoch_loss"], state["splits"]
         if master:
-            log(f"resumed from {path.name} at epoch {start_epoch}")
+            log(f"resumed from {path.name} at step {step}/{total_steps}")
+    else:
+        warm = warm_start(model, init_from)
+        if warm and master:
+            log(f"warm start from {warm}")
+    resumed_from = step
 
-    ddp = DistributedDataParallel(model) if distributed else model
+    # The only buffers are the input scaling, identical on every rank: no broadcast each forward
+    # (it would also make fast ranks wait for slow ones before their compute, blinding the balancer).
+    ddp = DistributedDataParallel(model, broadcast_buffers=False) if distributed else model
     if distributed and p.allreduce == "hierarchical":
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         ddp.register_comm_hook(HierarchicalState.build(local), hierarchical_allreduce_hook)
-    sampler = DistributedSampler(TensorDataset(x, y), num_replicas=world, rank=rank, shuffle=True, seed=p.seed) \
-        if distributed else None
-    loader = DataLoader(TensorDataset(x, y), batch_size=p.batch_size // world, sampler=sampler,
-                        shuffle=sampler is None, generator=torch.Generator().manual_seed(p.seed))
+    no_sync = ddp.no_sync if distributed else contextlib.nullcontext
     loss_fn = make_loss(y)
-    t0 = time.time()
-    for epoch in range(start_epoch, p.epochs):
-        if sampler is not None:
-            sampler.set_epoch(epoch)
-        total = train_epoch(ddp, loader, opt, loss_fn)
+    checkpointer = AsyncCheckpointer(ckpt_dir) if master else None
+    metrics = TrainingMetrics(out / "metrics.jsonl", enabled=master)
+    delay = simulated_delay(rank)
+    perm, perm_epoch, compute_s, t0 = None, -1, 0.0, time.time()
+
+    def checkpoint(at: int, wait: bool = False) -> None:
+        if master:
+            checkpointer.save(at, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": at,
+                                   "losses": losses, "epoch_loss": epoch_loss, "splits": splits,
+                                   "fingerprint": fingerprint}, wait=wait)
+
+    while step < total_steps:
+        epoch, s = divmod(step, steps_per_epoch)
+        if epoch != perm_epoch:
+            perm, perm_epoch = epoch_permutation(n, p.seed, epoch), epoch
+        rows = rank_rows(perm[s * batch:(s + 1) * batch], splits, rank)
+        before = [t.detach().clone() for t in model.parameters()] if metrics.due(step, p.log_every) else None
+        started = time.perf_counter()
+        if delay:
+            time.sleep(delay * len(rows))
+        opt.zero_grad(set_to_none=True)
+        # Scaled so that DDP's mean over ranks is the mean over the global batch, whatever the split.
+        loss_sum, ready = accumulate_gradients(ddp, loss_fn, x[rows], y[rows], world / batch, p.micro_batch_size,
+                                               no_sync)
+        opt.step()
+        compute_s = ready - started           # this rank's own time (the backward below waits for the others)
+        # One small collective per step: the global loss, whether anyone was told to stop, and timing.
+        shared = torch.tensor([loss_sum, float(stop.requested), compute_s / max(1, len(rows))], dtype=torch.float64)
+        per_rank = [shared.clone() for _ in range(world)]
         if distributed:
-            dist.all_reduce(total)
-        losses.append(float(total[0] / total[1]))
-        if master and (epoch + 1) % max(1, p.epochs // 10) == 0:
-            log(f"epoch {epoch + 1}/{p.epochs} loss {losses[-1]:.4f}")
-        if (epoch + 1) % p.checkpoint_every == 0 and epoch + 1 < p.epochs:
-            rngs = [torch.get_rng_state()]
-            if distributed:
-                rngs = [None] * world
-                dist.all_gather_object(rngs, torch.get_rng_state())
+            dist.all_gather(per_rank, shared)
+        step += 1
+        step_loss = sum(float(t[0]) for t in per_rank) / batch
+        epoch_loss = [epoch_loss[0] + step_loss * batch, epoch_loss[1] + batch]
+        if before is not None:
+            metrics.record(step, epoch, step_loss, model, before, splits, batch, compute_s)
+        if step % steps_per_epoch == 0:
+            losses.append(epoch_loss[0] / epoch_loss[1])
+            epoch_loss = [0.0, 0]
+            if master and (step // steps_per_epoch) % max(1, p.epochs // 10) == 0:
+                log(f"epoch {step // steps_per_epoch}/{p.epochs} loss {losses[-1]:.4f} splits {splits}")
+        if p.balance_every and step % p.balance_every == 0 and world > 1:
+            splits = rebalance(splits, [float(t[2]) for t in per_rank], batch)
+        if any(float(t[1]) for t in per_rank):
+            checkpoint(step, wait=True)
             if master:
-                save_checkpoint(ckpt_dir, epoch + 1, {"model": model.state_dict(), "optimizer": opt.state_dict(),
-                                                      "epoch": epoch + 1, "losses": losses, "rng": rngs,
-                                                      "fingerprint": fingerprint})
+                log(f"stopping on SIGTERM at step {step}: checkpoint written")
             if distributed:
                 dist.barrier()
-    metrics = {"data_version": data_version, "rows": int(len(x)), "epochs": p.epochs, "world_size": world,
-               "resumed_from_epoch": start_epoch, "warm_started_from": warm, "losses": losses, "final_loss": losses[-1],
-               "seconds": time.time() - t0, "n_parameters": sum(t.numel() for t in model.parameters())}
+            raise SystemExit(143)
+        if step % p.checkpoint_every == 0 and step < total_steps:
+            checkpoint(step)
+    if master:
+        checkpointer.close()
+    result = {"data_version": data_version, "rows": int(n), "epochs": p.epochs, "world_size": world,
+              "steps": total_steps, "resumed_from_step": resumed_from, "warm_started_from": warm,
+              "losses": losses, "final_loss": losses[-1], "final_splits": splits,
+              "seconds": time.time() - t0, "n_parameters": sum(t.numel() for t in model.parameters())}
     if master:
         save_model(model, str(out / "model.pt"), {"data_version": data_version})
-        atomic_write_json(out / "train_metrics.json", metrics)
-        log(f"trained on {len(x)} rows x {world} processes: final loss {losses[-1]:.4f}")
+        atomic_write_json(out / "train_metrics.json", result)
+        log(f"trained on {n} rows x {world} processes: final loss {losses[-1]:.4f}")
     if distributed:
         dist.barrier()
         dist.destroy_process_group()
-    return metrics
+    return result
 
 
 def main(argv: list[str] | None = None) -> int:

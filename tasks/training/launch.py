@@ -47,19 +47,26 @@ def torchrun_command(data_version: str, out: Path, p: TrainParams, store_dir: Pa
     ]
 
 
-def run_torchrun(data_version: str, out: Path, p: TrainParams, timeout_s: float = 3600,
-                 init_from: Path | None = None) -> None:
+def start_torchrun(data_version: str, out: Path, p: TrainParams, init_from: Path | None = None,
+                   max_restarts: int = 1) -> subprocess.Popen:
+    """Start the local launcher in its own process group (returns at once)."""
     out.mkdir(parents=True, exist_ok=True)
     store_dir = out / "dist-store"
     shutil.rmtree(store_dir, ignore_errors=True)        # a previous attempt's keys must not leak in
     store_dir.mkdir(parents=True)
-    cmd = torchrun_command(data_version, out, p, store_dir, init_from=init_from)
+    cmd = torchrun_command(data_version, out, p, store_dir, max_restarts=max_restarts, init_from=init_from)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1",
            "SLUICE_DIST_STORE_DIR": str(store_dir),
            # Otherwise the launcher opens a TCPStore server (all interfaces) to share with workers.
            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     log(f"launching: {' '.join(cmd[:9])} ...")
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    return subprocess.Popen(cmd, env=env, start_new_session=True)
+
+
+def run_torchrun(data_version: str, out: Path, p: TrainParams, timeout_s: float = 3600,
+                 init_from: Path | None = None) -> None:
+    """Train to the end; a worker that dies is restarted once from the newest checkpoint."""
+    proc = start_torchrun(data_version, out, p, init_from)
     try:
         rc = proc.wait(timeout=timeout_s)
     except BaseException:

@@ -6,6 +6,9 @@ them in DDP, samplers and checkpoints; `fit_in_memory` runs them in one process
 """
 from __future__ import annotations
 
+import contextlib
+import time
+
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -25,32 +28,50 @@ def make_optimizer(model: torch.nn.Module, p: TrainParams) -> torch.optim.Optimi
 
 
 def make_loss(y: torch.Tensor) -> torch.nn.Module:
-    """BCE on soft targets; labels are ~10% spam, so the spam side is weighted by the imbalance
-    to keep the 0.5 threshold meaningful."""
+    """Summed BCE on soft targets (callers scale the sum, so any split of a batch gives the same
+    gradient); labels are ~10% spam, so the spam side is weighted by the imbalance to keep the
+    0.5 threshold meaningful."""
     spam_share = float(y.mean().clamp(0.01, 0.99))
-    return torch.nn.BCEWithLogitsLoss(pos_weight=torch.tensor((1 - spam_share) / spam_share))
+    return torch.nn.BCEWithLogitsLoss(reduction="sum", pos_weight=torch.tensor((1 - spam_share) / spam_share))
 
 
-def train_epoch(model: torch.nn.Module, loader, opt: torch.optim.Optimizer, loss_fn) -> torch.Tensor:
-    """One pass; returns [sum of sample losses, samples] (for an exact mean across ranks)."""
-    total = torch.zeros(2)
-    for xb, yb in loader:
-        opt.zero_grad(set_to_none=True)
-        loss = loss_fn(model(xb), yb)
-        loss.backward()
-        opt.step()
-        total += torch.tensor([loss.item() * len(xb), len(xb)])
-    return total
+def accumulate_gradients(model: torch.nn.Module, loss_fn, xb: torch.Tensor, yb: torch.Tensor, scale: float,
+                         micro: int = 0, no_sync=contextlib.nullcontext, autocast=contextlib.nullcontext
+                         ) -> tuple[float, float]:
+    """Backward of `scale * sum of sample losses` over xb, in chunks of `micro` rows (0: one chunk).
+    Gradients add up across chunks, so the result is the same as one pass over the whole slice;
+    only the last chunk may synchronize (DDP's `no_sync` for the others).
+
+    Returns (loss sum, the perf_counter time just before the synchronizing backward): the time
+    this rank needed on its own, before any wait for slower ranks (what load balancing measures)."""
+    size = micro or len(xb)
+    chunks = list(range(0, len(xb), size)) or [0]
+    total, ready = 0.0, time.perf_counter()
+    for i, start in enumerate(chunks):
+        last = i == len(chunks) - 1
+        with (contextlib.nullcontext() if last else no_sync()):
+            with autocast():
+                loss = loss_fn(model(xb[start:start + size]).float(), yb[start:start + size])
+            if last:
+                ready = time.perf_counter()
+            (loss * scale).backward()
+        total += float(loss.detach())
+    return total, ready
 
 
 def fit_in_memory(x: torch.Tensor, y: torch.Tensor, p: TrainParams) -> tuple[SpamMLP, list[float]]:
-    """Train in this process on tensors (no registry, no checkpoints)."""
+    """Train in this process on tensors (no registry, no checkpoints): plain mini-batch steps."""
     model = make_model(x, p)
     opt, loss_fn = make_optimizer(model, p), make_loss(y)
     loader = DataLoader(TensorDataset(x, y), batch_size=p.batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(p.seed))
     losses = []
     for _ in range(p.epochs):
-        total = train_epoch(model, loader, opt, loss_fn)
-        losses.append(float(total[0] / total[1]))
+        total, count = 0.0, 0
+        for xb, yb in loader:
+            opt.zero_grad(set_to_none=True)
+            total += accumulate_gradients(model, loss_fn, xb, yb, 1.0 / len(xb), p.micro_batch_size)[0]
+            opt.step()
+            count += len(xb)
+        losses.append(total / count)
     return model.eval(), losses

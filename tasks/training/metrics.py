@@ -1,0 +1,58 @@
+"""Training metrics, every `log_every` steps, as JSON lines the run report can read.
+
+Hardware: CPU utilization and resident memory of the rank (and GPU memory when on a
+GPU). Algorithm: loss and its fluctuation over the window, gradient norm, and the
+update-to-weight ratio (||w_after - w_before|| / ||w_before||: too high diverges,
+too low does not learn). Throughput: samples per second of the global batch.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+
+
+class TrainingMetrics:
+    def __init__(self, path: Path, enabled: bool):
+        self.path, self.enabled = path, enabled
+        self.window: list[float] = []
+        self.last = time.perf_counter()
+        self._proc = None
+        if enabled:
+            import psutil
+
+            self._proc = psutil.Process()
+            self._proc.cpu_percent()               # start the CPU-time window
+
+    @staticmethod
+    def due(step_done: int, every: int) -> bool:
+        """Whether the step about to run (number step_done + 1) closes a window."""
+        return (step_done + 1) % every == 0
+
+    def record(self, step: int, epoch: int, loss: float, model: torch.nn.Module, before: list[torch.Tensor],
+               splits: list[int], batch: int, compute_s: float) -> None:
+        self.window.append(loss)
+        if not self.enabled:
+            return
+        now = time.perf_counter()
+        params = list(model.parameters())
+        grad_sq = sum(float(p.grad.detach().pow(2).sum()) for p in params if p.grad is not None)
+        delta_sq = sum(float((p.detach() - b).pow(2).sum()) for p, b in zip(params, before))
+        weight_sq = sum(float(b.pow(2).sum()) for b in before)
+        mean = sum(self.window) / len(self.window)
+        line = {
+            "step": step, "epoch": epoch, "loss": loss,
+            "loss_std": math.sqrt(sum((v - mean) ** 2 for v in self.window) / len(self.window)),
+            "grad_norm": math.sqrt(grad_sq), "update_to_weight": math.sqrt(delta_sq / max(weight_sq, 1e-30)),
+            "samples_per_s": batch * len(self.window) / max(now - self.last, 1e-9),
+            "rank0_compute_s": compute_s, "splits": splits,
+            "cpu_percent": self._proc.cpu_percent(), "rss_mb": self._proc.memory_info().rss / 2**20,
+        }
+        if torch.cuda.is_available():
+            line["gpu_mem_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        with open(self.path, "a") as f:
+            f.write(json.dumps(line) + "\n")
+        self.window, self.last = [], now
