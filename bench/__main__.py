@@ -23,6 +23,8 @@ BENCHMARKS = {
     "bench.weak_vs_gold": [f"{kind}_k{k}" for kind in ("weak_vs_gold", "gold_only") for k in (5, 10, 20)],
     "bench.lf_applier": ["lf_applier_speedup"],
     "bench.hier_allreduce": ["hier_internode_bytes_ratio"],
+    "bench.training": ["ddp_scaling_efficiency", "checkpoint_overhead", "balance_static_vs_ideal",
+                       "balance_balanced_vs_ideal", "recovery_redo_ratio", "recovery_seconds", "preempt_redo_steps"],
 }
 
 

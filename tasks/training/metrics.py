@@ -44,7 +44,7 @@ class TrainingMetrics:
         weight_sq = sum(float(b.pow(2).sum()) for b in before)
         mean = sum(self.window) / len(self.window)
         line = {
-            "step": step, "epoch": epoch, "loss": loss,
+            "step": step, "epoch": epoch, "time": time.time(), "loss": loss,
             "loss_std": math.sqrt(sum((v - mean) ** 2 for v in self.window) / len(self.window)),
             "grad_norm": math.sqrt(grad_sq), "update_to_weight": math.sqrt(delta_sq / max(weight_sq, 1e-30)),
             "samples_per_s": batch * len(self.window) / max(now - self.last, 1e-9),

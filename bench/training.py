@@ -1,0 +1,169 @@
+"""Training-engine benchmarks, real torchrun processes on this machine (gloo, CPU).
+
+- ddp_scaling_efficiency: samples/s of 2 processes over 2 x 1 process, the bench model
+  (~10M parameters), 256 rows per process per step, one compute thread per process
+  (so the ratio measures distribution, not the thread pool). Goal >= 0.85.
+- balance_static_vs_ideal / balance_balanced_vs_ideal: rank 1 costs 2x per sample
+  (simulated work proportional to its micro-batch); mean step time over the ideal
+  (the batch split in proportion to speed). Goal: balanced <= 1.1 (static ~1.5).
+- checkpoint_overhead: extra training time from checkpointing every 50 steps, the
+  bench model with its AdamW state, asynchronous saving. Goal <= 0.03.
+- recovery_redo_ratio / recovery_seconds: SIGKILL of one worker mid-run (restarts
+  allowed): steps redone over the checkpoint interval (goal <= 1), and seconds from
+  the kill to the first step after the restart (goal <= 30).
+- preempt_redo_steps: SIGTERM to the launcher (a node drain), then a re-run: steps
+  redone (goal 0: the engine checkpoints at the step it stops).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from bench.record import Record
+from tasks.params import load_params
+from tasks.registry import Registry
+from tasks.settings import Settings
+from tasks.stepio import read_json
+from tasks.training.launch import run_torchrun, start_torchrun
+
+BENCH_HIDDEN = (2048, 2048, 2048, 512)      # the bench model profile: ~9.6M parameters
+
+
+def _data_version(home: Path, rows: int) -> str:
+    import numpy as np
+
+    from tasks.datasets.emails import GOLD_COLUMN, load_source
+
+    src = load_source()
+    rng = np.random.default_rng(0)
+    df = src.iloc[rng.integers(0, len(src), rows)].reset_index(drop=True)
+    df["email_id"] = range(rows)
+    df["label"] = df.pop(GOLD_COLUMN)
+    df["label_prob"] = df["label"].astype(float)
+    home.mkdir(parents=True, exist_ok=True)
+    df.to_parquet(home / "part.parquet", index=False)
+    settings = Settings.from_env({"SLUICE_HOME": str(home)})
+    return Registry(settings).snapshot({"batch-0001": home / "part.parquet"}, {"rows_by_batch": {"batch-0001": rows}})[
+        "data_version"]
+
+
+def _steps(out: Path) -> list[dict]:
+    return [json.loads(x) for x in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def _wait_step(out: Path, step: int, proc, timeout: float = 300) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if (out / "metrics.jsonl").exists():
+            lines = _steps(out)
+            if lines and lines[-1]["step"] >= step:
+                return lines[-1]["step"]
+        time.sleep(0.01)
+    raise RuntimeError(f"training never reached step {step}")
+
+
+def _throughput(out: Path) -> float:
+    m = read_json(out / "train_metrics.json")
+    return m["steps"] * 256 * m["world_size"] / m["seconds"]
+
+
+def run() -> list[Record]:
+    base = load_params().train
+    records = []
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        old_home = os.environ.get("SLUICE_HOME")
+        os.environ["SLUICE_HOME"] = str(tmp / "home")
+        try:
+            version = _data_version(tmp / "home", 20_000)
+            bench = dataclasses.replace(base, hidden=BENCH_HIDDEN, epochs=1, log_every=1000, checkpoint_every=10_000,
+                                        warm_start=False)
+
+            # Scaling: 256 rows per process per step, 1 then 2 processes (30 steps each).
+            one = dataclasses.replace(bench, nproc=1, batch_size=256)
+            two = dataclasses.replace(bench, nproc=2, batch_size=512)
+            run_torchrun(version, tmp / "s1", dataclasses.replace(one, epochs=1))
+            run_torchrun(version, tmp / "s2", dataclasses.replace(two, epochs=1))
+            t1, t2 = _throughput(tmp / "s1"), _throughput(tmp / "s2")
+            records.append(Record("ddp_scaling_efficiency", t2 / (2 * t1), "ratio", ">= 0.85",
+                                  {"samples_per_s_1": t1, "samples_per_s_2": t2, "hidden": BENCH_HIDDEN}))
+
+            # Checkpoint overhead: the same 78 steps with and without a checkpoint every 50... plus one more run
+            # so both sides are measured twice, alternating.
+            ck = dataclasses.replace(one, epochs=2)
+            plain, with_ck = [], []
+            for k in range(2):
+                run_torchrun(version, tmp / f"p{k}", ck)
+                plain.append(read_json(tmp / f"p{k}" / "train_metrics.json")["seconds"])
+                run_torchrun(version, tmp / f"c{k}", dataclasses.replace(ck, checkpoint_every=50))
+                with_ck.append(read_json(tmp / f"c{k}" / "train_metrics.json")["seconds"])
+            overhead = statistics.median(with_ck) / statistics.median(plain) - 1
+            records.append(Record("checkpoint_overhead", overhead, "share", "<= 0.03",
+                                  {"seconds_plain": plain, "seconds_checkpointing": with_ck,
+                                   "checkpoints": len(list((tmp / "c0" / "checkpoints").glob("*.pt")))}))
+
+            # Load balancing on the demo model: rank 1 costs 2x per sample.
+            os.environ["SLUICE_SIMULATE_SLOW"] = "0:0.002,1:0.004"
+            demo = dataclasses.replace(base, epochs=4, log_every=1, checkpoint_every=10_000, warm_start=False)
+            run_torchrun(version, tmp / "static", demo)
+            run_torchrun(version, tmp / "balanced", dataclasses.replace(demo, balance_every=4))
+            del os.environ["SLUICE_SIMULATE_SLOW"]
+            ideal = base.batch_size / (1 / 0.002 + 1 / 0.004)
+            for name in ("static", "balanced"):
+                times = [b["time"] - a["time"] for a, b in zip(_steps(tmp / name), _steps(tmp / name)[1:])]
+                step = statistics.median(times[len(times) // 2:])          # after balancing settled
+                records.append(Record(f"balance_{name}_vs_ideal", step / ideal, "ratio",
+                                      "<= 1.1" if name == "balanced" else ">= 1.0",
+                                      {"median_step_s": step, "ideal_step_s": ideal,
+                                       "final_splits": read_json(tmp / name / "train_metrics.json")["final_splits"]}))
+
+            # Recovery: SIGKILL one worker of a run checkpointing every 20 steps.
+            os.environ["SLUICE_SIMULATE_SLOW"] = "*:0.0005"
+            rec = dataclasses.replace(demo, epochs=12, checkpoint_every=20)
+            redo, seconds = [], []
+            for k, kill_at in enumerate((37, 55, 71)):
+                out = tmp / f"kill{k}"
+                proc = start_torchrun(version, out, rec)
+                at = _wait_step(out, kill_at, proc)
+                import psutil
+
+                workers = [c for c in psutil.Process(proc.pid).children()
+                           if "tasks.training.engine" in " ".join(c.cmdline())]
+                killed = time.time()
+                workers[-1].kill()
+                if proc.wait(timeout=300) != 0:
+                    raise RuntimeError("the restarted run failed")
+                resumed = read_json(out / "train_metrics.json")["resumed_from_step"]
+                first_after = next(s for s in _steps(out) if s["time"] > killed)
+                redo.append((at - resumed) / rec.checkpoint_every)
+                seconds.append(first_after["time"] - killed)
+            records.append(Record("recovery_redo_ratio", max(redo), "ratio", "<= 1",
+                                  {"per_kill": redo, "checkpoint_every": rec.checkpoint_every}))
+            records.append(Record("recovery_seconds", statistics.median(seconds), "s", "<= 30",
+                                  {"per_kill": seconds}))
+
+            # Preemption: SIGTERM to the launcher, then the re-run.
+            out = tmp / "preempt"
+            proc = start_torchrun(version, out, rec)
+            _wait_step(out, 45, proc)
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=300)
+            stopped = _steps(out)[-1]["step"]
+            run_torchrun(version, out, rec)
+            resumed = read_json(out / "train_metrics.json")["resumed_from_step"]
+            del os.environ["SLUICE_SIMULATE_SLOW"]
+            records.append(Record("preempt_redo_steps", stopped - resumed, "steps", "<= 0",
+                                  {"stopped_at": stopped, "resumed_from": resumed}))
+        finally:
+            os.environ.pop("SLUICE_SIMULATE_SLOW", None)
+            if old_home is None:
+                os.environ.pop("SLUICE_HOME", None)
+            else:
+                os.environ["SLUICE_HOME"] = old_home
+    return records
