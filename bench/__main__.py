@@ -33,22 +33,28 @@ def main(argv: list[str] | None = None) -> int:
     names = sorted(n for ns in BENCHMARKS.values() for n in ns)
     parser.add_argument("--only", choices=names, help="run one benchmark")
     args = parser.parse_args(argv)
-    records = []
+    records, failed = [], []
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    previous = json.loads(RESULTS.read_text()) if (args.only and RESULTS.exists()) else []
+    merged = {r["name"]: r for r in previous}
     for module, produced in BENCHMARKS.items():
         if args.only and args.only not in produced:
             continue
         print(f"[bench] {module} ...", file=sys.stderr, flush=True)
-        records += importlib.import_module(module).run()
+        try:
+            new = importlib.import_module(module).run()
+        except Exception as exc:  # noqa: BLE001 - one broken benchmark must not lose the others' figures
+            print(f"[bench] {module} FAILED: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+            failed.append(module)
+            continue
+        records += new
+        merged.update({r.name: r.to_dict() for r in new})
+        RESULTS.write_text(json.dumps(list(merged.values()), indent=2) + "\n")   # after each: nothing lost
     print(f"\n{'benchmark':<28}{'value':>10}  {'unit':<10}{'goal':<10}result")
     for r in records:
         print(f"{r.name:<28}{r.value:>10.3f}  {r.unit:<10}{r.goal:<10}{'pass' if r.passed else 'MISS'}")
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    previous = json.loads(RESULTS.read_text()) if (args.only and RESULTS.exists()) else []
-    merged = {r["name"]: r for r in previous}
-    merged.update({r.name: r.to_dict() for r in records})
-    RESULTS.write_text(json.dumps(list(merged.values()), indent=2) + "\n")
-    print(f"\nwritten to {RESULTS}")
-    return 0
+    print(f"\nwritten to {RESULTS}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

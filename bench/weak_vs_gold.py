@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from bench.record import Record
+from tasks.datasets import load_dataset
 from tasks.datasets.emails import load_source
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
@@ -47,7 +48,7 @@ def run(splits: int = 5) -> list[Record]:
 
     params = load_params()
     p, wp = params.train, params.weak_label
-    lf_module = importlib.import_module(wp.lf_module)
+    lf_module = importlib.import_module(wp.lf_module or load_dataset().LF_MODULE)
     emails = load_source()
     n = len(emails)
     ratios: dict[str, list[float]] = {f"{kind}_k{k}": [] for kind in ("weak_vs_gold", "gold_only") for k in KS}

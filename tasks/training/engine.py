@@ -3,10 +3,12 @@
     python -m torch.distributed.run --nproc-per-node=2 ... -m tasks.training.engine \
         --data-version data-v2 --out runs/<run_id>/train --params '<json of params.train>'
 
-Reads the data version from the registry by tag (through DVC), trains on the weak
-labels (soft targets: the label source's P(spam)), checkpoints atomically every
-`checkpoint_every` epochs and resumes from the newest valid checkpoint. Only rank 0
-logs and writes.
+Reads the data version from the registry by tag (through DVC) and trains on the
+weak labels (soft targets: the label source's P(spam)), step by step: each step one
+global batch, split into per-rank micro-batches (re-split by throughput when
+balancing), gradients accumulated and averaged exactly. Checkpoints every
+`checkpoint_every` steps (asynchronously) and on SIGTERM; resumes from the newest
+valid checkpoint of the same training. Only rank 0 logs and writes files.
 """
 from __future__ import annotations
 
