@@ -142,9 +142,9 @@ def train(data_version: str, out: Path, p: TrainParams, registry_url: str | None
             log(f"warm start from {warm}")
     resumed_from = step
 
-    # The only buffers are the input scaling, identical on every rank: no broadcast each forward
+    # The only buffers are the input scaling, identical on every rank: no sync each forward
     # (it would also make fast ranks wait for slow ones before their compute, blinding the balancer).
-    ddp = DistributedDataParallel(model, broadcast_buffers=False) if distributed else model
+    ddp = DistributedDataParallel(model, forward_sync_buffers=False) if distributed else model
     if distributed and p.allreduce == "hierarchical":
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
         ddp.register_comm_hook(HierarchicalState.build(local), hierarchical_allreduce_hook)
