@@ -36,10 +36,10 @@ from tasks.stepio import atomic_write_json, log
 DATA_VERSION = re.compile(r"^data-v([1-9][0-9]{0,8})$")
 MODEL_VERSION = re.compile(r"^model-v([1-9][0-9]{0,8})$")
 BATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-STAGES = ("candidate", "canary", "prod", "archived", "rejected", "rolled_back")
 SERVED_ARTIFACT = "model.int8.onnx"
 # current_data: the data version the next snapshot builds on; prod_model: the champion;
-# serving: what the model server loads (moves with prod); models: version -> stage.
+# serving: what the model server loads (moves with prod); models: version -> stage, one of
+# candidate (registered), prod, archived (replaced by a newer prod), rolled_back (replaced by a rollback).
 EMPTY_STATE: dict[str, Any] = {"current_data": None, "prod_model": None, "serving": None, "models": {}}
 DEFAULT_DATASET = "emails"     # the bundled dataset; the snapshot step names the active one
 
@@ -395,19 +395,6 @@ class Registry:
             commit = self._commit(f"rollback to {after['data_version']} / {after['model_version']}: {reason}")
             log(f"registry: rolled back {before} -> {after} ({reason})")
             return {"changed": True, "from": before, "to": after, "commit": commit}
-
-    def set_stage(self, version: str, stage: str, reason: str) -> None:
-        check_version("model", version)
-        if stage not in STAGES:
-            raise RegistryError(f"stage {stage!r} is not one of {STAGES}")
-        with self.transaction():
-            state = self.state()
-            if state["models"].get(version, {}).get("stage") == stage:
-                return
-            state["models"].setdefault(version, {})["stage"] = stage
-            self._write_state(state)
-            self._audit("stage", model_version=version, stage=stage, reason=reason)
-            self._commit(f"{version} -> {stage}: {reason}")
 
 
 def _dvc_md5(dvc_file: Path) -> str:
