@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tasks.settings import Settings, StateLayout
+from tasks.settings import Settings, StateLayout, safe_run_id
 from tasks.stepio import atomic_write_bytes, atomic_write_json, log, record_step
 
 
@@ -27,6 +27,11 @@ def quarantine_batch(run_id: str, settings: Settings, ingest_result: dict[str, A
     full = json.loads(Path(gate_result["report_json"]).read_text())
     report = {"batch_id": batch_id, "run_id": run_id, "gate": gate, "source": str(source),
               "summary": gate_result["summary"], **full}
+    # A batch quarantined again (after a re-admission) keeps its earlier report beside the new one.
+    if (dest / "report.json").exists():
+        earlier = json.loads((dest / "report.json").read_text())
+        if earlier.get("run_id") != run_id:
+            (dest / "report.json").rename(dest / f"report.{safe_run_id(earlier.get('run_id') or 'unknown')}.json")
     # Report first, then the move: a kill in between leaves the batch waiting with its report
     # already written, and a re-run repeats both harmlessly.
     atomic_write_json(dest / "report.json", report)

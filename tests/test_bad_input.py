@@ -19,9 +19,9 @@ from tasks.validate_raw import validate_raw
 from tasks.weak_label import weak_label
 
 
-def through_data_gates(settings, batch):
+def through_data_gates(settings, batch, run=None):
     """Returns ("quarantined", gate, report) or ("snapshot", data_version, None)."""
-    run = f"run-{batch}"
+    run = run or f"run-{batch}"
     ing = ingest(run, settings, batch)
     raw = validate_raw(run, settings, ing)
     if not raw["passed"]:
@@ -136,3 +136,14 @@ def test_a_fixed_batch_is_readmitted_and_passes(settings, good):
     assert readmit(settings, "b") == layout.landing / "b.csv"
     assert through_data_gates(settings, "b") == ("snapshot", "data-v1", None)
     assert (layout.quarantine / "b" / "report.json").exists()       # the history stays
+
+
+def test_a_batch_quarantined_twice_keeps_both_reports(settings, good):
+    layout = settings.layout.ensure()
+    good.assign(number="lots").to_csv(layout.landing / "b.csv", index=False)
+    through_data_gates(settings, "b", run="night-1")
+    readmit(settings, "b")
+    through_data_gates(settings, "b", run="night-2")                 # still broken: quarantined again
+    folder = layout.quarantine / "b"
+    assert json.loads((folder / "report.json").read_text())["run_id"] == "night-2"
+    assert json.loads((folder / "report.night-1.json").read_text())["run_id"] == "night-1"
