@@ -52,9 +52,13 @@ class KubernetesTraining:
             raise ValueError(f"nodes ({self.nodes}) and gpus_per_node ({self.gpus_per_node}) must be >= 1")
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> "KubernetesTraining":
+    def from_env(cls, env: dict[str, str] | None = None, profile: str | None = None) -> "KubernetesTraining":
+        """Shape from params.yaml `scaling` (its selected profile, or `profile`), then SLUICE_K8S_* overrides."""
+        from tasks.params import load_params
+
         env = os.environ if env is None else env
-        kw: dict[str, Any] = {}
+        scaling = load_params().scaling
+        kw: dict[str, Any] = dict(scaling.profiles[profile or scaling.profile])
         for key, name, cast in (("SLUICE_K8S_IMAGE", "image", str), ("SLUICE_K8S_NAMESPACE", "namespace", str),
                                 ("SLUICE_K8S_NODES", "nodes", int), ("SLUICE_K8S_GPUS_PER_NODE", "gpus_per_node", int),
                                 ("SLUICE_REGISTRY_URL", "registry_url", str)):

@@ -138,6 +138,28 @@ class ExperimentParams:
 
 
 @dataclass(frozen=True)
+class ScalingParams:
+    """Stages of scaling for the Kubernetes backend: nodes x GPUs per node, by name."""
+    profile: str = "smoke"
+    profiles: dict = dataclasses.field(default_factory=lambda: {"smoke": {"nodes": 1, "gpus_per_node": 2}})
+
+    def __post_init__(self) -> None:
+        _check(isinstance(self.profiles, dict) and bool(self.profiles), "scaling.profiles",
+               "must map profile names to {nodes, gpus_per_node}")
+        for name, prof in self.profiles.items():
+            _check(isinstance(prof, dict) and set(prof) == {"nodes", "gpus_per_node"}, f"scaling.profiles.{name}",
+                   f"must be {{nodes, gpus_per_node}}, got {prof!r}")
+            _check(all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in prof.values()),
+                   f"scaling.profiles.{name}", f"nodes and gpus_per_node must be positive integers, got {prof!r}")
+        _check(self.profile in self.profiles, "scaling.profile",
+               f"{self.profile!r} is not one of {sorted(self.profiles)}")
+
+    @property
+    def selected(self) -> dict:
+        return self.profiles[self.profile]
+
+
+@dataclass(frozen=True)
 class Params:
     dataset: DatasetParams
     demo: DemoParams
@@ -146,6 +168,7 @@ class Params:
     evaluate: EvaluateParams
     compress: CompressParams
     experiment: ExperimentParams
+    scaling: ScalingParams
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -160,6 +183,7 @@ _SECTIONS = {f.name: f.type for f in fields(Params)}
 _CLASSES = {
     "dataset": DatasetParams, "demo": DemoParams, "weak_label": WeakLabelParams, "train": TrainParams,
     "evaluate": EvaluateParams, "compress": CompressParams, "experiment": ExperimentParams,
+    "scaling": ScalingParams,
 }
 
 

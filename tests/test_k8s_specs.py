@@ -84,3 +84,13 @@ def test_bad_shape_is_refused():
     with pytest.raises(ValueError, match="must be >= 1"):
         KubernetesTraining(nodes=0)
     assert dataclasses.replace(KubernetesTraining.from_env({"SLUICE_K8S_NODES": "2"}), gpus_per_node=2).nodes == 2
+
+
+def test_profiles_from_params_shape_the_specs(p):
+    small = KubernetesTraining.from_env({}, profile="small")
+    assert (small.nodes, small.gpus_per_node) == (4, 8)
+    job, _ = render_manifests(RUN, "data-v1", p, small)
+    validate_manifests([job])
+    assert job["spec"]["completions"] == 4
+    assert (KubernetesTraining.from_env({}).nodes, KubernetesTraining.from_env({}).gpus_per_node) == (1, 2)
+    assert KubernetesTraining.from_env({"SLUICE_K8S_NODES": "2"}, profile="full").nodes == 2   # env overrides

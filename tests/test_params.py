@@ -29,6 +29,8 @@ def test_none_override_keeps_file_value():
     ("evaluate:\n  min_roc_auc: 1.5\n", "evaluate.min_roc_auc"),
     ("demo:\n  dev_fraction: 0.6\n", "demo.dev_fraction"),
     ("surprise: {}\n", "unknown section"),
+    ("scaling:\n  profile: huge\n", "scaling.profile"),
+    ("scaling:\n  profiles: {smoke: {nodes: 0, gpus_per_node: 1}}\n", "scaling.profiles.smoke"),
 ])
 def test_bad_values_name_the_key(tmp_path, text, key):
     path = tmp_path / "params.yaml"
