@@ -145,6 +145,7 @@ class Registry:
     def recover(self) -> None:
         """Finish or undo what a killed transaction left: a version whose tag was made (its commit
         point) is completed; anything short of that is discarded. Then re-link tracked data."""
+        self._clear_stale_git_locks()
         head = self.git("rev-parse", "HEAD")
         rolled_forward = False
         for tag in self.git("tag", "--no-merged", "HEAD").splitlines():
@@ -163,6 +164,18 @@ class Registry:
             repo.checkout(force=True, allow_missing=True)
         if rolled_forward:
             self._push()
+
+    def _clear_stale_git_locks(self) -> None:
+        """A git command killed mid-way leaves its lock file (index.lock, a ref's .lock) behind, and
+        every later git command refuses to run. We hold the registry's exclusive lock, so no git
+        process of ours is alive: such files are stale."""
+        git_dir = self.root / ".git"
+        candidates = [git_dir / n for n in ("index.lock", "HEAD.lock", "packed-refs.lock", "config.lock")]
+        candidates += list((git_dir / "refs").rglob("*.lock"))
+        for lock in candidates:
+            if lock.exists():
+                log(f"registry: removing {lock.relative_to(self.root)} left by a killed git command")
+                lock.unlink()
 
     def _commit(self, message: str, tag: str | None = None) -> str:
         """One commit of everything staged. For a new version the tag is the commit point: the

@@ -200,3 +200,14 @@ def test_rejection_without_a_prod_model_changes_nothing(settings, tmp_path):
     reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
     out = reject_model("run-1", settings, "compress", {"reasons": ["int8 drop"]})
     assert not out["rolled_back"] and out["prod_model"] is None and out["current_data"] == "data-v1"
+
+
+def test_stale_git_lock_of_a_killed_command_is_cleared(settings, tmp_path):
+    reg = Registry(settings)
+    p1, df1 = partition(tmp_path, "b1", seed=1)
+    reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
+    (reg.root / ".git" / "index.lock").write_text("")               # what a SIGKILLed `git add` leaves
+    (reg.root / ".git" / "refs" / "heads" / "main.lock").write_text("")
+    p2, df2 = partition(tmp_path, "b2", seed=2)
+    assert reg.snapshot({"batch-0002": p2}, {"rows_by_batch": {"batch-0002": len(df2)}})["data_version"] == "data-v2"
+    assert not (reg.root / ".git" / "index.lock").exists()
