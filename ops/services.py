@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -21,7 +22,6 @@ import httpx
 
 from ops.airflow_env import ADMIN_USER, airflow_env, ensure_secrets
 from tasks.settings import Settings
-from tasks.training.launch import free_port
 
 COMPONENTS = {
     "api-server": ["api-server", "--host", "127.0.0.1"],
@@ -32,6 +32,13 @@ COMPONENTS = {
 
 class ServiceError(RuntimeError):
     pass
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (for servers that must be told their port)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _airflow_cmd(*args: str) -> list[str]:

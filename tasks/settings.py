@@ -13,7 +13,6 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_HOME = REPO_ROOT / ".sluice"
 
-_BACKENDS = ("local",)   # "kubernetes" arrives with the Kubernetes training backend
 
 
 class SettingsError(ValueError):
@@ -25,7 +24,6 @@ class Settings:
     """Where state lives and how steps run. Read from SLUICE_* variables."""
 
     home: Path
-    backend: str = "local"
     dvc_remote: str = ""          # empty: a local folder under SLUICE_HOME; or s3://bucket/prefix
     s3_endpoint_url: str = ""     # an S3-compatible store's endpoint (credentials: AWS_* variables)
     demo_feed: bool = True        # deliver the next demo batch when landing/ is empty
@@ -34,16 +32,13 @@ class Settings:
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
         env = os.environ if env is None else env
         home = Path(env.get("SLUICE_HOME") or DEFAULT_HOME).expanduser().resolve()
-        backend = env.get("SLUICE_BACKEND", "local")
-        if backend not in _BACKENDS:
-            raise SettingsError(f"SLUICE_BACKEND must be one of {_BACKENDS}, got {backend!r}")
         feed = env.get("SLUICE_DEMO_FEED", "1")
         if feed not in ("0", "1"):
             raise SettingsError(f"SLUICE_DEMO_FEED must be 0 or 1, got {feed!r}")
         remote = env.get("SLUICE_DVC_REMOTE", "")
         if remote and "://" in remote and not remote.startswith("s3://"):
             raise SettingsError(f"SLUICE_DVC_REMOTE must be a local path or s3://bucket/prefix, got {remote!r}")
-        return cls(home=home, backend=backend, dvc_remote=remote, s3_endpoint_url=env.get("SLUICE_S3_ENDPOINT_URL", ""),
+        return cls(home=home, dvc_remote=remote, s3_endpoint_url=env.get("SLUICE_S3_ENDPOINT_URL", ""),
                    demo_feed=feed == "1")
 
     @property

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ops.airflow_env import airflow_env
 from tasks.settings import REPO_ROOT, Settings
-from tasks.training.launch import free_port
+from ops.services import free_port
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 

@@ -8,10 +8,9 @@ import httpx
 import pandas as pd
 import pytest
 
-from ops.services import stop_groups
+from ops.services import free_port, stop_groups
 from tasks.registry import Registry
 from tasks.settings import Settings
-from tasks.training.launch import free_port
 from tests.test_registry import partition
 
 pytestmark = pytest.mark.slow

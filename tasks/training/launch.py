@@ -5,20 +5,12 @@ import dataclasses
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 from tasks.params import TrainParams
 from tasks.stepio import log
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (for servers that must be told their port)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def engine_args(data_version: str, out: str, p: TrainParams, init_from: str | None = None,
