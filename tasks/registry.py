@@ -290,14 +290,14 @@ class Registry:
             log(f"registry: {version} tagged at {commit[:10]} with {len(info['partitions'])} partitions, pushed")
             return {"data_version": version, "created": True, "commit": commit, **info}
 
-    def read_data_version(self, version: str, repo_url: str | None = None) -> "Any":
-        """All partitions of a data version as one DataFrame, read by tag through DVC.
+    def open_data_version(self, version: str, repo_url: str | None = None) -> tuple[Any, dict[str, Any]]:
+        """(a DVC filesystem at the version's tag, the version's metadata): read partitions with
+        `fs.open(part["path"], "rb")`, one at a time if need be.
 
         From this registry's workspace and cache by default; with `repo_url` (a git URL or path
         of the registry, as a training pod sees it) DVC clones the tag and streams the
         partitions from the DVC remote: no disk shared with the pipeline.
         """
-        import pandas as pd
         from dvc.api import DVCFileSystem
 
         check_version("data", version)
@@ -306,11 +306,29 @@ class Registry:
             info = json.loads(fs.read_text(f"data/versions/{version}.json"))
         except FileNotFoundError:
             raise RegistryError(f"data version {version} has no metadata in {repo_url or self.root}") from None
+        return fs, info
+
+    def read_data_version(self, version: str, repo_url: str | None = None) -> "Any":
+        """All partitions of a data version as one DataFrame, read by tag through DVC."""
+        import pandas as pd
+
+        fs, info = self.open_data_version(version, repo_url)
         frames = []
         for part in info["partitions"]:
             with fs.open(part["path"], "rb") as f:
                 frames.append(pd.read_parquet(f))
         return pd.concat(frames, ignore_index=True)
+
+    def read_model_artifact(self, version: str, artifact: str, repo_url: str | None = None) -> bytes:
+        """A registered model's file, read by tag through DVC (from the remote with `repo_url`)."""
+        from dvc.api import DVCFileSystem
+
+        check_version("model", version)
+        fs = DVCFileSystem(repo_url or str(self.root), rev=version)
+        try:
+            return fs.read_bytes(f"models/{version}/{artifact}")
+        except FileNotFoundError:
+            raise RegistryError(f"model version {version} has no {artifact} in {repo_url or self.root}") from None
 
     # ---- model versions ---------------------------------------------------------
     def register_model(self, run_id: str, artifacts: dict[str, Path], lineage: dict[str, Any]) -> dict[str, Any]:

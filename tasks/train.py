@@ -1,7 +1,9 @@
 """train: distributed training on a data version (local backend: torchrun processes).
 
-Writes runs/<run_id>/train/{model.pt, train_metrics.json, checkpoints/}. A retry
-resumes from the newest valid checkpoint rather than starting over.
+Writes runs/<run_id>/train/{model.pt, train_metrics.json, metrics.jsonl, checkpoints/}.
+A retry resumes from the newest valid checkpoint rather than starting over. On the
+Kubernetes backend the pods write to SLUICE_TRAIN_OUT_URI and `collect` brings the
+outputs into the same folder, so the steps after train see no difference.
 """
 from __future__ import annotations
 
@@ -18,15 +20,33 @@ def train(run_id: str, settings: Settings, data_version: str, epochs: int | None
     check_version("data", data_version)
     p = load_params(overrides={"train": {"epochs": epochs}}).train
     out = settings.layout.run_dir(run_id) / "train"
-    registry = Registry(settings)
-    prod = registry.state()["prod_model"]
-    init_from = registry.model_path(prod, "model.pt") if (p.warm_start and prod) else None
-    run_torchrun(data_version, out, p, init_from=init_from)
+    run_torchrun(data_version, out, p, init_from=warm_start_version(settings, p))
+    return _record(run_id, settings, out)
+
+
+def warm_start_version(settings: Settings, p) -> str | None:
+    """The prod model version to start from (incremental training), if any and if asked for."""
+    prod = Registry(settings).state()["prod_model"]
+    return prod if (p.warm_start and prod) else None
+
+
+def collect(run_id: str, settings: Settings, out_uri: str) -> dict[str, Any]:
+    """Kubernetes backend: bring a finished pod run's outputs from `out_uri` into the run folder."""
+    from tasks.training.engine import OUTPUTS
+    from tasks.training.outputs import fetch_outputs
+
+    out = settings.layout.run_dir(run_id) / "train"
+    fetch_outputs(out_uri, out, OUTPUTS)
+    return _record(run_id, settings, out, out_uri)
+
+
+def _record(run_id: str, settings: Settings, out, out_uri: str | None = None) -> dict[str, Any]:
     m = read_json(out / "train_metrics.json")
-    summary = {k: m[k] for k in ("data_version", "rows", "epochs", "world_size", "final_loss", "seconds",
-                                 "resumed_from_step", "steps", "n_parameters")}
-    summary["warm_start"] = prod if m["warm_started_from"] else None
-    return record_step(settings.layout.run_dir(run_id), "train", {**summary, "model": str(out / "model.pt")})
+    summary = {k: m[k] for k in ("data_version", "rows", "partitions", "epochs", "world_size", "device",
+                                 "final_loss", "seconds", "resumed_from_step", "steps", "n_parameters")}
+    summary["warm_start"] = m["warm_started_from"]
+    return record_step(settings.layout.run_dir(run_id), "train",
+                       {**summary, "model": str(out / "model.pt"), "outputs": out_uri or str(out)})
 
 
 def main(argv: list[str] | None = None) -> int:

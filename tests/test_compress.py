@@ -12,7 +12,7 @@ def test_export_quantize_parity_and_quality(emails, tmp_path):
     x, y = torch.from_numpy(featurize(train)), torch.tensor(train["spam"].to_numpy(), dtype=torch.float32)
     torch.manual_seed(0)
     model = SpamMLP(len(FEATURE_NAMES), (32, 16))
-    model.set_scaling(x)
+    model.set_scaling(x.mean(0), x.std(0))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     for _ in range(150):
         opt.zero_grad()

@@ -195,7 +195,7 @@ def test_warm_start_picks_up_a_previous_model(settings, data_version, tmp_path):
     run_torchrun(data_version, tmp_path / "prod", p)
     cold = read_json(tmp_path / "prod" / "train_metrics.json")
     warm_p = dataclasses.replace(p, epochs=2)
-    run_torchrun(data_version, tmp_path / "warm", warm_p, init_from=tmp_path / "prod" / "model.pt")
+    run_torchrun(data_version, tmp_path / "warm", warm_p, init_from=str(tmp_path / "prod" / "model.pt"))
     warm = read_json(tmp_path / "warm" / "train_metrics.json")
     assert warm["warm_started_from"] == str(tmp_path / "prod" / "model.pt")
     assert warm["losses"][0] < cold["losses"][0] * 0.8          # it starts where the prod model left off
@@ -205,5 +205,5 @@ def test_warm_start_picks_up_a_previous_model(settings, data_version, tmp_path):
     # Another architecture: trained from scratch, said so.
     other = tmp_path / "other.pt"
     save_model(SpamMLP(load_model(str(tmp_path / "prod" / "model.pt")).arch["n_features"], (8,)), str(other))
-    run_torchrun(data_version, tmp_path / "cold", warm_p, init_from=other)
+    run_torchrun(data_version, tmp_path / "cold", warm_p, init_from=str(other))
     assert read_json(tmp_path / "cold" / "train_metrics.json")["warm_started_from"] is None

@@ -1,7 +1,8 @@
 """Which rows each rank trains on at each step, and how the global batch is split (pure functions).
 
-A step's global batch is a slice of a per-epoch permutation that every rank derives
-from the seed, so the exact data position of a run is just its step number. The
+A step's global batch is a slice of a per-epoch order that every rank derives from
+the seed (`tasks.training.data.EpochOrder`), so the exact data position of a run is
+just its step number. The
 global batch is split into per-rank micro-batches (`splits`, summing to the batch
 size); load balancing changes the splits, never the global batch.
 """
@@ -10,8 +11,9 @@ from __future__ import annotations
 import torch
 
 
-def epoch_permutation(n: int, seed: int, epoch: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+def seeded_permutation(n: int, seed: int, epoch: int, salt: int = 0) -> torch.Tensor:
+    """A permutation of range(n) that depends only on (seed, epoch, salt)."""
+    g = torch.Generator().manual_seed((seed * 1_000_003 + epoch) * 65_537 + salt)
     return torch.randperm(n, generator=g)
 
 
@@ -20,9 +22,10 @@ def equal_splits(batch: int, world: int) -> list[int]:
     return [base + (1 if r < extra else 0) for r in range(world)]
 
 
-def rank_rows(global_batch: torch.Tensor, splits: list[int], rank: int) -> torch.Tensor:
+def rank_slice(splits: list[int], rank: int) -> tuple[int, int]:
+    """This rank's [start, stop) within the global batch."""
     start = sum(splits[:rank])
-    return global_batch[start:start + splits[rank]]
+    return start, start + splits[rank]
 
 
 def rebalance(splits: list[int], seconds_per_sample: list[float], batch: int) -> list[int]:

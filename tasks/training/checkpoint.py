@@ -9,7 +9,7 @@ import hashlib
 import io
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -58,22 +58,29 @@ def _cpu_copy(obj: Any) -> Any:
 
 class AsyncCheckpointer:
     """Copy the state now (fast), serialize and write it on a background thread (slow), so
-    training goes on while the file is written. One write in flight at a time."""
+    training goes on while the file is written. One write in flight at a time.
+    `on_saved(path)` runs on the same thread after each write (publishing it, on a pod)."""
 
-    def __init__(self, folder: Path, keep: int = 2):
+    def __init__(self, folder: Path, keep: int = 2, on_saved: Callable[[Path], None] | None = None):
         import concurrent.futures
 
         self.folder = folder
         self.keep = keep
+        self.on_saved = on_saved
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
         self._pending = None
 
     def save(self, step: int, state: dict[str, Any], wait: bool = False) -> None:
         self.wait()
         snapshot = _cpu_copy(state)
-        self._pending = self._pool.submit(save_checkpoint, self.folder, step, snapshot, self.keep)
+        self._pending = self._pool.submit(self._write, step, snapshot)
         if wait:
             self.wait()
+
+    def _write(self, step: int, state: dict[str, Any]) -> None:
+        path = save_checkpoint(self.folder, step, state, self.keep)
+        if self.on_saved:
+            self.on_saved(path)
 
     def wait(self) -> None:
         if self._pending is not None:

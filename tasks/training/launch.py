@@ -13,20 +13,25 @@ from tasks.params import TrainParams
 from tasks.stepio import log
 
 
-def engine_args(data_version: str, out: str, p: TrainParams, init_from: str | None = None,
-                registry_url: str | None = None) -> list[str]:
-    """The engine's part of the command: the same locally, in a Kubernetes pod, in dvc.yaml."""
+def params_json(p: TrainParams) -> str:
+    return json.dumps(dataclasses.asdict(p), sort_keys=True)
+
+
+def engine_args(data_version: str, out: str, params: str, init_from: str | None = None,
+                registry_url: str | None = None, workdir: str | None = None) -> list[str]:
+    """The engine's part of the command: the same locally, in a Kubernetes pod, in dvc.yaml.
+    `params` is `params_json(p)` (or, in a pod spec, a template that renders to it)."""
     return [
         "-m", "tasks.training.engine",
-        "--data-version", data_version, "--out", out,
-        "--params", json.dumps(dataclasses.asdict(p)),
-        *(["--init-from", init_from] if init_from else []),
+        "--data-version", data_version, "--out", out, "--params", params,
+        *(["--init-from", init_from] if init_from is not None else []),
         *(["--registry-url", registry_url] if registry_url else []),
+        *(["--workdir", workdir] if workdir else []),
     ]
 
 
 def torchrun_command(data_version: str, out: Path, p: TrainParams, store_dir: Path,
-                     max_restarts: int = 1, init_from: Path | None = None) -> list[str]:
+                     max_restarts: int = 1, init_from: str | None = None) -> list[str]:
     """The local backend's command. On one machine the rendezvous uses a file store: torch's
     TCPStore server listens on every interface, and Sluice's processes listen on loopback only.
     (Across machines, Kubernetes pods use the c10d TCP rendezvous instead.)"""
@@ -35,11 +40,11 @@ def torchrun_command(data_version: str, out: Path, p: TrainParams, store_dir: Pa
         "--nnodes=1", f"--nproc-per-node={p.nproc}", f"--max-restarts={max_restarts}",
         "--rdzv-backend=c10d", f"--rdzv-endpoint={store_dir / 'rendezvous'}", "--rdzv-conf=store_type=file",
         "--local-addr=127.0.0.1",
-        *engine_args(data_version, str(out), p, str(init_from) if init_from else None),
+        *engine_args(data_version, str(out), params_json(p), init_from),
     ]
 
 
-def start_torchrun(data_version: str, out: Path, p: TrainParams, init_from: Path | None = None,
+def start_torchrun(data_version: str, out: Path, p: TrainParams, init_from: str | None = None,
                    max_restarts: int = 1) -> subprocess.Popen:
     """Start the local launcher in its own process group (returns at once)."""
     out.mkdir(parents=True, exist_ok=True)
@@ -56,7 +61,7 @@ def start_torchrun(data_version: str, out: Path, p: TrainParams, init_from: Path
 
 
 def run_torchrun(data_version: str, out: Path, p: TrainParams, timeout_s: float = 3600,
-                 init_from: Path | None = None) -> None:
+                 init_from: str | None = None) -> None:
     """Train to the end; a worker that dies is restarted once from the newest checkpoint."""
     proc = start_torchrun(data_version, out, p, init_from)
     try:

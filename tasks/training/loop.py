@@ -13,13 +13,14 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.params import TrainParams
+from tasks.training.data import FeatureStats
 from tasks.training.model import SpamMLP
 
 
-def make_model(x: torch.Tensor, p: TrainParams) -> SpamMLP:
+def make_model(stats: FeatureStats, p: TrainParams) -> SpamMLP:
     torch.manual_seed(p.seed)
-    model = SpamMLP(x.shape[1], p.hidden)
-    model.set_scaling(x)
+    model = SpamMLP(len(stats.mean), p.hidden)
+    model.set_scaling(stats.mean, stats.std)
     return model
 
 
@@ -27,11 +28,11 @@ def make_optimizer(model: torch.nn.Module, p: TrainParams) -> torch.optim.Optimi
     return torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
 
 
-def make_loss(y: torch.Tensor) -> torch.nn.Module:
+def make_loss(spam_share: float) -> torch.nn.Module:
     """Summed BCE on soft targets (callers scale the sum, so any split of a batch gives the same
     gradient); labels are ~10% spam, so the spam side is weighted by the imbalance to keep the
     0.5 threshold meaningful."""
-    spam_share = float(y.mean().clamp(0.01, 0.99))
+    spam_share = min(max(spam_share, 0.01), 0.99)
     return torch.nn.BCEWithLogitsLoss(reduction="sum", pos_weight=torch.tensor((1 - spam_share) / spam_share))
 
 
@@ -61,8 +62,9 @@ def accumulate_gradients(model: torch.nn.Module, loss_fn, xb: torch.Tensor, yb: 
 
 def fit_in_memory(x: torch.Tensor, y: torch.Tensor, p: TrainParams) -> tuple[SpamMLP, list[float]]:
     """Train in this process on tensors (no registry, no checkpoints): plain mini-batch steps."""
-    model = make_model(x, p)
-    opt, loss_fn = make_optimizer(model, p), make_loss(y)
+    stats = FeatureStats.of([(x, y)])
+    model = make_model(stats, p)
+    opt, loss_fn = make_optimizer(model, p), make_loss(stats.spam_share)
     loader = DataLoader(TensorDataset(x, y), batch_size=p.batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(p.seed))
     losses = []

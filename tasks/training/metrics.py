@@ -1,7 +1,8 @@
 """Training metrics, every `log_every` steps, as JSON lines the run report can read.
 
 Hardware: CPU utilization and resident memory of the rank (and GPU memory when on a
-GPU). Algorithm: loss and its fluctuation over the window, gradient norm, and the
+GPU). Algorithm: loss and its fluctuation over the window, gradient norm, the
+gradient's variance across ranks (`spread.py`; also relative to ||g||^2), and the
 update-to-weight ratio (||w_after - w_before|| / ||w_before||: too high diverges,
 too low does not learn). Throughput: samples per second of the global batch.
 """
@@ -13,6 +14,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from tasks.training.spread import variance_across_ranks
 
 
 class TrainingMetrics:
@@ -33,7 +36,7 @@ class TrainingMetrics:
         return (step_done + 1) % every == 0
 
     def record(self, step: int, epoch: int, loss: float, model: torch.nn.Module, before: list[torch.Tensor],
-               splits: list[int], batch: int, compute_s: float) -> None:
+               splits: list[int], batch: int, compute_s: float, local_grad_sq: list[float] | None = None) -> None:
         self.window.append(loss)
         if not self.enabled:
             return
@@ -49,10 +52,28 @@ class TrainingMetrics:
             "grad_norm": math.sqrt(grad_sq), "update_to_weight": math.sqrt(delta_sq / max(weight_sq, 1e-30)),
             "samples_per_s": batch * len(self.window) / max(now - self.last, 1e-9),
             "rank0_compute_s": compute_s, "splits": splits,
+            **self._spread(local_grad_sq, grad_sq),
             "cpu_percent": self._proc.cpu_percent(), "rss_mb": self._proc.memory_info().rss / 2**20,
         }
         if torch.cuda.is_available():
             line["gpu_mem_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        if torch.cuda.is_available():
+            line["gpu_util_percent"] = _gpu_utilization()
         with open(self.path, "a") as f:
             f.write(json.dumps(line) + "\n")
         self.window, self.last = [], now
+
+    @staticmethod
+    def _spread(local_grad_sq: list[float] | None, grad_sq: float) -> dict:
+        if not local_grad_sq:
+            return {}
+        var = variance_across_ranks(local_grad_sq, grad_sq)
+        return {"grad_var_across_ranks": var, "grad_var_relative": var / max(grad_sq, 1e-30)}
+
+
+def _gpu_utilization() -> float | None:
+    """This GPU's utilization over the last sample period (NVML through torch), None if unreadable."""
+    try:
+        return float(torch.cuda.utilization())
+    except Exception:                     # no NVML (pynvml missing, MIG slices): report nothing
+        return None

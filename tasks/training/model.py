@@ -28,9 +28,9 @@ class SpamMLP(nn.Module):
         layers.append(nn.Linear(width, 1))
         self.net = nn.Sequential(*layers)
 
-    def set_scaling(self, x: torch.Tensor) -> None:
-        self.mean.copy_(x.mean(0))
-        self.std.copy_(x.std(0).clamp_min(1e-3))   # constant features would divide by zero
+    def set_scaling(self, mean: torch.Tensor, std: torch.Tensor) -> None:
+        self.mean.copy_(mean)
+        self.std.copy_(std.clamp_min(1e-3))          # constant features would divide by zero
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logit of P(spam), shape [n]."""

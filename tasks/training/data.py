@@ -1,0 +1,163 @@
+"""A data version streamed partition by partition, in a seeded order every rank derives alike.
+
+Memory stays bounded whatever the dataset size: featurized partitions are kept in an
+LRU cache of `cache_mb` (a small dataset stays whole in memory; a large one is read
+again from DVC each epoch), and the one full pass at start (row counts, the input
+scaling, the label balance) reads one partition at a time.
+
+The order of an epoch: the partitions in a seeded permutation, the rows of each in a
+seeded permutation of their own. Global position k of epoch e is therefore a pure
+function of (seed, e, k): a step's global batch is positions [s*B, (s+1)*B), the same
+for any number of processes, and a run's exact data position is its step number.
+Each rank reads only the partitions its own slice of a batch touches.
+"""
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+import torch
+
+from tasks.training.batching import seeded_permutation
+
+
+@dataclass(frozen=True)
+class FeatureStats:
+    """Row count, per-feature mean and standard deviation, and mean soft label, of the trainable
+    rows, accumulated one chunk at a time (float64 sums, so the order of chunks hardly matters)."""
+
+    rows: int
+    mean: torch.Tensor
+    std: torch.Tensor
+    spam_share: float
+
+    @staticmethod
+    def of(chunks) -> "FeatureStats":
+        n, s, sq, ysum = 0, None, None, 0.0
+        for x, y in chunks:
+            x64 = x.to(torch.float64)
+            s = x64.sum(0) if s is None else s + x64.sum(0)
+            sq = x64.pow(2).sum(0) if sq is None else sq + x64.pow(2).sum(0)
+            n += len(x)
+            ysum += float(y.to(torch.float64).sum())
+        if not n:
+            raise ValueError("no trainable rows")
+        mean = s / n
+        var = (sq - n * mean.pow(2)) / max(n - 1, 1)          # unbiased, like torch.std
+        return FeatureStats(n, mean.float(), var.clamp_min(0).sqrt().float(), ysum / n)
+
+
+class PartitionCache:
+    """Least recently used featurized partitions, evicted past `budget_bytes` (the one just
+    loaded always stays, so a single partition larger than the budget still works)."""
+
+    def __init__(self, load: Callable[[int], tuple[torch.Tensor, torch.Tensor]], budget_bytes: int):
+        self.load, self.budget = load, budget_bytes
+        self.items: OrderedDict[int, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
+        self.loads = 0
+
+    @staticmethod
+    def _size(item: tuple[torch.Tensor, torch.Tensor]) -> int:
+        return sum(t.numel() * t.element_size() for t in item)
+
+    def get(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if i in self.items:
+            self.items.move_to_end(i)
+            return self.items[i]
+        item = self.load(i)
+        self.loads += 1
+        self.items[i] = item
+        while len(self.items) > 1 and sum(map(self._size, self.items.values())) > self.budget:
+            self.items.popitem(last=False)
+        return item
+
+
+class EpochOrder:
+    """Where each global position of an epoch lives: (partition, row within it)."""
+
+    def __init__(self, counts: list[int], seed: int, epoch: int):
+        self.seed, self.epoch = seed, epoch
+        self.parts = [int(i) for i in seeded_permutation(len(counts), seed, epoch, salt=0)
+                      if counts[int(i)] > 0]
+        self.starts = np.cumsum([0] + [counts[i] for i in self.parts]).tolist()
+        self._perms: dict[int, torch.Tensor] = {}
+
+    def _rows(self, part: int, count: int) -> torch.Tensor:
+        if part not in self._perms:
+            if len(self._perms) >= 8:                  # positions advance: old partitions are done
+                self._perms.pop(next(iter(self._perms)))
+            self._perms[part] = seeded_permutation(count, self.seed, self.epoch, salt=part + 1)
+        return self._perms[part]
+
+    def locate(self, start: int, stop: int) -> list[tuple[int, torch.Tensor]]:
+        """Positions [start, stop) as (partition, row indices) groups, in order."""
+        groups, k = [], start
+        while k < stop:
+            j = bisect.bisect_right(self.starts, k) - 1
+            end = min(stop, self.starts[j + 1])
+            part = self.parts[j]
+            rows = self._rows(part, self.starts[j + 1] - self.starts[j])
+            groups.append((part, rows[k - self.starts[j]:end - self.starts[j]]))
+            k = end
+        return groups
+
+
+class StreamingVersion:
+    """The trainable rows (label != -1) of a data version: features and soft targets."""
+
+    def __init__(self, data_version: str, registry_url: str | None = None, cache_mb: int = 256,
+                 seed: int = 0):
+        from tasks.datasets import load_dataset
+        from tasks.registry import Registry
+        from tasks.settings import Settings
+
+        self.fs, info = Registry(Settings.from_env()).open_data_version(data_version, repo_url=registry_url)
+        self.paths = [p["path"] for p in info["partitions"]]
+        self.featurize = load_dataset().featurize
+        self.seed = seed
+        self.cache = PartitionCache(self._read, cache_mb * 2**20)
+        counts: list[int] = []
+
+        def each():
+            for i in range(len(self.paths)):
+                x, y = self.cache.get(i)
+                counts.append(len(x))
+                yield x, y
+        try:
+            self.stats = FeatureStats.of(each())
+        except ValueError:
+            raise ValueError(f"data version {data_version} has no labeled rows to train on") from None
+        self.counts = counts
+        self._order: EpochOrder | None = None
+
+    def _read(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        import pandas as pd
+
+        with self.fs.open(self.paths[i], "rb") as f:
+            df = pd.read_parquet(f)
+        df = df[df["label"] != -1]
+        return (torch.from_numpy(self.featurize(df)),
+                torch.from_numpy(df["label_prob"].to_numpy(np.float32)))
+
+    def __len__(self) -> int:
+        return self.stats.rows
+
+    @property
+    def n_features(self) -> int:
+        return len(self.stats.mean)
+
+    def rows(self, epoch: int, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Features and targets at positions [start, stop) of `epoch`'s order."""
+        if self._order is None or self._order.epoch != epoch:
+            self._order = EpochOrder(self.counts, self.seed, epoch)
+        xs, ys = [], []
+        for part, idx in self._order.locate(start, stop):
+            x, y = self.cache.get(part)
+            xs.append(x[idx])
+            ys.append(y[idx])
+        if not xs:
+            return torch.empty(0, self.n_features), torch.empty(0)
+        return torch.cat(xs), torch.cat(ys)
