@@ -91,14 +91,14 @@ class TrainParams:
     warm_start: bool = True      # start from the prod model's weights when the architecture matches
     device: str = "auto"         # auto: a GPU when torch sees one (NCCL), else the CPU (gloo); or cpu, cuda
     precision: str = "auto"      # auto: bf16 autocast on GPU, fp32 on CPU; or fp32, bf16
-    stream_cache_mb: int = 256   # featurized partitions kept in memory; larger data versions stream
+    stream_cache_mb: float = 256.0  # featurized partitions kept in memory; larger data versions stream
 
     def __post_init__(self) -> None:
         _check(self.device in ("auto", "cpu", "cuda"), "train.device",
                f"must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
         _check(self.precision in ("auto", "fp32", "bf16"), "train.precision",
                f"must be 'auto', 'fp32' or 'bf16', got {self.precision!r}")
-        _check(self.stream_cache_mb >= 1, "train.stream_cache_mb", "must be >= 1")
+        _check(self.stream_cache_mb > 0, "train.stream_cache_mb", "must be > 0 (megabytes)")
         _check(self.allreduce in ("flat", "hierarchical"), "train.allreduce",
                f"must be 'flat' or 'hierarchical', got {self.allreduce!r}")
         _check(1 <= self.epochs <= 1000, "train.epochs", f"must be in [1, 1000], got {self.epochs}")

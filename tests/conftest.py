@@ -1,10 +1,16 @@
 """Shared fixtures: an isolated SLUICE_HOME per test, and small real inputs."""
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+
 import pandas as pd
 import pytest
 
 from tasks.settings import Settings
+
+S3_BUCKET = "sluice-registry"      # created empty in the S3 test server
 
 
 @pytest.fixture
@@ -39,3 +45,35 @@ def row(**overrides) -> dict:
             "exclaim_mess": 0, "number": "small"}
     base.update(overrides)
     return base
+
+
+@pytest.fixture
+def s3_server(monkeypatch):
+    """A real S3 API (moto's server mode) on loopback, with bucket S3_BUCKET; yields its URL."""
+    import boto3
+    import httpx
+
+    from ops.services import free_port, stop_groups
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(url, timeout=1)
+                break
+            except httpx.HTTPError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+        # Credentials come from the environment only (the registry never writes them down).
+        for k, v in {"AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret",
+                     "AWS_DEFAULT_REGION": "us-east-1"}.items():
+            monkeypatch.setenv(k, v)
+        boto3.client("s3", endpoint_url=url).create_bucket(Bucket=S3_BUCKET)
+        yield url
+    finally:
+        stop_groups({"moto": proc.pid}, grace_s=5)

@@ -1,46 +1,16 @@
 """The registry's DVC remote on an S3 API: a real S3 server (moto's server mode) on loopback."""
 import subprocess
-import sys
-import time
 
 import boto3
-import httpx
 import pandas as pd
 import pytest
 
-from ops.services import free_port, stop_groups
 from tasks.registry import Registry
 from tasks.settings import Settings
+from tests.conftest import S3_BUCKET as BUCKET
 from tests.test_registry import partition
 
 pytestmark = pytest.mark.slow
-BUCKET = "sluice-registry"
-
-
-@pytest.fixture
-def s3_server(monkeypatch):
-    port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(url, timeout=1)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
-        # Credentials come from the environment only (the registry never writes them down).
-        for k, v in {"AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret",
-                     "AWS_DEFAULT_REGION": "us-east-1"}.items():
-            monkeypatch.setenv(k, v)
-        boto3.client("s3", endpoint_url=url).create_bucket(Bucket=BUCKET)
-        yield url
-    finally:
-        stop_groups({"moto": proc.pid}, grace_s=5)
 
 
 def test_snapshot_pushes_to_s3_and_a_clone_reads_it_back(settings, tmp_path, s3_server, monkeypatch):

@@ -108,7 +108,7 @@ class EpochOrder:
 class StreamingVersion:
     """The trainable rows (label != -1) of a data version: features and soft targets."""
 
-    def __init__(self, data_version: str, registry_url: str | None = None, cache_mb: int = 256,
+    def __init__(self, data_version: str, registry_url: str | None = None, cache_mb: float = 256,
                  seed: int = 0):
         from tasks.datasets import load_dataset
         from tasks.registry import Registry
@@ -118,7 +118,7 @@ class StreamingVersion:
         self.paths = [p["path"] for p in info["partitions"]]
         self.featurize = load_dataset().featurize
         self.seed = seed
-        self.cache = PartitionCache(self._read, cache_mb * 2**20)
+        self.cache = PartitionCache(self._read, int(cache_mb * 2**20))
         counts: list[int] = []
 
         def each():
