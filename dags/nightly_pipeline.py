@@ -16,6 +16,12 @@ step itself failed.
 **Params**: `batch` (a landing file to take instead of the oldest), `epochs`
 (override `params.yaml` train.epochs).
 
+**Training backend** (`SLUICE_TRAIN_BACKEND`, read when the file is parsed): `local`
+runs torchrun processes inside the `train` task; `kubernetes` runs `plan_train` ->
+`train_pods` (a KubernetesPodOperator, or an Indexed Job with its rendezvous Service
+for several nodes, per params.yaml `scaling`) -> `train`, which fetches the pods'
+outputs. The steps after `train` see no difference.
+
 This file only wires tasks: every step's logic is a module in `tasks/`, imported
 inside the task so parsing stays light.
 """
@@ -28,6 +34,12 @@ from airflow.sdk import Param, TriggerRule, dag, task
 from airflow.timetables.trigger import CronTriggerTimetable
 
 DAG_ID = "nightly_pipeline"
+
+
+def _train_backend() -> str:
+    from tasks.settings import Settings     # light: stdlib only
+
+    return Settings.from_env().train_backend
 
 
 def _settings():
@@ -118,6 +130,19 @@ def nightly_pipeline():
 
         return _push(ti, run(run_id, _settings(), _result(ti, "snapshot")["data_version"], params["epochs"]))["model"]
 
+    @task
+    def plan_train(ti=None, run_id=None, params=None):
+        from tasks.k8s import plan_training
+
+        return _push(ti, plan_training(run_id, _settings(), _result(ti, "snapshot")["data_version"],
+                                       params["epochs"]))["name"]
+
+    @task(task_id="train")
+    def collect_train(ti=None, run_id=None):
+        from tasks.train import collect
+
+        return _push(ti, collect(run_id, _settings(), _result(ti, "plan_train")["out_uri"]))["model"]
+
     @task.branch
     def evaluate(ti=None, run_id=None):
         from tasks.evaluate import evaluate as run
@@ -167,7 +192,21 @@ def nightly_pipeline():
         raise RuntimeError("a pipeline step failed: see the report task's log and the failed task")
 
     t_ingest, t_raw, t_weak, t_lab = ingest(), validate_raw(), weak_label(), validate_labeled()
-    t_snap, t_train, t_eval, t_comp = snapshot(), train(), evaluate(), compress()
+    t_snap, t_eval, t_comp = snapshot(), evaluate(), compress()
+    if _train_backend() == "kubernetes":
+        from tasks.k8s import KubernetesTraining, training_tasks
+
+        t_pods, service = training_tasks(KubernetesTraining.from_env(), task_id="train_pods")
+        t_plan, t_train = plan_train(), collect_train()
+        t_snap >> t_plan >> [t_pods, *service[:1]]
+        t_pods >> t_train
+        # The Service's setup/teardown stay out of run_failed's upstreams (a setup's downstream tasks
+        # must be all_success); a failed setup still shows there, as train_pods upstream_failed.
+        train_steps = [t_plan, t_pods, t_train]
+    else:
+        t_train = train()
+        t_snap >> t_train
+        train_steps = [t_train]
     t_reg, t_deploy = register(), deploy()
     no_batch = EmptyOperator(task_id="no_batch")
     q_raw, q_lab = quarantine("validate_raw"), quarantine("validate_labeled")
@@ -177,11 +216,11 @@ def nightly_pipeline():
     t_ingest >> [t_raw, no_batch]
     t_raw >> [t_weak, q_raw]
     t_weak >> t_lab >> [t_snap, q_lab]
-    t_snap >> t_train >> t_eval >> [t_comp, rej_eval]
+    t_train >> t_eval >> [t_comp, rej_eval]
     t_comp >> [t_reg, rej_comp]
     t_reg >> t_deploy
     [no_batch, q_raw, q_lab, rej_eval, rej_comp, t_deploy] >> t_report
-    [t_ingest, t_raw, t_weak, t_lab, t_snap, t_train, t_eval, t_comp, t_reg, t_deploy,
+    [t_ingest, t_raw, t_weak, t_lab, t_snap, *train_steps, t_eval, t_comp, t_reg, t_deploy,
      q_raw, q_lab, rej_eval, rej_comp, t_report] >> t_failed
 
 

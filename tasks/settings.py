@@ -27,6 +27,9 @@ class Settings:
     dvc_remote: str = ""          # empty: a local folder under SLUICE_HOME; or s3://bucket/prefix
     s3_endpoint_url: str = ""     # an S3-compatible store's endpoint (credentials: AWS_* variables)
     demo_feed: bool = True        # deliver the next demo batch when landing/ is empty
+    train_backend: str = "local"  # local: torchrun processes here; kubernetes: pods (tasks/k8s.py)
+    train_out_uri: str = ""       # kubernetes: where training pods write (s3://bucket/prefix)
+    registry_url: str = ""        # kubernetes: the registry's git URL as the pods reach it
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -38,8 +41,15 @@ class Settings:
         remote = env.get("SLUICE_DVC_REMOTE", "")
         if remote and "://" in remote and not remote.startswith("s3://"):
             raise SettingsError(f"SLUICE_DVC_REMOTE must be a local path or s3://bucket/prefix, got {remote!r}")
+        backend = env.get("SLUICE_TRAIN_BACKEND") or "local"
+        if backend not in ("local", "kubernetes"):
+            raise SettingsError(f"SLUICE_TRAIN_BACKEND must be 'local' or 'kubernetes', got {backend!r}")
+        out_uri = env.get("SLUICE_TRAIN_OUT_URI", "")
+        if out_uri and "://" not in out_uri:
+            raise SettingsError(f"SLUICE_TRAIN_OUT_URI must be a URI the pods can write (s3://...), got {out_uri!r}")
         return cls(home=home, dvc_remote=remote, s3_endpoint_url=env.get("SLUICE_S3_ENDPOINT_URL", ""),
-                   demo_feed=feed == "1")
+                   demo_feed=feed == "1", train_backend=backend, train_out_uri=out_uri,
+                   registry_url=env.get("SLUICE_REGISTRY_URL", ""))
 
     @property
     def layout(self) -> "StateLayout":
