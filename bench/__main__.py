@@ -25,6 +25,7 @@ BENCHMARKS = {
     "bench.hier_allreduce": ["hier_internode_bytes_ratio"],
     "bench.training": ["ddp_scaling_efficiency", "checkpoint_overhead", "balance_static_vs_ideal",
                        "balance_balanced_vs_ideal", "recovery_redo_ratio", "recovery_seconds", "preempt_redo_steps"],
+    "bench.streaming_memory": ["streaming_memory_ratio"],
 }
 
 
