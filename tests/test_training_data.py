@@ -106,3 +106,23 @@ def test_variance_across_ranks_is_the_spread_of_the_local_gradients():
     got = variance_across_ranks([float(np.sum(gi ** 2)) for gi in g], float(np.sum(mean ** 2)))
     assert got == pytest.approx(expected)
     assert variance_across_ranks([4.0, 4.0], 4.0) == 0.0     # ranks that agree
+
+
+def test_metrics_window_covers_every_step_since_the_last_line(tmp_path):
+    import json
+    import statistics
+
+    from tasks.training.metrics import TrainingMetrics
+
+    model = torch.nn.Linear(3, 1)
+    model(torch.ones(2, 3)).sum().backward()
+    before = [t.detach().clone() for t in model.parameters()]
+    m = TrainingMetrics(tmp_path / "m.jsonl", enabled=True)
+    for loss in (1.0, 2.0, 4.0):
+        m.observe(loss)
+    m.record(3, 0, 4.0, model, before, [8], 8, 0.01, local_grad_sq=[5.0, 3.0])
+    (line,) = [json.loads(x) for x in (tmp_path / "m.jsonl").read_text().splitlines()]
+    assert line["loss_std"] == pytest.approx(statistics.pstdev([1.0, 2.0, 4.0]))
+    grad_sq = line["grad_norm"] ** 2
+    assert line["grad_var_across_ranks"] == pytest.approx(max(0.0, 4.0 - grad_sq))
+    assert m.window == []                                    # the next window starts empty

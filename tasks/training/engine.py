@@ -240,6 +240,7 @@ def train(data_version: str, out: str, p: TrainParams, registry_url: str | None 
         step += 1
         step_loss = sum(t[0] for t in per_rank) / batch
         epoch_loss = [epoch_loss[0] + step_loss * batch, epoch_loss[1] + batch]
+        metrics.observe(step_loss)
         if before is not None:
             metrics.record(step, epoch, step_loss, model, before, splits, batch, compute_s,
                            local_grad_sq=[t[3] for t in per_rank] if distributed else None)

@@ -35,9 +35,14 @@ class TrainingMetrics:
         """Whether the step about to run (number step_done + 1) closes a window."""
         return (step_done + 1) % every == 0
 
+    def observe(self, loss: float) -> None:
+        """Every step: its global loss joins the window (cheap; the rest is computed in `record`)."""
+        if self.enabled:
+            self.window.append(loss)
+
     def record(self, step: int, epoch: int, loss: float, model: torch.nn.Module, before: list[torch.Tensor],
                splits: list[int], batch: int, compute_s: float, local_grad_sq: list[float] | None = None) -> None:
-        self.window.append(loss)
+        """On the steps that close a window (after `observe` of that step): write one line."""
         if not self.enabled:
             return
         now = time.perf_counter()
@@ -57,7 +62,6 @@ class TrainingMetrics:
         }
         if torch.cuda.is_available():
             line["gpu_mem_mb"] = torch.cuda.max_memory_allocated() / 2**20
-        if torch.cuda.is_available():
             line["gpu_util_percent"] = _gpu_utilization()
         with open(self.path, "a") as f:
             f.write(json.dumps(line) + "\n")
