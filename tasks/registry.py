@@ -60,7 +60,10 @@ def _version_number(version: str) -> int:
 
 
 def code_commit() -> str:
-    """The project's own commit (lineage); '-dirty' when the checkout has local changes."""
+    """The project's own commit (lineage); '-dirty' when the checkout has local changes.
+    In an image without .git, SLUICE_CODE_COMMIT (set at build time) says it."""
+    if os.environ.get("SLUICE_CODE_COMMIT"):
+        return os.environ["SLUICE_CODE_COMMIT"]
     try:
         sha = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
                              check=True).stdout.strip()
@@ -190,9 +193,14 @@ class Registry:
         return commit
 
     def _push(self, targets: list[str] | None = None) -> None:
-        """Push to the DVC remote: the named outputs, or every output in the workspace."""
+        """Push to the DVC remote: the named outputs, or every output in the workspace. Then, when
+        SLUICE_REGISTRY_GIT_REMOTE is set, mirror the branch and the version tags to that git
+        remote (after the data: a tag a pod can see always has its data on the DVC remote)."""
         with self._dvc() as repo:
             repo.push(targets=targets)
+        if self.settings.registry_git_remote:
+            self.git("push", "--quiet", self.settings.registry_git_remote,
+                     "refs/heads/main:refs/heads/main", "refs/tags/*:refs/tags/*")
 
     # ---- state ------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -30,6 +30,7 @@ class Settings:
     train_backend: str = "local"  # local: torchrun processes here; kubernetes: pods (tasks/k8s.py)
     train_out_uri: str = ""       # kubernetes: where training pods write (s3://bucket/prefix)
     registry_url: str = ""        # kubernetes: the registry's git URL as the pods reach it
+    registry_git_remote: str = "" # a git remote the registry mirrors its branch and tags to
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> "Settings":
@@ -49,7 +50,8 @@ class Settings:
             raise SettingsError(f"SLUICE_TRAIN_OUT_URI must be a URI the pods can write (s3://...), got {out_uri!r}")
         return cls(home=home, dvc_remote=remote, s3_endpoint_url=env.get("SLUICE_S3_ENDPOINT_URL", ""),
                    demo_feed=feed == "1", train_backend=backend, train_out_uri=out_uri,
-                   registry_url=env.get("SLUICE_REGISTRY_URL", ""))
+                   registry_url=env.get("SLUICE_REGISTRY_URL", ""),
+                   registry_git_remote=env.get("SLUICE_REGISTRY_GIT_REMOTE", ""))
 
     @property
     def layout(self) -> "StateLayout":

@@ -174,6 +174,26 @@ def test_a_clone_with_an_empty_cache_streams_a_version_from_the_remote(settings,
     assert not (clone / ".dvc" / "cache").exists() or not any((clone / ".dvc" / "cache").rglob("*.parquet"))
 
 
+def test_versions_are_mirrored_to_a_git_remote_that_pods_read_through(settings, tmp_path, monkeypatch):
+    """SLUICE_REGISTRY_GIT_REMOTE: the branch and tags go to a git server (here a bare repository)
+    after their data reached the DVC remote; a reader with only that URL gets the versions."""
+    from tasks.settings import Settings
+
+    bare = tmp_path / "server" / "registry.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(bare)], check=True)
+    monkeypatch.setenv("SLUICE_REGISTRY_GIT_REMOTE", str(bare))
+    reg = Registry(Settings.from_env())
+    p1, df1 = partition(tmp_path, "b1", seed=1)
+    reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": 20}})
+    art = tmp_path / "model.pt"
+    art.write_bytes(b"weights")
+    reg.register_model("run-1", {"model.pt": art}, {"data_version": "data-v1"})
+    refs = subprocess.run(["git", "ls-remote", str(bare)], capture_output=True, text=True, check=True).stdout
+    assert "refs/heads/main" in refs and "refs/tags/data-v1" in refs and "refs/tags/model-v1" in refs
+    pd.testing.assert_frame_equal(reg.read_data_version("data-v1", repo_url=str(bare)), df1)
+    assert reg.read_model_artifact("model-v1", "model.pt", repo_url=str(bare)) == b"weights"
+
+
 def test_nightly_model_rejection_rolls_data_back_to_prods_lineage(settings, tmp_path):
     from tasks.deploy import reject_model
 

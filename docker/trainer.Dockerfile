@@ -1,0 +1,43 @@
+# The Sluice trainer image: CUDA torch and the project. Training pods run it with
+#   torchrun ... -m tasks.training.engine ...   (the pod command; see tasks/k8s.py)
+# so the image sets no ENTRYPOINT.
+#   docker build -f docker/trainer.Dockerfile -t REGISTRY/sluice-trainer:TAG .
+FROM python:3.11-slim-bookworm
+
+# TORCH_VERSION must equal constraints.txt's torch pin without "+cpu" (tests check it).
+# The CUDA wheels bring their own CUDA runtime libraries; the node needs only the NVIDIA
+# driver and device plugin. TORCH_CUDA must be a build published for this torch release
+# (see https://download.pytorch.org/whl/): cu130 is an assumption, not verified here.
+ARG TORCH_VERSION=2.13.0
+ARG TORCH_CUDA=cu130
+
+# git: the engine reads data versions by tag from the registry's git URL (DVC, S3 remote).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends git \
+ && rm -rf /var/lib/apt/lists/*
+
+RUN pip install --no-cache-dir "torch==${TORCH_VERSION}" \
+      --index-url "https://download.pytorch.org/whl/${TORCH_CUDA}"
+
+# Editable install for the same reason as the Airflow image (params.yaml, data_contracts/
+# beside the package). The torch line is dropped from the lock so the CUDA build stays:
+# "torch==2.13.0" in pyproject.toml is satisfied by 2.13.0+cu130. The whole project is
+# installed (Airflow included) because tasks.training imports shared modules; dvc[s3]
+# is named explicitly since pods read data through the DVC S3 remote.
+WORKDIR /workspace
+COPY pyproject.toml constraints.txt params.yaml ./
+COPY data_contracts ./data_contracts
+COPY tasks ./tasks
+RUN grep -v '^torch==' constraints.txt > /tmp/constraints-gpu.txt \
+ && pip install --no-cache-dir -c /tmp/constraints-gpu.txt -e . "dvc[s3]" \
+ && rm /tmp/constraints-gpu.txt
+
+# Run as a non-root user that owns the working folder (checkpoints are written there
+# before they are published to SLUICE_TRAIN_OUT_URI).
+RUN useradd --create-home --uid 1000 --gid 0 sluice && chown -R 1000:0 /workspace
+USER 1000
+# Lineage: the image has no .git, so the build names the commit (docker/README.md).
+ARG SLUICE_CODE_COMMIT=unknown
+ENV PYTHONUNBUFFERED=1 \
+    DVC_NO_ANALYTICS=1 \
+    SLUICE_CODE_COMMIT=${SLUICE_CODE_COMMIT}
