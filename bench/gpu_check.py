@@ -21,7 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-BENCH_HIDDEN = (2048, 2048, 2048, 512)
+from tasks.params import load_params
+
+BENCH_HIDDEN = load_params().scaling.bench_hidden        # params.yaml: the benchmark model profile
 N_FEATURES = 20
 # Dense bf16 peak TFLOP/s (no sparsity), per GPU, from the vendors' data sheets.
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0}

@@ -150,6 +150,7 @@ class ScalingParams:
     """Stages of scaling for the Kubernetes backend: nodes x GPUs per node, by name."""
     profile: str = "smoke"
     profiles: dict = dataclasses.field(default_factory=lambda: {"smoke": {"nodes": 1, "gpus_per_node": 2}})
+    bench_hidden: tuple[int, ...] = (2048, 2048, 2048, 512)   # the benchmark model (~9.6M parameters)
 
     def __post_init__(self) -> None:
         _check(isinstance(self.profiles, dict) and bool(self.profiles), "scaling.profiles",
@@ -159,6 +160,8 @@ class ScalingParams:
                    f"must be {{nodes, gpus_per_node}}, got {prof!r}")
             _check(all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in prof.values()),
                    f"scaling.profiles.{name}", f"nodes and gpus_per_node must be positive integers, got {prof!r}")
+        _check(len(self.bench_hidden) >= 1 and all(h >= 1 for h in self.bench_hidden), "scaling.bench_hidden",
+               f"must be a non-empty list of positive layer widths, got {list(self.bench_hidden)}")
         _check(self.profile in self.profiles, "scaling.profile",
                f"{self.profile!r} is not one of {sorted(self.profiles)}")
 

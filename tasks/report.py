@@ -49,8 +49,8 @@ def build_summary(run_id: str, steps: dict[str, dict[str, Any]], registry_state:
                   for k in ("validate_raw", "validate_labeled", "evaluate", "compress") if k in steps},
         "data_version": snap.get("data_version") or registry_state.get("current_data"),
         "data_version_rows": snap.get("total_rows"),
-        "train": {k: tr.get(k) for k in ("rows", "epochs", "world_size", "final_loss", "seconds", "warm_start")}
-        if tr else None,
+        "train": {k: tr.get(k) for k in ("rows", "epochs", "world_size", "device", "final_loss", "seconds",
+                                         "warm_start", "metrics")} if tr else None,
         "test": {"challenger": ev.get("challenger"), "champion": ev.get("champion"),
                  "champion_version": ev.get("champion_version")} if ev else None,
         "onnx": {"fp32_bytes": cp.get("fp32_bytes"), "int8_bytes": cp.get("int8_bytes"), "fp32": cp.get("fp32"),
@@ -93,6 +93,13 @@ def render_text(s: dict[str, Any]) -> str:
         lines.append(f"  train          {t['rows']} rows, {t['epochs']} epochs x {t['world_size']} processes, "
                      f"final loss {t['final_loss']:.4f}"
                      + (f", warm start from {t['warm_start']}" if t.get("warm_start") else ", from scratch"))
+        if t.get("metrics"):
+            m = t["metrics"]
+            spread = (f", grad variance across processes {m['median_grad_var_relative']:.2f} x |g|^2"
+                      if "median_grad_var_relative" in m else "")
+            lines.append(f"  train metrics  {m['median_samples_per_s']:,.0f} samples/s, grad norm "
+                         f"{m['last_grad_norm']:.3g}, update/weight {m['last_update_to_weight']:.2g}{spread}, "
+                         f"peak RSS {m['peak_rss_mb']:.0f} MB")
     if s["test"]:
         lines.append(f"  test (gold)    challenger {fmt_quality(s['test']['challenger'])}")
         if s["test"]["champion"]:

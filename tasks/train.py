@@ -41,10 +41,16 @@ def collect(run_id: str, settings: Settings, out_uri: str) -> dict[str, Any]:
 
 
 def _record(run_id: str, settings: Settings, out, out_uri: str | None = None) -> dict[str, Any]:
+    import json
+
+    from tasks.training.metrics import summarize
+
     m = read_json(out / "train_metrics.json")
+    lines = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
     summary = {k: m[k] for k in ("data_version", "rows", "partitions", "epochs", "world_size", "device",
                                  "final_loss", "seconds", "resumed_from_step", "steps", "n_parameters")}
     summary["warm_start"] = m["warm_started_from"]
+    summary["metrics"] = summarize([json.loads(x) for x in lines])
     return record_step(settings.layout.run_dir(run_id), "train",
                        {**summary, "model": str(out / "model.pt"), "outputs": out_uri or str(out)})
 

@@ -52,10 +52,12 @@ def test_two_nightly_batches_accumulate_versions(airflow_home):
     assert {"label_model", "majority_vote"} == set(s["labeling"]["quality_dev"])
     assert s["train"]["world_size"] == 2 and s["train"]["final_loss"] > 0
     assert s["train"]["warm_start"] == "model-v1"                        # incremental: from the prod model
+    m = s["train"]["metrics"]                                            # from train/metrics.jsonl
+    assert m["median_samples_per_s"] > 0 and m["median_grad_var_relative"] >= 0 and m["peak_rss_mb"] > 0
     assert s["onnx"]["int8_bytes"] < s["onnx"]["fp32_bytes"]
     assert s["test"]["champion_version"] == "model-v1"
     text = (settings.layout.run_dir(run2) / "summary.txt").read_text()
-    for needle in ("ROC AUC", "F1", "coverage", "data-v2", "final loss", "onnx int8", "model-v2"):
+    for needle in ("ROC AUC", "F1", "coverage", "data-v2", "final loss", "train metrics", "onnx int8", "model-v2"):
         assert needle in text
     # Both landing batches were archived, none left waiting.
     assert sorted(p.name for p in settings.layout.archive.iterdir()) == ["batch-0001.csv", "batch-0002.csv"]

@@ -130,6 +130,9 @@ def test_sigterm_checkpoints_then_a_rerun_redoes_nothing(settings, data_version,
     assert proc.wait(timeout=120) != 0
     steps = [json.loads(x)["step"] for x in (tmp_path / "preempted" / "metrics.jsonl").read_text().splitlines()]
     stopped_at = steps[-1]
+    _, state = latest_valid_checkpoint(tmp_path / "preempted" / "checkpoints")
+    assert state["step"] == stopped_at and len(state["rng"]) == 2          # every rank's RNG state
+    assert all(r["torch"].dtype == torch.uint8 for r in state["rng"])
     run_torchrun(data_version, tmp_path / "preempted", p)         # the Airflow retry
     m = read_json(tmp_path / "preempted" / "train_metrics.json")
     assert m["resumed_from_step"] == stopped_at                   # checkpointed at the very step it stopped

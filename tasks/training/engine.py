@@ -108,6 +108,17 @@ def warm_start(model, init_from: str | None, registry_url: str | None = None) ->
     return init_from
 
 
+def rng_state(device: torch.device) -> dict:
+    return {"torch": torch.get_rng_state(),
+            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+
+
+def set_rng_state(state: dict, device: torch.device) -> None:
+    torch.set_rng_state(state["torch"])
+    if state["cuda"] is not None and device.type == "cuda":
+        torch.cuda.set_rng_state(state["cuda"], device)
+
+
 class StopSignal:
     """SIGTERM (preemption, `kill`): finish the step, checkpoint, exit. Ranks agree on it each step."""
 
@@ -164,6 +175,7 @@ def train(data_version: str, out: str, p: TrainParams, registry_url: str | None 
         path, state = found
         model.load_state_dict(state["model"])
         step, losses, epoch_loss, splits = state["step"], state["losses"], state["epoch_loss"], state["splits"]
+        set_rng_state(state["rng"][rank], device)
         if master:
             log(f"resumed from {path.name} at step {step}/{total_steps}")
     else:
@@ -207,9 +219,14 @@ def train(data_version: str, out: str, p: TrainParams, registry_url: str | None 
     compute_s, t0 = 0.0, time.time()
 
     def checkpoint(at: int, wait: bool = False) -> None:
+        """Every rank calls this at the same steps: the RNG states of all ranks are gathered (no layer
+        draws random numbers today, but a resumed run must not depend on that staying true)."""
+        rng = [rng_state(device)] * world
+        if distributed:
+            dist.all_gather_object(rng, rng_state(device))
         if master:
             checkpointer.save(at, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": at,
-                                   "losses": losses, "epoch_loss": epoch_loss, "splits": splits,
+                                   "losses": losses, "epoch_loss": epoch_loss, "splits": splits, "rng": rng,
                                    "fingerprint": fingerprint}, wait=wait)
 
     while step < total_steps:

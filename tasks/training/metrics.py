@@ -81,3 +81,20 @@ def _gpu_utilization() -> float | None:
         return float(torch.cuda.utilization())
     except Exception:                     # no NVML (pynvml missing, MIG slices): report nothing
         return None
+
+
+def summarize(lines: list[dict]) -> dict | None:
+    """The run report's view of metrics.jsonl: throughput, the last algorithm metrics, peak memory."""
+    if not lines:
+        return None
+    last = lines[-1]
+    rates = sorted(m["samples_per_s"] for m in lines)
+    out = {"windows": len(lines), "median_samples_per_s": rates[len(rates) // 2],
+           "last_grad_norm": last["grad_norm"], "last_update_to_weight": last["update_to_weight"],
+           "last_loss_std": last["loss_std"], "peak_rss_mb": max(m["rss_mb"] for m in lines)}
+    spreads = sorted(m["grad_var_relative"] for m in lines if "grad_var_relative" in m)
+    if spreads:
+        out["median_grad_var_relative"] = spreads[len(spreads) // 2]
+    if any("gpu_mem_mb" in m for m in lines):
+        out["peak_gpu_mem_mb"] = max(m.get("gpu_mem_mb", 0.0) for m in lines)
+    return out
