@@ -28,7 +28,7 @@ def model():
 
 
 def main(out):
-    init_process_group()
+    init_process_group(torch.device("cpu"))      # gloo: 2 simulated nodes on one machine
     rank, local = dist.get_rank(), int(os.environ["LOCAL_WORLD_SIZE"])
     torch.manual_seed(100 + rank)                    # every rank its own data
     x, y = torch.randn(16, 32), torch.randn(16, 1)
