@@ -81,7 +81,7 @@ def init_process_group(device: torch.device) -> None:
         dist.init_process_group(backend, timeout=timeout)
 
 
-def read_init_model(init_from: str, registry_url: str | None) -> dict | None:
+def read_init_model(init_from: str, registry_url: str | None) -> dict:
     """A previous model's blob: a registered version (model-vN, read by tag through DVC, as a
     pod does) or a model.pt path."""
     import io
@@ -161,10 +161,10 @@ def train(data_version: str, out: str, p: TrainParams, registry_url: str | None 
     # A checkpoint resumes only the same training: same data version, hyperparameters and start.
     fingerprint = hashlib.sha256(json.dumps([data_version, dataclasses.asdict(p), init_from, world],
                                             sort_keys=True).encode()).hexdigest()
-    if master:
-        store.fetch_checkpoints()
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        store.fetch_checkpoints()              # one fetch per node: each pod has its own disk
     if distributed:
-        dist.barrier()                         # rank 0 fetched before anyone reads the folder
+        dist.barrier()                         # fetched before anyone reads the folder
     found = latest_valid_checkpoint(ckpt_dir)
     if found and found[1].get("fingerprint") != fingerprint:
         if master:
