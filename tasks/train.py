@@ -32,8 +32,7 @@ def warm_start_version(settings: Settings, p) -> str | None:
 
 def collect(run_id: str, settings: Settings, out_uri: str) -> dict[str, Any]:
     """Kubernetes backend: bring a finished pod run's outputs from `out_uri` into the run folder."""
-    from tasks.training.engine import OUTPUTS
-    from tasks.training.outputs import fetch_outputs
+    from tasks.training.outputs import OUTPUTS, fetch_outputs
 
     out = settings.layout.run_dir(run_id) / "train"
     fetch_outputs(out_uri, out, OUTPUTS)

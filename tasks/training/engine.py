@@ -37,10 +37,8 @@ from tasks.training.hierarchical import HierarchicalState, hierarchical_allreduc
 from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
 from tasks.training.metrics import TrainingMetrics
 from tasks.training.model import save_model
-from tasks.training.outputs import CHECKPOINTS, OutputStore
+from tasks.training.outputs import CHECKPOINTS, OUTPUTS, OutputStore
 from tasks.training.spread import SpreadState, measured_hook
-
-OUTPUTS = ("model.pt", "train_metrics.json", "metrics.jsonl")   # what a finished run publishes
 
 
 def pick_device(p: TrainParams) -> torch.device:

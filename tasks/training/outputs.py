@@ -18,6 +18,7 @@ from pathlib import Path
 from tasks.stepio import log
 
 CHECKPOINTS = "checkpoints"
+OUTPUTS = ("model.pt", "train_metrics.json", "metrics.jsonl")   # what a finished run publishes
 
 
 def is_uri(out: str) -> bool:
