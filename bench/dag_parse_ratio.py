@@ -20,7 +20,7 @@ from pathlib import Path
 
 from bench.record import Record
 from ops.airflow_env import airflow_env
-from tasks.settings import REPO_ROOT, Settings
+from tasks.core.settings import REPO_ROOT, Settings
 
 ONE_TASK_DAG = '''
 from airflow.providers.standard.operators.empty import EmptyOperator

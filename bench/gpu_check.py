@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tasks.params import load_params
+from tasks.core.params import load_params
 
 BENCH_HIDDEN = load_params().scaling.bench_hidden        # params.yaml: the benchmark model profile
 N_FEATURES = 20
@@ -40,7 +40,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store_dir: str, out
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    from tasks.params import TrainParams
+    from tasks.core.params import TrainParams
     from tasks.training.data import FeatureStats
     from tasks.training.engine import autocast_for, init_process_group, pick_device
     from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer

@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from bench.record import Record
-from tasks.settings import REPO_ROOT
+from tasks.core.settings import REPO_ROOT
 
 
 def run_two_nodes(out: Path, width: int = 64, steps: int = 1) -> list[dict]:

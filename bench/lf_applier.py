@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 from bench.record import Record
-from tasks.settings import REPO_ROOT
+from tasks.core.settings import REPO_ROOT
 
 CHILD = r"""
 import json, resource, sys, time

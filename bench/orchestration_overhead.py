@@ -13,7 +13,7 @@ from pathlib import Path
 
 from bench.record import Record
 from ops.services import AirflowServices
-from tasks.settings import Settings
+from tasks.core.settings import Settings
 
 DAG = "nightly_pipeline"
 

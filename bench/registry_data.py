@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from tasks.settings import Settings
+from tasks.core.settings import Settings
 
 
 def make_partitions(folder: Path, n: int, bytes_each: int, seed: int = 0, start: int = 0) -> dict[str, Path]:

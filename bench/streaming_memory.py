@@ -9,7 +9,6 @@ each version whole into memory, as the engine did before it streamed.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import subprocess
@@ -18,9 +17,10 @@ import tempfile
 from pathlib import Path
 
 from bench.record import Record
-from tasks.params import load_params
+from tasks.core.params import load_params
+from tasks.training.local import params_json
 from tasks.registry import Registry
-from tasks.settings import Settings
+from tasks.core.settings import Settings
 
 ROWS_PER_PARTITION = 50_000
 CACHE_MB = 16
@@ -29,7 +29,7 @@ _WHOLE = """
 import sys
 from tasks.datasets import load_dataset
 from tasks.registry import Registry
-from tasks.settings import Settings
+from tasks.core.settings import Settings
 df = Registry(Settings.from_env()).read_data_version(sys.argv[1])
 x = load_dataset().featurize(df[df["label"] != -1])
 print(x.shape)
@@ -70,7 +70,7 @@ def _versions(home: Path) -> tuple[str, str]:
 
 
 def run() -> list[Record]:
-    p = dataclasses.replace(load_params().train, epochs=1, batch_size=4096, nproc=1, log_every=50,
+    p = load_params().train.replace(epochs=1, batch_size=4096, nproc=1, log_every=50,
                             checkpoint_every=10_000, warm_start=False, stream_cache_mb=CACHE_MB, device="cpu")
     with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
         tmp = Path(tmp)
@@ -79,7 +79,7 @@ def run() -> list[Record]:
         peak, whole = {}, {}
         for name, version in (("1x", small), ("10x", large)):
             engine = [sys.executable, "-m", "tasks.training.engine", "--data-version", version,
-                      "--out", str(tmp / f"out-{name}"), "--params", json.dumps(dataclasses.asdict(p))]
+                      "--out", str(tmp / f"out-{name}"), "--params", params_json(p)]
             peak[name] = _peak_rss_mb(engine, env)
             whole[name] = _peak_rss_mb([sys.executable, "-c", _WHOLE, version], env)
             m = json.loads((tmp / f"out-{name}" / "train_metrics.json").read_text())

@@ -18,7 +18,6 @@
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -29,11 +28,11 @@ from pathlib import Path
 
 from bench.gpu_check import BENCH_HIDDEN     # the bench model profile: ~9.6M parameters
 from bench.record import Record
-from tasks.params import load_params
+from tasks.core.params import load_params
 from tasks.registry import Registry
-from tasks.settings import Settings
-from tasks.stepio import read_json
-from tasks.training.launch import run_torchrun, start_torchrun
+from tasks.core.settings import Settings
+from tasks.core.files import read_json
+from tasks.training.local import run_torchrun, start_torchrun
 
 ROWS_PER_PROCESS = 1024
 
@@ -85,14 +84,14 @@ def run() -> list[Record]:
         os.environ["SLUICE_HOME"] = str(tmp / "home")
         try:
             version = _data_version(tmp / "home", 20_000)
-            bench = dataclasses.replace(base, hidden=BENCH_HIDDEN, epochs=1, log_every=1000, checkpoint_every=10_000,
+            bench = base.replace(hidden=BENCH_HIDDEN, epochs=1, log_every=1000, checkpoint_every=10_000,
                                         warm_start=False)
 
             # Scaling: 1,024 rows per process per step, 1 then 2 processes, twice.
             ratios, sps = [], {1: [], 2: []}
             for k in range(2):
                 for n in (1, 2):
-                    p = dataclasses.replace(bench, nproc=n, batch_size=ROWS_PER_PROCESS * n, epochs=n, log_every=5)
+                    p = bench.replace(nproc=n, batch_size=ROWS_PER_PROCESS * n, epochs=n, log_every=5)
                     run_torchrun(version, tmp / f"s{n}-{k}", p)
                     sps[n].append(_steady_throughput(tmp / f"s{n}-{k}"))
                 ratios.append(sps[2][-1] / (2 * sps[1][-1]))
@@ -102,12 +101,12 @@ def run() -> list[Record]:
 
             # Checkpoint overhead: the same 78 steps with and without a checkpoint every 50... plus one more run
             # so both sides are measured twice, alternating.
-            ck = dataclasses.replace(bench, nproc=1, batch_size=256, epochs=2)
+            ck = bench.replace(nproc=1, batch_size=256, epochs=2)
             plain, with_ck = [], []
             for k in range(2):
                 run_torchrun(version, tmp / f"p{k}", ck)
                 plain.append(read_json(tmp / f"p{k}" / "train_metrics.json")["seconds"])
-                run_torchrun(version, tmp / f"c{k}", dataclasses.replace(ck, checkpoint_every=50))
+                run_torchrun(version, tmp / f"c{k}", ck.replace(checkpoint_every=50))
                 with_ck.append(read_json(tmp / f"c{k}" / "train_metrics.json")["seconds"])
             overhead = statistics.median(with_ck) / statistics.median(plain) - 1
             records.append(Record("checkpoint_overhead", overhead, "share", "<= 0.03",
@@ -116,9 +115,9 @@ def run() -> list[Record]:
 
             # Load balancing on the demo model: rank 1 costs 2x per sample.
             os.environ["SLUICE_SIMULATE_SLOW"] = "0:0.002,1:0.004"
-            demo = dataclasses.replace(base, epochs=4, log_every=1, checkpoint_every=10_000, warm_start=False)
+            demo = base.replace(epochs=4, log_every=1, checkpoint_every=10_000, warm_start=False)
             run_torchrun(version, tmp / "static", demo)
-            run_torchrun(version, tmp / "balanced", dataclasses.replace(demo, balance_every=4))
+            run_torchrun(version, tmp / "balanced", demo.replace(balance_every=4))
             del os.environ["SLUICE_SIMULATE_SLOW"]
             ideal = base.batch_size / (1 / 0.002 + 1 / 0.004)
             for name in ("static", "balanced"):
@@ -131,7 +130,7 @@ def run() -> list[Record]:
 
             # Recovery: SIGKILL one worker of a run checkpointing every 20 steps.
             os.environ["SLUICE_SIMULATE_SLOW"] = "*:0.0005"
-            rec = dataclasses.replace(demo, epochs=12, checkpoint_every=20)
+            rec = demo.replace(epochs=12, checkpoint_every=20)
             redo, seconds = [], []
             for k, kill_at in enumerate((37, 55, 71)):
                 out = tmp / f"kill{k}"

@@ -26,9 +26,9 @@ from tasks.datasets import load_dataset
 from tasks.datasets.emails import load_source
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
-from tasks.params import load_params
+from tasks.core.params import load_params
 from tasks.datasets.emails import GOLD_COLUMN, featurize
-from tasks.scoring import gold_quality
+from tasks.evaluation.scoring import gold_quality
 from tasks.training.loop import fit_in_memory
 
 KS = (5, 10, 20)

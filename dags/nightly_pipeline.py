@@ -37,13 +37,13 @@ DAG_ID = "nightly_pipeline"
 
 
 def _train_backend() -> str:
-    from tasks.settings import Settings     # light: stdlib only
+    from tasks.core.settings import Settings     # light: stdlib only
 
     return Settings.from_env().train_backend
 
 
 def _settings():
-    from tasks.settings import Settings
+    from tasks.core.settings import Settings
 
     return Settings.from_env()
 
@@ -132,7 +132,7 @@ def nightly_pipeline():
 
     @task
     def plan_train(ti=None, run_id=None, params=None):
-        from tasks.k8s import plan_training
+        from tasks.training.kubernetes import plan_training
 
         return _push(ti, plan_training(run_id, _settings(), _result(ti, "snapshot")["data_version"],
                                        params["epochs"]))["name"]
@@ -160,7 +160,7 @@ def nightly_pipeline():
     def reject_model(gate: str):
         @task(task_id=f"reject_model_{gate}")
         def _reject(ti=None, run_id=None):
-            from tasks.deploy import reject_model as run
+            from tasks.reject_model import reject_model as run
 
             return _push(ti, run(run_id, _settings(), gate, _result(ti, gate)))
         return _reject()
@@ -194,7 +194,7 @@ def nightly_pipeline():
     t_ingest, t_raw, t_weak, t_lab = ingest(), validate_raw(), weak_label(), validate_labeled()
     t_snap, t_eval, t_comp = snapshot(), evaluate(), compress()
     if _train_backend() == "kubernetes":
-        from tasks.k8s import KubernetesTraining, training_tasks
+        from tasks.training.kubernetes import KubernetesTraining, training_tasks
 
         t_pods, service = training_tasks(KubernetesTraining.from_env(), task_id="train_pods")
         t_plan, t_train = plan_train(), collect_train()

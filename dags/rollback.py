@@ -44,7 +44,7 @@ def rollback():
 
         from tasks.registry import RegistryError
         from tasks.rollback import rollback as run
-        from tasks.settings import Settings
+        from tasks.core.settings import Settings
 
         who = getattr(dag_run, "triggering_user_name", None) or "airflow"
         try:

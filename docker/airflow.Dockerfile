@@ -16,7 +16,7 @@ RUN apt-get update \
 USER airflow
 
 # The project lives in /opt/sluice-app and is installed editable (-e): tasks find
-# params.yaml and data_contracts/ next to the package (tasks.settings.REPO_ROOT), which
+# params.yaml and data_contracts/ next to the package (tasks.core.settings.REPO_ROOT), which
 # a plain install into site-packages would lose.
 WORKDIR /opt/sluice-app
 COPY --chown=airflow:0 pyproject.toml constraints.txt params.yaml ./

@@ -1,5 +1,5 @@
 # The Sluice trainer image: CUDA torch and the project. Training pods run it with
-#   torchrun ... -m tasks.training.engine ...   (the pod command; see tasks/k8s.py)
+#   torchrun ... -m tasks.training.engine ...   (the pod command; see tasks/training/kubernetes.py)
 # so the image sets no ENTRYPOINT.
 #   docker build -f docker/trainer.Dockerfile -t REGISTRY/sluice-trainer:TAG .
 FROM python:3.11-slim-bookworm

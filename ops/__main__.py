@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 
 from ops.airflow_env import ADMIN_USER, ensure_secrets
 from ops.services import AirflowServices, ApiClient, stop_groups
-from tasks.settings import Settings
+from tasks.core.settings import Settings
 
 DAG_ID = "nightly_pipeline"
 

@@ -12,7 +12,7 @@ import os
 import secrets
 from pathlib import Path
 
-from tasks.settings import REPO_ROOT, Settings
+from tasks.core.settings import REPO_ROOT, Settings
 
 ADMIN_USER = "admin"
 

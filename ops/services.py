@@ -21,7 +21,7 @@ from typing import Any, Callable
 import httpx
 
 from ops.airflow_env import ADMIN_USER, airflow_env, ensure_secrets
-from tasks.settings import Settings
+from tasks.core.settings import Settings
 
 COMPONENTS = {
     "api-server": ["api-server", "--host", "127.0.0.1"],

@@ -10,11 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from tasks.metrics import fmt_quality
-from tasks.params import load_params
-from tasks.scoring import gold_quality, load_gold_test, predict_onnx, predict_torch
-from tasks.settings import Settings
-from tasks.stepio import log, read_json, record_step, step_cli
+from tasks.evaluation.quality import fmt_quality
+from tasks.core.params import load_params
+from tasks.evaluation.scoring import gold_quality, load_gold_test, predict_onnx, predict_torch
+from tasks.core.settings import Settings
+from tasks.core.files import read_json
+from tasks.core.log import log
+from tasks.core.steps import record_step, step_cli
 
 
 def export_onnx(model_path: Path, out: Path) -> Path:

@@ -9,9 +9,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tasks.params import load_params
-from tasks.settings import Settings, StateLayout
-from tasks.stepio import atomic_write_parquet, log, record_step, step_cli
+from tasks.core.params import load_params
+from tasks.core.settings import Settings, StateLayout
+from tasks.core.files import atomic_write_parquet
+from tasks.core.log import log
+from tasks.core.steps import record_step, step_cli
 
 LANDING_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.(csv|parquet)$")
 
@@ -35,7 +37,7 @@ def ingest(run_id: str, settings: Settings, batch: str | None = None) -> dict[st
     layout = settings.layout.ensure()
     run_dir = layout.run_dir(run_id)
     if settings.demo_feed:
-        from tasks.demo_data import DemoFeed
+        from tasks.datasets.demo_feed import DemoFeed
 
         feed = DemoFeed(layout, load_params().demo)
         feed.ensure_gold()

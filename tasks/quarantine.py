@@ -12,8 +12,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from tasks.settings import Settings, StateLayout, safe_run_id
-from tasks.stepio import atomic_write_bytes, atomic_write_json, log, record_step
+from tasks.core.settings import Settings, StateLayout, safe_run_id
+from tasks.core.files import atomic_write_bytes, atomic_write_json
+from tasks.core.log import log
+from tasks.core.steps import record_step
 
 
 def quarantine_batch(run_id: str, settings: Settings, ingest_result: dict[str, Any],

@@ -8,10 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tasks.params import load_params
+from tasks.core.params import load_params
 from tasks.registry import Registry, code_commit
-from tasks.settings import Settings
-from tasks.stepio import read_json, record_step, step_cli
+from tasks.core.settings import Settings
+from tasks.core.files import read_json
+from tasks.core.steps import record_step, step_cli
 
 
 def register(run_id: str, settings: Settings, train_result: dict[str, Any], evaluate_result: dict[str, Any],

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.metrics import fmt_quality
+from tasks.evaluation.quality import fmt_quality
 from tasks.registry import Registry
-from tasks.settings import Settings
-from tasks.stepio import atomic_write_bytes, atomic_write_json, load_steps, log, step_cli
+from tasks.core.settings import Settings
+from tasks.core.files import atomic_write_bytes, atomic_write_json
+from tasks.core.log import log
+from tasks.core.steps import load_steps, step_cli
 
 
 def outcome_of(steps: dict[str, dict[str, Any]], failed_steps: list[str]) -> str:

@@ -16,7 +16,7 @@ import sys
 from typing import Any
 
 from tasks.registry import Registry, RegistryError
-from tasks.settings import Settings
+from tasks.core.settings import Settings
 
 
 def rollback(settings: Settings, data_version: str | None, model_version: str | None, reason: str,

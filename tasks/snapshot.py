@@ -10,8 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from tasks.registry import Registry
-from tasks.settings import Settings
-from tasks.stepio import log, read_json, record_step, step_cli
+from tasks.core.settings import Settings
+from tasks.core.files import read_json
+from tasks.core.log import log
+from tasks.core.steps import record_step, step_cli
 
 
 def snapshot(run_id: str, settings: Settings, ingest_result: dict[str, Any], weak_label_result: dict[str, Any],

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.params import load_params
+from tasks.core.params import load_params
 from tasks.registry import Registry, check_version
-from tasks.settings import Settings
-from tasks.stepio import read_json, record_step, step_cli
-from tasks.training.launch import run_torchrun
+from tasks.core.settings import Settings
+from tasks.core.files import read_json
+from tasks.core.steps import record_step, step_cli
+from tasks.training.local import run_torchrun
 
 
 def train(run_id: str, settings: Settings, data_version: str, epochs: int | None = None) -> dict[str, Any]:
@@ -42,7 +43,7 @@ def collect(run_id: str, settings: Settings, out_uri: str) -> dict[str, Any]:
 def _record(run_id: str, settings: Settings, out, out_uri: str | None = None) -> dict[str, Any]:
     import json
 
-    from tasks.training.metrics import summarize
+    from tasks.training.telemetry import summarize
 
     m = read_json(out / "train_metrics.json")
     lines = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []

@@ -5,9 +5,11 @@ from typing import Any
 
 import pandas as pd
 
-from tasks.contracts import validate_frame, write_gate_report
-from tasks.settings import Settings
-from tasks.stepio import log, read_json, record_step, step_cli
+from tasks.contracts.suite import validate_frame, write_gate_report
+from tasks.core.settings import Settings
+from tasks.core.files import read_json
+from tasks.core.log import log
+from tasks.core.steps import record_step, step_cli
 
 
 def contract_view(labeled: pd.DataFrame) -> pd.DataFrame:

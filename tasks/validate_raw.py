@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.contracts import ContractResult, Failure, load_suite_spec, suite_hash, validate_frame, write_gate_report
-from tasks.settings import Settings
-from tasks.stepio import log, read_json, record_step, step_cli
+from tasks.contracts.suite import ContractResult, Failure, load_suite_spec, suite_hash, validate_frame, write_gate_report
+from tasks.core.settings import Settings
+from tasks.core.files import read_json
+from tasks.core.log import log
+from tasks.core.steps import record_step, step_cli
 
 def validate_raw(run_id: str, settings: Settings, ingest_result: dict[str, Any]) -> dict[str, Any]:
     import pandas as pd

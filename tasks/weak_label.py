@@ -16,11 +16,13 @@ import pandas as pd
 from tasks.labeling.drift import drift_flags, labeling_stats
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
-from tasks.params import load_params
+from tasks.core.params import load_params
 from tasks.registry import Registry
 from tasks.datasets import load_dataset
-from tasks.settings import Settings
-from tasks.stepio import atomic_write_json, atomic_write_parquet, log, read_json, record_step, step_cli
+from tasks.core.settings import Settings
+from tasks.core.files import atomic_write_json, atomic_write_parquet, read_json
+from tasks.core.log import log
+from tasks.core.steps import record_step, step_cli
 
 
 def weak_label(run_id: str, settings: Settings, ingest_result: dict[str, Any]) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ops.airflow_env import airflow_env
-from tasks.settings import REPO_ROOT, Settings
+from tasks.core.settings import REPO_ROOT, Settings
 from ops.services import free_port
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")

@@ -8,7 +8,7 @@ import time
 import pandas as pd
 import pytest
 
-from tasks.settings import Settings
+from tasks.core.settings import Settings
 
 S3_BUCKET = "sluice-registry"      # created empty in the S3 test server
 

@@ -31,7 +31,7 @@ class DatasetError(ValueError):
 def load_dataset(module: str | None = None) -> ModuleType:
     """The dataset plug-in named by `module`, or by params.yaml `dataset.module`."""
     if module is None:
-        from tasks.params import load_params
+        from tasks.core.params import load_params
 
         module = load_params().dataset.module
     try:

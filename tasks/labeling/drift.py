@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from tasks.labeling.lf import ABSTAIN
-from tasks.params import WeakLabelParams
+from tasks.core.params import WeakLabelParams
 
 
 def labeling_stats(L: np.ndarray, label: np.ndarray) -> dict[str, float]:

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tasks.labeling.lf import ABSTAIN, LabelingFunction
-from tasks.metrics import classification_metrics
-from tasks.params import WeakLabelParams
+from tasks.evaluation.quality import classification_metrics
+from tasks.core.params import WeakLabelParams
 
 
 @dataclass

@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 import torch
 
-from tasks.stepio import atomic_write_bytes, log
+from tasks.core.files import atomic_write_bytes
+from tasks.core.log import log
 
 _NAME = re.compile(r"^ckpt-(\d{6})\.pt$")
 

@@ -112,7 +112,7 @@ class StreamingVersion:
                  seed: int = 0):
         from tasks.datasets import load_dataset
         from tasks.registry import Registry
-        from tasks.settings import Settings
+        from tasks.core.settings import Settings
 
         self.fs, info = Registry(Settings.from_env()).open_data_version(data_version, repo_url=registry_url)
         self.paths = [p["path"] for p in info["partitions"]]

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import hashlib
 import json
 import os
@@ -28,14 +27,15 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from tasks.params import TrainParams
-from tasks.stepio import atomic_write_json, log
+from tasks.core.params import TrainParams
+from tasks.core.files import atomic_write_json
+from tasks.core.log import log
 from tasks.training.batching import equal_splits, rank_slice, rebalance
 from tasks.training.checkpoint import AsyncCheckpointer, latest_valid_checkpoint
 from tasks.training.data import StreamingVersion
 from tasks.training.hierarchical import HierarchicalState, hierarchical_allreduce_hook
 from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
-from tasks.training.metrics import TrainingMetrics
+from tasks.training.telemetry import TrainingMetrics
 from tasks.training.model import save_model
 from tasks.training.outputs import CHECKPOINTS, OUTPUTS, OutputStore
 from tasks.training.spread import SpreadState, measured_hook
@@ -87,7 +87,7 @@ def read_init_model(init_from: str, registry_url: str | None) -> dict:
 
     if re.match(r"^model-v[1-9][0-9]*$", init_from):
         from tasks.registry import Registry
-        from tasks.settings import Settings
+        from tasks.core.settings import Settings
 
         data = Registry(Settings.from_env()).read_model_artifact(init_from, "model.pt", repo_url=registry_url)
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
@@ -157,7 +157,7 @@ def train(data_version: str, out: str, p: TrainParams, registry_url: str | None 
     ckpt_dir = store.local / CHECKPOINTS
     step, losses, epoch_loss = 0, [], [0.0, 0]
     # A checkpoint resumes only the same training: same data version, hyperparameters and start.
-    fingerprint = hashlib.sha256(json.dumps([data_version, dataclasses.asdict(p), init_from, world],
+    fingerprint = hashlib.sha256(json.dumps([data_version, p.model_dump(mode="json"), init_from, world],
                                             sort_keys=True).encode()).hexdigest()
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
         store.fetch_checkpoints()              # one fetch per node: each pod has its own disk
@@ -307,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     raw = json.loads(args.params)
     raw["hidden"] = tuple(raw["hidden"])
-    train(args.data_version, args.out, TrainParams(**raw), args.registry_url, args.init_from or None, args.workdir)
+    train(args.data_version, args.out, TrainParams.model_validate(raw), args.registry_url, args.init_from or None, args.workdir)
     return 0
 
 

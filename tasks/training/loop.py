@@ -12,7 +12,7 @@ import time
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from tasks.params import TrainParams
+from tasks.core.params import TrainParams
 from tasks.training.data import FeatureStats
 from tasks.training.model import SpamMLP
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tasks.stepio import log
+from tasks.core.log import log
 
 CHECKPOINTS = "checkpoints"
 OUTPUTS = ("model.pt", "train_metrics.json", "metrics.jsonl")   # what a finished run publishes

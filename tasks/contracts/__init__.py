@@ -1,0 +1,1 @@
+"""Data contracts: Great Expectations suites (data_contracts/) run against batches, with readable reports."""

@@ -1,0 +1,219 @@
+"""Data contracts: Great Expectations suites from data_contracts/, run as gates.
+
+A suite file is JSON: {"name", "description", "expectations": [{"type", "kwargs",
+"meta": {"guards": "<the failure this expectation stops>"}}]}. Its content hash is
+recorded with every data version, so each version names the contract it passed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from tasks.core.settings import REPO_ROOT
+
+CONTRACTS_DIR = REPO_ROOT / "data_contracts"
+
+
+class ContractError(ValueError):
+    """The suite file itself is broken (not the data)."""
+
+
+@dataclass
+class Failure:
+    expectation: str
+    column: str | None
+    guards: str
+    observed: Any
+    expected: dict[str, Any]
+    unexpected_count: int | None = None
+    sample_values: list[Any] = field(default_factory=list)
+    sample_rows: list[int] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    def describe(self) -> str:
+        where = f" on column {self.column!r}" if self.column else ""
+        msg = f"{self.expectation}{where}: observed {self.observed!r}, expected {self.expected}"
+        if self.unexpected_count:
+            msg += (f"; {self.unexpected_count} offending rows, e.g. values {self.sample_values[:5]}"
+                    f" at rows {self.sample_rows[:5]}")
+        if self.error:
+            msg += f"; error: {self.error}"
+        return f"{msg} (guards: {self.guards})"
+
+
+@dataclass
+class ContractResult:
+    suite: str
+    suite_hash: str
+    success: bool
+    evaluated: int
+    failures: list[Failure] = field(default_factory=list)
+    rows: int = 0
+    skipped: list[str] = field(default_factory=list)   # checks against a previous version, when there is none
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def summary(self) -> str:
+        skipped = f" ({len(self.skipped)} skipped: no previous version to compare with)" if self.skipped else ""
+        if self.success:
+            return f"contract {self.suite} passed: {self.evaluated} expectations on {self.rows} rows{skipped}"
+        lines = [f"contract {self.suite} FAILED: {len(self.failures)} of {self.evaluated} expectations"]
+        lines += [f"  - {f.describe()}" for f in self.failures]
+        return "\n".join(lines)
+
+
+def suite_path(name: str) -> Path:
+    """A contract by name (data_contracts/<name>.json) or by path to its .json file."""
+    return Path(name) if name.endswith(".json") else CONTRACTS_DIR / f"{name}.json"
+
+
+def load_suite_spec(name: str) -> dict[str, Any]:
+    path = suite_path(name)
+    try:
+        spec = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ContractError(f"no contract named {name!r} ({path} missing)") from None
+    except json.JSONDecodeError as exc:
+        raise ContractError(f"contract {path} is not valid JSON: {exc}") from None
+    exps = spec.get("expectations")
+    if not isinstance(exps, list) or not exps:
+        raise ContractError(f"contract {path} has no expectations")
+    seen = set()
+    for i, e in enumerate(exps):
+        if not e.get("meta", {}).get("guards"):
+            raise ContractError(f"contract {path}: expectation #{i} ({e.get('type')}) has no meta.guards note")
+        key = _key(e.get("type", ""), e.get("kwargs", {}))
+        if key in seen:
+            raise ContractError(f"contract {path}: expectation #{i} repeats {key}")
+        seen.add(key)
+    return spec
+
+
+def suite_hash(name: str) -> str:
+    spec = load_suite_spec(name)
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+@lru_cache(maxsize=1)
+def _gx_batch_definition():
+    os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
+    import great_expectations as gx
+    from great_expectations.data_context.types.base import ProgressBarsConfig
+
+    ctx = gx.get_context(mode="ephemeral")
+    ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
+    return ctx.data_sources.add_pandas("sluice").add_dataframe_asset("frame").add_batch_definition_whole_dataframe("all")
+
+
+def resolve_relative(expectation: dict[str, Any], reference: pd.DataFrame) -> dict[str, Any]:
+    """Fill an expectation's bounds from the previous version's data (meta.relative_to_previous). Pure.
+
+    {"categorical_kl": threshold}: the column's value distribution may diverge from the
+    reference's by at most `threshold` (KL; add-one smoothing over the values either has).
+    {"max_rel_change": r} / {"max_abs_change": a}: the statistic the expectation checks (mean or
+    median) must stay within r (relative) or a (absolute) of the reference's.
+    """
+    rule = expectation["meta"]["relative_to_previous"]
+    column = expectation["kwargs"]["column"]
+    kwargs = dict(expectation["kwargs"])
+    ref = reference[column].dropna()
+    if "categorical_kl" in rule:
+        counts = ref.value_counts()
+        values = sorted(set(counts.index) | set(rule.get("values", [])), key=str)
+        weights = [(counts.get(v, 0) + 1) / (len(ref) + len(values)) for v in values]
+        kwargs.update(partition_object={"values": [_plain(v) for v in values], "weights": weights},
+                      threshold=rule["categorical_kl"])
+    else:
+        stat = {"expect_column_mean_to_be_between": ref.mean,
+                "expect_column_median_to_be_between": ref.median}[expectation["type"]]()
+        half = rule["max_rel_change"] * abs(stat) if "max_rel_change" in rule else rule["max_abs_change"]
+        kwargs.update(min_value=float(stat - half), max_value=float(stat + half))
+    return {**expectation, "kwargs": kwargs}
+
+
+def validate_frame(df: pd.DataFrame, name: str, reference: pd.DataFrame | None = None) -> ContractResult:
+    """Run suite `name` on `df`. Never raises for bad data: failures come back named.
+
+    `reference`: the previous version's data, for expectations relative to it; without it
+    they are skipped (and listed as skipped)."""
+    import great_expectations as gx
+
+    spec = load_suite_spec(name)
+    expectations, skipped = [], []
+    for e in spec["expectations"]:
+        if "relative_to_previous" in e["meta"]:
+            if reference is None:
+                skipped.append(_key(e["type"], e["kwargs"]))
+                continue
+            e = resolve_relative(e, reference)
+        expectations.append(e)
+    spec = {**spec, "expectations": expectations}
+    suite = gx.ExpectationSuite(name=spec["name"], expectations=spec["expectations"])
+    if len(suite.expectations) != len(spec["expectations"]):
+        # GX drops unknown expectation types with only a log line: the suite would pass on nothing.
+        known = {e.expectation_type for e in suite.expectations}
+        missing = [e["type"] for e in spec["expectations"] if e["type"] not in known]
+        raise ContractError(f"contract {name}: GX did not load expectation(s) {missing}")
+    guards = {_key(e["type"], e["kwargs"]): e["meta"]["guards"] for e in spec["expectations"]}
+
+    batch = _gx_batch_definition().get_batch(batch_parameters={"dataframe": df})
+    result = batch.validate(suite, result_format="SUMMARY")
+    failures = []
+    for r in result.results:
+        if r.success:
+            continue
+        cfg = r.expectation_config
+        kwargs = {k: v for k, v in cfg.kwargs.items() if k != "batch_id"}
+        res = r.result or {}
+        exc = r.exception_info or {}
+        failures.append(Failure(
+            expectation=cfg.type, column=kwargs.get("column"), guards=guards.get(_key(cfg.type, kwargs), ""),
+            observed=_plain(res.get("observed_value", res.get("unexpected_percent"))),
+            expected={k: v for k, v in kwargs.items() if k != "column"},
+            unexpected_count=res.get("unexpected_count"),
+            sample_values=_plain(res.get("partial_unexpected_list", []))[:10],
+            sample_rows=_plain(res.get("partial_unexpected_index_list", []))[:10],
+            rows=_sample_rows(df, res.get("partial_unexpected_index_list", [])),
+            error=exc.get("exception_message") if exc.get("raised_exception") else None,
+        ))
+    failures.sort(key=lambda f: (f.column or "", f.expectation))   # GX returns results unordered
+    return ContractResult(suite=spec["name"], suite_hash=suite_hash(name), success=not failures,
+                          evaluated=len(result.results), failures=failures, rows=len(df), skipped=skipped)
+
+
+def _sample_rows(df: pd.DataFrame, index: list, n: int = 5) -> list[dict[str, Any]]:
+    """The first offending rows, whole, so a person sees the record and not only the value."""
+    idx = [i for i in index[:n] if i in df.index]
+    return _plain(df.loc[idx].to_dict("records")) if idx else []
+
+
+def _key(etype: str, kwargs: dict[str, Any]) -> str:
+    """An expectation's identity in a suite: its type and column (one of each per suite)."""
+    return f"{etype}:{kwargs.get('column', '')}"
+
+
+def _plain(value: Any) -> Any:
+    """numpy scalars and containers -> JSON-friendly Python values."""
+    return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
+
+
+def write_gate_report(run_dir: Path, result: ContractResult) -> dict[str, Any]:
+    """Save the readable and the JSON report; return the small dict XCom and the summary carry."""
+    from tasks.core.files import atomic_write_bytes, atomic_write_json
+
+    folder = run_dir / "contracts"
+    atomic_write_json(folder / f"{result.suite}.json", result.to_dict())
+    atomic_write_bytes(folder / f"{result.suite}.txt", (result.summary() + "\n").encode())
+    return {"passed": result.success, "suite": result.suite, "suite_hash": result.suite_hash,
+            "evaluated": result.evaluated, "failed": len(result.failures), "rows": result.rows,
+            "summary": result.summary(), "report": str(folder / f"{result.suite}.txt"),
+            "report_json": str(folder / f"{result.suite}.json")}

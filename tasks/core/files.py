@@ -1,0 +1,67 @@
+"""Atomic file writes and JSON helpers: the one place a file is written safely.
+
+Every write goes to a temp file in the target's folder, is fsynced, then renamed
+over the target, so a reader (or a crash) sees the old file or the new one, never
+a torn one.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, Callable
+
+
+def atomic_write_with(path: Path, write: Callable[[Path], None]) -> None:
+    """Call `write(tmp)` to produce the file at a temp path beside `path`, fsync it, rename it over `path`.
+
+    For writers that want a path rather than bytes (pandas, torch, onnx)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        write(Path(tmp))
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically (temp file, fsync, rename)."""
+    atomic_write_with(path, lambda tmp: tmp.write_bytes(data))
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode())
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
+
+
+def atomic_write_parquet(path: Path, df: Any) -> None:
+    """DataFrame -> parquet atomically (pandas imported by the caller)."""
+    atomic_write_with(path, lambda tmp: df.to_parquet(tmp, index=False))
+
+
+def read_json(path: Path) -> Any:
+    return json.loads(Path(path).read_text())
+
+
+def json_safe(obj: Any) -> Any:
+    """NaN and infinities -> None (strict JSON, as Airflow's XCom demands); numpy scalars -> Python."""
+    if isinstance(obj, dict):
+        return {k: json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [json_safe(v) for v in obj]
+    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
+        obj = obj.item()
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj

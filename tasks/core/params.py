@@ -1,0 +1,282 @@
+"""params.yaml -> frozen, typed pydantic models that reject bad values by key name.
+
+Light (PyYAML and pydantic): the DAG files may import this at run time. Each section
+is a model with a docstring per field; unknown keys are refused, and every error
+names the file and the key (`params.yaml: train.epochs: ...`).
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, ValidationInfo, \
+    field_validator
+
+from tasks.core.settings import REPO_ROOT, Settings
+from tasks.core.versions import DATA_VERSION_PATTERN
+
+DEFAULT_PARAMS_FILE = REPO_ROOT / "params.yaml"      # SLUICE_PARAMS names another file
+
+ModulePath = Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*$")]
+Fraction = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
+Unit = Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+Widths = Annotated[tuple[Annotated[StrictInt, Field(ge=1)], ...], Field(min_length=1)]
+
+
+class ParamsError(ValueError):
+    """A value in params.yaml (or an override) is missing, unknown or out of range."""
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+    def replace(self, **changes: Any) -> Any:
+        """A copy with `changes`, validated like the file (model_copy would not validate)."""
+        return type(self).model_validate({**self.model_dump(), **changes})
+
+
+class DatasetParams(Section):
+    module: ModulePath = "tasks.datasets.emails"
+    """The dataset plug-in (tasks/datasets/__init__.py)."""
+
+
+class DemoParams(Section):
+    batch_size: StrictInt = Field(500, ge=10)
+    """Rows per nightly landing batch replayed from the demo dataset."""
+    dev_fraction: float = Field(0.10, gt=0, lt=0.5)
+    """Gold-labeled dev set (LF and label-model quality), never trained on."""
+    test_fraction: float = Field(0.20, gt=0, lt=0.5)
+    """Gold-labeled test set (model gates), never trained on."""
+    seed: StrictInt = 7
+
+    @field_validator("test_fraction")
+    @classmethod
+    def _leaves_batches(cls, v: float, info: ValidationInfo) -> float:
+        if info.data.get("dev_fraction", 0) + v >= 0.8:
+            raise ValueError("dev_fraction + test_fraction must leave at least 20% for the nightly batches")
+        return v
+
+
+class WeakLabelParams(Section):
+    label_model_epochs: StrictInt = Field(500, ge=1)
+    label_model_lr: Fraction = 0.01
+    seed: StrictInt = 7
+    lf_module: Annotated[str, Field(pattern=r"^([A-Za-z_][\w.]*)?$")] = ""
+    """Empty: the dataset's own LF module; else a module exposing make_lfs."""
+    drift_max_coverage_change: Annotated[float, Field(gt=0, le=1)] = 0.15
+    """Drift flags: the absolute change from the previous data version's labeling that is reported."""
+    drift_max_conflict_change: Annotated[float, Field(gt=0, le=1)] = 0.10
+    drift_max_balance_change: Annotated[float, Field(gt=0, le=1)] = 0.10
+
+
+class TrainParams(Section):
+    epochs: StrictInt = Field(40, ge=1, le=1000)
+    nproc: StrictInt = Field(2, ge=1, le=256)
+    """torchrun processes per node on the local backend."""
+    batch_size: StrictInt = Field(64, ge=1)
+    """The global batch: one optimizer step, whatever the processes and splits."""
+    micro_batch_size: StrictInt = Field(0, ge=0)
+    """Gradient accumulation chunk on each rank (0: the rank's whole slice)."""
+    lr: Fraction = 0.003
+    weight_decay: float = Field(0.0001, ge=0)
+    hidden: Widths = (32, 16)
+    checkpoint_every: StrictInt = Field(50, ge=1)
+    """Steps between checkpoints (also written on SIGTERM)."""
+    balance_every: StrictInt = Field(0, ge=0)
+    """Steps between re-splits of the global batch by rank throughput (0: off)."""
+    log_every: StrictInt = Field(10, ge=1)
+    seed: StrictInt = 7
+    allreduce: Literal["flat", "hierarchical"] = "flat"
+    """hierarchical: reduce in each node, allreduce among node leaders, broadcast."""
+    warm_start: StrictBool = True
+    """Start from the prod model's weights when the architecture matches."""
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    precision: Literal["auto", "fp32", "bf16"] = "auto"
+    stream_cache_mb: float = Field(256.0, gt=0)
+    """Megabytes of featurized partitions kept in memory; larger data versions stream."""
+
+    @field_validator("batch_size")
+    @classmethod
+    def _one_row_per_process(cls, v: int, info: ValidationInfo) -> int:
+        if v < info.data.get("nproc", 1):
+            raise ValueError(f"must be at least train.nproc={info.data['nproc']}, got {v}")
+        return v
+
+
+class EvaluateParams(Section):
+    min_roc_auc: Unit = 0.70
+    """Absolute floor on the gold test set."""
+    max_regression: Unit = 0.02
+    """The challenger may trail the prod champion's ROC AUC by at most this."""
+
+
+class CompressParams(Section):
+    max_roc_auc_drop: Unit = 0.02
+    """int8 ONNX vs the fp32 model on the gold test set."""
+    parity_atol: float = Field(1e-4, gt=0, le=0.1)
+    """fp32 ONNX vs torch, max abs difference of probabilities."""
+
+
+class ServingParams(Section):
+    """The model server (tasks/serving): where it listens and how it follows the registry."""
+    host: str = "127.0.0.1"
+    """Bind address; loopback by default."""
+    port: StrictInt = Field(0, ge=0, le=65535)
+    """0: a free port chosen at start (written to SLUICE_HOME/serving/address.json)."""
+    poll_s: float = Field(1.0, gt=0, le=60)
+    """Seconds between reads of the registry's serving state."""
+    max_rows: StrictInt = Field(1024, ge=1)
+    """Rows per request at most."""
+    max_body_bytes: StrictInt = Field(4 * 1024 * 1024, ge=1024)
+    prediction_log_mb: float = Field(64.0, gt=0)
+    """Size at which the prediction log rotates."""
+    prediction_log_keep: StrictInt = Field(5, ge=1)
+    """Rotated prediction-log files kept."""
+
+
+class CanaryParams(Section):
+    """The nightly canary: challenger weights per step and the thresholds that judge it."""
+    steps: tuple[Annotated[StrictInt, Field(ge=1, le=100)], ...] = Field((10, 50, 100), min_length=1)
+    """Challenger traffic percent at each analysis step; the last must be 100."""
+    requests_per_step: StrictInt = Field(300, ge=10)
+    """Replayed requests per step on the embedded default."""
+    replay_rate: float = Field(200.0, gt=0)
+    """Requests per second of the replay client."""
+    min_samples: StrictInt = Field(50, ge=1)
+    """Requests per variant below which a step cannot judge (fails closed)."""
+    max_error_rate: Unit = 0.01
+    max_p99_ms: float = Field(250.0, gt=0)
+    max_p99_ratio: float = Field(2.0, gt=1)
+    """The challenger's p99 over the champion's, at most."""
+    max_psi: float = Field(0.25, gt=0)
+    """Population stability index of the challenger's scores against the champion's."""
+    max_auc_drop: Unit = 0.02
+    """Online ROC AUC (from feedback labels): the CI's lower bound of challenger - champion must exceed -this."""
+    confidence: float = Field(0.95, gt=0.5, lt=1)
+    bootstrap: StrictInt = Field(1000, ge=100)
+    seed: StrictInt = 7
+
+    @field_validator("steps")
+    @classmethod
+    def _ends_at_full(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        if list(v) != sorted(set(v)) or v[-1] != 100:
+            raise ValueError(f"must rise strictly and end at 100, got {list(v)}")
+        return v
+
+
+class ExperimentParams(Section):
+    """What the DVC stages in dvc.yaml (dvc repro / dvc exp run) train on."""
+    data_version: Annotated[str, Field(pattern=DATA_VERSION_PATTERN)] = "data-v1"
+
+
+class ScalingProfile(Section):
+    nodes: StrictInt = Field(ge=1)
+    gpus_per_node: StrictInt = Field(ge=1)
+
+
+class ScalingParams(Section):
+    """Stages of scaling for the Kubernetes backend: nodes x GPUs per node, by name."""
+    profiles: dict[str, ScalingProfile] = Field(
+        default_factory=lambda: {"smoke": ScalingProfile(nodes=1, gpus_per_node=2)}, min_length=1)
+    profile: str = "smoke"
+    bench_hidden: Widths = (2048, 2048, 2048, 512)
+    """The benchmark model (~9.6M parameters)."""
+
+    @field_validator("profile")
+    @classmethod
+    def _known_profile(cls, v: str, info: ValidationInfo) -> str:
+        profiles = info.data.get("profiles")
+        if profiles is not None and v not in profiles:
+            raise ValueError(f"{v!r} is not one of {sorted(profiles)}")
+        return v
+
+    @property
+    def selected(self) -> ScalingProfile:
+        return self.profiles[self.profile]
+
+
+class Params(Section):
+    dataset: DatasetParams = DatasetParams()
+    demo: DemoParams = DemoParams()
+    weak_label: WeakLabelParams = WeakLabelParams()
+    train: TrainParams = TrainParams()
+    evaluate: EvaluateParams = EvaluateParams()
+    compress: CompressParams = CompressParams()
+    serving: ServingParams = ServingParams()
+    canary: CanaryParams = CanaryParams()
+    experiment: ExperimentParams = ExperimentParams()
+    scaling: ScalingParams = ScalingParams()
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.model_dump(mode="json")
+
+    def digest(self) -> str:
+        """Stable hash of every hyperparameter: recorded in model lineage."""
+        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1 reads `1e-3` as a string (it wants `1.0e-3`); read every float literal as a float."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+                  |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+                  |\.[0-9_]+(?:[eE][-+][0-9]+)?
+                  |[-+]?\.(?:inf|Inf|INF)
+                  |\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
+
+
+def _explain(source: str, exc: ValidationError) -> str:
+    lines = []
+    for e in exc.errors():
+        key = ".".join(str(p) for p in e["loc"])
+        if e["type"] == "extra_forbidden":
+            section = e["loc"][:-1]
+            model: type[BaseModel] = Params
+            for part in section:
+                model = model.model_fields[str(part)].annotation  # type: ignore[assignment]
+            known = sorted(model.model_fields)
+            what = "unknown section" if not section else "unknown key"
+            lines.append(f"{source}: {key}: {what}; known: {known}")
+        else:
+            lines.append(f"{source}: {key}: {e['msg']} (got {e.get('input')!r})")
+    return "\n".join(lines)
+
+
+def parse_params(raw: Any, source: str = "params.yaml") -> Params:
+    """Validate a mapping (as read from YAML) into Params, or raise ParamsError naming every bad key."""
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ParamsError(f"{source}: the top level must be a mapping of sections, got {type(raw).__name__}")
+    try:
+        return Params.model_validate(raw)
+    except ValidationError as exc:
+        raise ParamsError(_explain(source, exc)) from None
+
+
+def load_params(path: Path | str | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Params:
+    """Read params.yaml (SLUICE_PARAMS names another), apply per-section overrides (e.g. DAG run
+    Params; None values keep the file's), validate."""
+    path = Path(path or Settings.from_env().params or DEFAULT_PARAMS_FILE)
+    try:
+        raw = yaml.load(path.read_text(), Loader=_Loader) or {}
+    except FileNotFoundError:
+        raise ParamsError(f"params file not found: {path}") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ParamsError(f"{path.name}:{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+    if isinstance(raw, dict):
+        for section, values in (overrides or {}).items():
+            if section not in Params.model_fields:
+                raise ParamsError(f"override: unknown section {section!r}; known: {sorted(Params.model_fields)}")
+            raw[section] = {**(raw.get(section) or {}), **{k: v for k, v in values.items() if v is not None}}
+    return parse_params(raw, path.name)

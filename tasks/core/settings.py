@@ -1,0 +1,164 @@
+"""Deployment settings (environment variables prefixed SLUICE_) and the state layout.
+
+`Settings` is the only reader of SLUICE_* variables. Nothing here touches the disk at
+import time; `Settings.from_env()` only reads the environment, and
+`StateLayout.ensure()` creates folders when a task asks.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_HOME = REPO_ROOT / ".sluice"
+PREFIX = "SLUICE_"
+
+
+class SettingsError(ValueError):
+    """An environment setting is malformed."""
+
+
+class Settings(BaseSettings):
+    """Where state lives and how steps run: one field per SLUICE_<NAME> variable."""
+
+    model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="ignore")
+
+    home: Path = Field(DEFAULT_HOME, description="SLUICE_HOME: all state (registry, runs, Airflow's database)")
+    params: Path | None = Field(None, description="a params file other than the checkout's params.yaml")
+    dvc_remote: str = Field("", description="empty: a local folder under SLUICE_HOME; or s3://bucket/prefix")
+    s3_endpoint_url: str = Field("", description="an S3-compatible store's endpoint (credentials: AWS_*)")
+    demo_feed: bool = Field(True, description="deliver the next demo batch when landing/ is empty (0 or 1)")
+    train_backend: str = Field(
+        "local", description="local: torchrun processes here; kubernetes: pods (tasks/training/kubernetes.py)")
+    train_out_uri: str = Field("", description="kubernetes: where training pods write (s3://bucket/prefix)")
+    registry_url: str = Field("", description="kubernetes: the registry's git URL as the pods reach it")
+    registry_git_remote: str = Field("", description="a git remote the registry mirrors its branch and tags to")
+    code_commit: str = Field("", description="the code's commit, set in images that have no .git")
+    api_port: int = Field(0, ge=0, le=65535, description="the Airflow API server's port (0: a free one)")
+    dist_timeout_s: int = Field(300, ge=1, description="timeout of training collectives, seconds")
+    k8s_image: str = Field("", description="kubernetes: the trainer image (default: params scaling)")
+    k8s_namespace: str = Field("", description="kubernetes: the trainers' namespace")
+    k8s_nodes: int | None = Field(None, ge=1, description="kubernetes: nodes (overrides the scaling profile)")
+    k8s_gpus_per_node: int | None = Field(None, ge=1, description="kubernetes: GPUs per node (overrides the profile)")
+
+    @field_validator("home", mode="after")
+    @classmethod
+    def _resolve_home(cls, v: Path) -> Path:
+        return v.expanduser().resolve()
+
+    @field_validator("demo_feed", mode="before")
+    @classmethod
+    def _zero_or_one(cls, v: object) -> object:
+        if isinstance(v, str) and v not in ("0", "1"):
+            raise ValueError(f"must be 0 or 1, got {v!r}")
+        return v
+
+    @field_validator("dvc_remote")
+    @classmethod
+    def _remote(cls, v: str) -> str:
+        if v and "://" in v and not v.startswith("s3://"):
+            raise ValueError(f"must be a local path or s3://bucket/prefix, got {v!r}")
+        return v
+
+    @field_validator("train_backend")
+    @classmethod
+    def _backend(cls, v: str) -> str:
+        if v not in ("local", "kubernetes"):
+            raise ValueError(f"must be 'local' or 'kubernetes', got {v!r}")
+        return v
+
+    @field_validator("train_out_uri")
+    @classmethod
+    def _out_uri(cls, v: str) -> str:
+        if v and "://" not in v:
+            raise ValueError(f"must be a URI the pods can write (s3://...), got {v!r}")
+        return v
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
+        """Settings from `env` (default: the process environment); an error names the variable."""
+        env = os.environ if env is None else env
+        values = {k[len(PREFIX):].lower(): v for k, v in env.items()
+                  if k.startswith(PREFIX) and k[len(PREFIX):].lower() in cls.model_fields and v != ""}
+        try:
+            # model_validate, not the constructor: only `env` is read (the constructor also reads os.environ)
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            raise SettingsError("; ".join(f"{PREFIX}{'.'.join(map(str, e['loc'])).upper()}: {e['msg'].removeprefix('Value error, ')}"
+                                          for e in exc.errors())) from None
+
+    def child_env(self) -> dict[str, str]:
+        """These settings as SLUICE_* variables, for a child process that must see the same state."""
+        out = {}
+        for name, value in self.model_dump().items():
+            if value is None or value == "":
+                continue
+            out[PREFIX + name.upper()] = ("1" if value else "0") if isinstance(value, bool) else str(value)
+        return out
+
+    @property
+    def layout(self) -> "StateLayout":
+        return StateLayout(self.home)
+
+
+@dataclass(frozen=True)
+class StateLayout:
+    """The folders under SLUICE_HOME. Nothing in here is ever deleted by the pipeline."""
+
+    home: Path
+
+    @property
+    def landing(self) -> Path:          # incoming raw batches, waiting
+        return self.home / "landing"
+
+    @property
+    def archive(self) -> Path:          # raw batches that made it into a data version
+        return self.home / "landing" / "archive"
+
+    @property
+    def quarantine(self) -> Path:       # rejected batches with their reports
+        return self.home / "quarantine"
+
+    @property
+    def gold(self) -> Path:             # gold-labeled dev and test sets (never trained on)
+        return self.home / "gold"
+
+    @property
+    def registry(self) -> Path:         # git + DVC repository owned by the pipeline
+        return self.home / "registry"
+
+    @property
+    def dvc_remote(self) -> Path:       # default DVC remote (a local folder)
+        return self.home / "dvc-remote"
+
+    @property
+    def runs(self) -> Path:
+        return self.home / "runs"
+
+    @property
+    def airflow_home(self) -> Path:
+        return self.home / "airflow"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs / safe_run_id(run_id)
+
+    def ensure(self) -> "StateLayout":
+        for p in (self.landing, self.archive, self.quarantine, self.gold, self.runs):
+            p.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+def safe_run_id(run_id: str) -> str:
+    """Airflow run ids hold ':' and '+'; make a folder name that keeps them readable."""
+    if not run_id or not run_id.strip():
+        raise SettingsError("run id must not be empty")
+    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id.strip())
+    if safe in (".", ".."):
+        raise SettingsError(f"run id {run_id!r} is not a usable folder name")
+    return safe

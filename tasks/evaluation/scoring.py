@@ -1,0 +1,38 @@
+"""Score the gold test set with a torch checkpoint or an ONNX model (one place for both)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tasks.datasets import load_dataset
+from tasks.evaluation.quality import classification_metrics
+
+
+def load_gold_test(gold_dir: Path) -> pd.DataFrame:
+    return pd.read_parquet(gold_dir / "test.parquet")
+
+
+def predict_torch(model_path: Path, df: pd.DataFrame) -> np.ndarray:
+    import torch
+
+    from tasks.training.model import load_model
+
+    model = load_model(str(model_path))
+    with torch.no_grad():
+        return torch.sigmoid(model(torch.from_numpy(load_dataset().featurize(df)))).numpy().astype(np.float64)
+
+
+def predict_onnx(onnx_path: Path, df: pd.DataFrame) -> np.ndarray:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    return sess.run(None, {name: load_dataset().featurize(df)})[0].reshape(-1).astype(np.float64)
+
+
+def gold_quality(prob: np.ndarray, gold: pd.DataFrame) -> dict[str, float]:
+    return classification_metrics(gold[load_dataset().GOLD_COLUMN].to_numpy(), prob)

@@ -1,0 +1,1 @@
+"""Model serving: the inference server, its traffic split, and the canary analysis."""

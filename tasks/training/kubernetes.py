@@ -1,0 +1,263 @@
+"""Training on Kubernetes (SLUICE_TRAIN_BACKEND=kubernetes): the train step's operators and specs.
+
+- one node, N GPUs: a KubernetesPodOperator running `torchrun --standalone`;
+- M nodes: a KubernetesJobOperator with an Indexed Job of M pods and a headless
+  Service (created as a setup task, deleted as a teardown); pods rendezvous (c10d)
+  at index 0, `job-<name>-0.<service>`.
+
+In nightly_pipeline: `plan_train` (run time: the data version, the prod model to
+warm-start from, params.yaml, where outputs go) -> the pod or job, whose templated
+fields read the plan -> `train`, which fetches the outputs (`tasks.train.collect`).
+The pods run the engine with the same arguments as the local backend
+(`tasks.training.local.engine_args`); they read the data version by tag from the
+registry's git URL and DVC remote and publish to SLUICE_TRAIN_OUT_URI: no disk is
+shared with Airflow. Specs carry GPU limits, CPU and memory requests, a memory-backed
+/dev/shm, node selector and tolerations, the remote's credentials from a Secret, the
+run's labels, and cleanup and failure policies. `render_manifests` gives the
+manifests without a cluster; `validate_manifests` checks them against the
+Kubernetes API schema.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tasks.core.params import TrainParams
+from tasks.training.local import engine_args, params_json
+
+RDZV_PORT = 29500
+PLAN_TASK = "plan_train"
+WORKDIR = "/workspace/out"           # the pod's local working folder (its outputs are published)
+K8S_SCHEMA_VERSION = "1.34.0"
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
+
+
+@dataclass(frozen=True)
+class KubernetesTraining:
+    image: str = "sluice-trainer:latest"
+    namespace: str = "sluice"
+    nodes: int = 1
+    gpus_per_node: int = 1
+    cpu: str = "8"
+    memory: str = "32Gi"
+    shm_size: str = "8Gi"
+    node_selector: dict[str, str] = field(default_factory=lambda: {"nvidia.com/gpu.present": "true"})
+    gpu_toleration: bool = True
+    registry_secret: str = "sluice-registry"     # AWS_* credentials of the DVC remote
+    registry_url: str = ""                        # git URL of the registry, as the pods reach it
+    s3_endpoint_url: str = ""                     # an S3-compatible store's endpoint, as the pods reach it
+
+    def __post_init__(self) -> None:
+        if self.nodes < 1 or self.gpus_per_node < 1:
+            raise ValueError(f"nodes ({self.nodes}) and gpus_per_node ({self.gpus_per_node}) must be >= 1")
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, profile: str | None = None) -> "KubernetesTraining":
+        """Shape from params.yaml `scaling` (its selected profile, or `profile`), then SLUICE_K8S_* overrides."""
+        from tasks.core.params import load_params
+
+        env = os.environ if env is None else env
+        scaling = load_params().scaling
+        kw: dict[str, Any] = dict(scaling.profiles[profile or scaling.profile])
+        for key, name, cast in (("SLUICE_K8S_IMAGE", "image", str), ("SLUICE_K8S_NAMESPACE", "namespace", str),
+                                ("SLUICE_K8S_NODES", "nodes", int), ("SLUICE_K8S_GPUS_PER_NODE", "gpus_per_node", int),
+                                ("SLUICE_REGISTRY_URL", "registry_url", str),
+                                ("SLUICE_S3_ENDPOINT_URL", "s3_endpoint_url", str)):
+            if env.get(key):
+                kw[name] = cast(env[key])
+        return cls(**kw)
+
+
+def job_name(run_id: str) -> str:
+    """A DNS-1123 name from a run id (Airflow run ids hold ':' '+' and capitals)."""
+    name = re.sub(r"[^a-z0-9-]+", "-", f"train-{run_id}".lower()).strip("-")[:42].strip("-")
+    if not _NAME.match(name):
+        raise ValueError(f"cannot make a Kubernetes name from run id {run_id!r}")
+    return name
+
+
+def plan(run_id: str, data_version: str, p: TrainParams, out_root: str, registry_url: str,
+         init_from: str | None = None) -> dict[str, str]:
+    """What the pods of one training run get, as strings (the operators' templates read them)."""
+    from tasks.core.settings import safe_run_id
+
+    return {"name": job_name(run_id), "run_id": run_id, "data_version": data_version, "params": params_json(p),
+            "out_uri": f"{out_root.rstrip('/')}/{safe_run_id(run_id)}/train", "registry_url": registry_url,
+            "init_from": init_from or ""}
+
+
+def plan_training(run_id: str, settings, data_version: str, epochs: int | None = None) -> dict[str, str]:
+    """The `plan_train` task: this run's plan, from params.yaml and the registry, at run time."""
+    from tasks.core.params import load_params
+    from tasks.train import warm_start_version
+
+    if not settings.train_out_uri or not settings.registry_url:
+        raise ValueError("the kubernetes backend needs SLUICE_TRAIN_OUT_URI (where pods write) and "
+                         "SLUICE_REGISTRY_URL (the registry's git URL as pods reach it)")
+    p = load_params(overrides={"train": {"epochs": epochs}}).train
+    return plan(run_id, data_version, p, settings.train_out_uri, settings.registry_url,
+                warm_start_version(settings, p))
+
+
+def from_plan(field: str) -> str:
+    """A template that renders to one field of the plan_train task's result."""
+    return "{{ ti.xcom_pull(task_ids='%s', key='result')['%s'] }}" % (PLAN_TASK, field)
+
+
+def templated_plan() -> dict[str, str]:
+    return {k: from_plan(k) for k in ("name", "run_id", "data_version", "params", "out_uri", "registry_url",
+                                      "init_from")}
+
+
+def pod_command(cfg: KubernetesTraining, plan: dict[str, str]) -> list[str]:
+    name = plan["name"]
+    if cfg.nodes == 1:
+        launcher = ["torchrun", "--standalone", f"--nproc-per-node={cfg.gpus_per_node}"]
+    else:
+        launcher = ["torchrun", f"--nnodes={cfg.nodes}", f"--nproc-per-node={cfg.gpus_per_node}",
+                    "--rdzv-backend=c10d", f"--rdzv-endpoint=job-{name}-0.{name}:{RDZV_PORT}", f"--rdzv-id={name}"]
+    # --init-from "" means none: the argument list keeps one shape whatever the plan holds.
+    return [*launcher, *engine_args(plan["data_version"], plan["out_uri"], plan["params"], plan["init_from"],
+                                    plan["registry_url"], workdir=WORKDIR)]
+
+
+def _common(cfg: KubernetesTraining, plan: dict[str, str], kube_config_file: str | None):
+    from kubernetes.client import models as k8s
+
+    tolerations = [k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")] \
+        if cfg.gpu_toleration else []
+    env = {"DVC_NO_ANALYTICS": "1", "PYTHONUNBUFFERED": "1",
+           **({"SLUICE_S3_ENDPOINT_URL": cfg.s3_endpoint_url} if cfg.s3_endpoint_url else {})}
+    return dict(
+        namespace=cfg.namespace, image=cfg.image,
+        labels={"app.kubernetes.io/name": "sluice", "app.kubernetes.io/component": "trainer",
+                "sluice/run": plan["name"], "sluice/data-version": plan["data_version"]},
+        annotations={"sluice/airflow-run-id": plan["run_id"]},
+        container_resources=k8s.V1ResourceRequirements(
+            requests={"cpu": cfg.cpu, "memory": cfg.memory, "nvidia.com/gpu": str(cfg.gpus_per_node)},
+            limits={"memory": cfg.memory, "nvidia.com/gpu": str(cfg.gpus_per_node)}),
+        node_selector=cfg.node_selector, tolerations=tolerations,
+        volumes=[k8s.V1Volume(name="dshm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory",
+                                                                                size_limit=cfg.shm_size))],
+        volume_mounts=[k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm")],
+        env_from=[k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=cfg.registry_secret))],
+        env_vars=[k8s.V1EnvVar(name=k, value=v) for k, v in env.items()],
+        config_file=kube_config_file, in_cluster=kube_config_file is None,
+    )
+
+
+def _job_failure_policy():
+    """Retry pods lost to node disruption without counting them; fail fast on a crash in our code."""
+    from kubernetes.client import models as k8s
+
+    return k8s.V1Job(spec=k8s.V1JobSpec(template=k8s.V1PodTemplateSpec(), pod_failure_policy=k8s.V1PodFailurePolicy(
+        rules=[
+            k8s.V1PodFailurePolicyRule(action="Ignore", on_pod_conditions=[
+                k8s.V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget", status="True")]),
+            k8s.V1PodFailurePolicyRule(action="FailJob", on_exit_codes=k8s.V1PodFailurePolicyOnExitCodesRequirement(
+                container_name="base", operator="In", values=[1])),
+        ])))
+
+
+def training_operator(task_id: str, cfg: KubernetesTraining, plan: dict[str, str],
+                      kube_config_file: str | None = None, **operator_kwargs):
+    """The Airflow operator that runs training on Kubernetes (pod for 1 node, Indexed Job for M).
+    `plan`: concrete values (`plan()`) or templates of the plan_train result (`templated_plan()`)."""
+    command = pod_command(cfg, plan)
+    common = {**_common(cfg, plan, kube_config_file), **operator_kwargs}
+    if cfg.nodes == 1:
+        from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+        return KubernetesPodOperator(task_id=task_id, name=plan["name"], cmds=command[:1], arguments=command[1:],
+                                     random_name_suffix=False, on_finish_action="delete_pod", **common)
+    from tasks.training.kubernetes_operators import IndexedTrainingJobOperator
+
+    return IndexedTrainingJobOperator(task_id=task_id, name=plan["name"], cmds=command[:1], arguments=command[1:],
+                                 completion_mode="Indexed", completions=cfg.nodes, parallelism=cfg.nodes,
+                                 random_name_suffix=False, subdomain=plan["name"], backoff_limit=cfg.nodes * 2,
+                                 ttl_seconds_after_finished=3600, wait_until_job_complete=True,
+                                 on_kill_propagation_policy="Foreground", full_job_spec=_job_failure_policy(),
+                                 **common)
+
+
+def rendezvous_service(cfg: KubernetesTraining, name: str) -> dict[str, Any]:
+    """The headless Service that gives the Indexed Job's pods stable DNS names."""
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": name, "namespace": cfg.namespace,
+                         "labels": {"app.kubernetes.io/name": "sluice", "sluice/run": name}},
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"sluice/run": name},
+                     "ports": [{"name": "rendezvous", "port": RDZV_PORT}]}}
+
+
+def training_tasks(cfg: KubernetesTraining, task_id: str = "train_pods") -> tuple[Any, list]:
+    """The DAG's operator between plan_train and train (the pod, or the Indexed Job), and for M
+    nodes the rendezvous Service's creation (a setup task) and deletion (its teardown)."""
+    import json
+
+    op = training_operator(task_id, cfg, templated_plan())
+    if cfg.nodes == 1:
+        return op, []
+    from airflow.providers.cncf.kubernetes.operators.resource import (KubernetesCreateResourceOperator,
+                                                                      KubernetesDeleteResourceOperator)
+
+    service = json.dumps(rendezvous_service(cfg, from_plan("name")))      # JSON is YAML
+    create = KubernetesCreateResourceOperator(task_id="train_rendezvous", yaml_conf=service,
+                                              namespace=cfg.namespace).as_setup()
+    delete = KubernetesDeleteResourceOperator(task_id="train_rendezvous_delete", yaml_conf=service,
+                                              namespace=cfg.namespace).as_teardown(setups=create)
+    create >> op >> delete
+    return op, [create, delete]
+
+
+def render_manifests(run_id: str, data_version: str, p: TrainParams, cfg: KubernetesTraining,
+                     init_from: str | None = None, out_root: str = "s3://sluice-artifacts/runs",
+                     ) -> list[dict[str, Any]]:
+    """The manifests the train step would send, built without a cluster (camelCase, as sent)."""
+    return build_manifests(cfg, plan(run_id, data_version, p, out_root, cfg.registry_url, init_from))
+
+
+def build_manifests(cfg: KubernetesTraining, plan: dict[str, str], operator=None) -> list[dict[str, Any]]:
+    """Manifests from a concrete plan; with `operator` (a DAG's, its templates rendered), from that one."""
+    from kubernetes.client import ApiClient
+
+    with tempfile.TemporaryDirectory() as tmp:
+        kube_config = Path(tmp) / "kubeconfig"        # building reads a config; it contacts nothing
+        kube_config.write_text("apiVersion: v1\nkind: Config\ncurrent-context: render\nclusters: [{name: render, "
+                               "cluster: {server: 'https://127.0.0.1:6443'}}]\nusers: [{name: render, user: {}}]\n"
+                               "contexts: [{name: render, context: {cluster: render, user: render}}]\n")
+        op = operator or training_operator("train_pods", cfg, plan, str(kube_config))
+        op.config_file, op.in_cluster = str(kube_config), False
+        api = ApiClient()
+        if cfg.nodes == 1:
+            pod = op.build_pod_request_obj()
+            pod.metadata.labels.pop("airflow_kpo_in_cluster", None)      # a render-time artefact
+            return [api.sanitize_for_serialization(pod)]
+        job = op.build_job_request_obj()
+        job.spec.template.metadata.labels.pop("airflow_kpo_in_cluster", None)
+        return [api.sanitize_for_serialization(job), rendezvous_service(cfg, plan["name"])]
+
+
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
+
+
+def validate_manifests(manifests: list[dict[str, Any]], version: str = K8S_SCHEMA_VERSION) -> None:
+    """Kubernetes API schema (types, required fields, unknown keys) plus what the schema does not
+    check: resource quantities, integral GPU counts, and that the restart policy is Never."""
+    import kubernetes_validate
+
+    for m in manifests:
+        kubernetes_validate.validate(m, version, strict=True)
+        spec = m["spec"]["template"]["spec"] if m["kind"] == "Job" else m.get("spec", {})
+        for c in spec.get("containers", []):
+            for kind in ("requests", "limits"):
+                for res, qty in (c.get("resources", {}).get(kind) or {}).items():
+                    if not _QUANTITY.match(str(qty)):
+                        raise ValueError(f"{m['kind']} {c['name']}: {kind}[{res}] = {qty!r} is not a quantity")
+                    if res == "nvidia.com/gpu" and not str(qty).isdigit():
+                        raise ValueError(f"{m['kind']} {c['name']}: GPU count {qty!r} must be a whole number")
+        if m["kind"] in ("Pod", "Job") and spec.get("restartPolicy") != "Never":
+            raise ValueError(f"{m['kind']}: restartPolicy must be Never (torchrun and the Job retry, not kubelet)")

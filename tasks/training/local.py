@@ -1,0 +1,75 @@
+"""Build and run the torchrun command for the local backend (loopback only)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from tasks.core.params import TrainParams
+from tasks.core.log import log
+
+
+def params_json(p: TrainParams) -> str:
+    return json.dumps(p.model_dump(mode="json"), sort_keys=True)
+
+
+def engine_args(data_version: str, out: str, params: str, init_from: str | None = None,
+                registry_url: str | None = None, workdir: str | None = None) -> list[str]:
+    """The engine's part of the command: the same locally, in a Kubernetes pod, in dvc.yaml.
+    `params` is `params_json(p)` (or, in a pod spec, a template that renders to it)."""
+    return [
+        "-m", "tasks.training.engine",
+        "--data-version", data_version, "--out", out, "--params", params,
+        *(["--init-from", init_from] if init_from is not None else []),
+        *(["--registry-url", registry_url] if registry_url else []),
+        *(["--workdir", workdir] if workdir else []),
+    ]
+
+
+def torchrun_command(data_version: str, out: str, p: TrainParams, store_dir: Path,
+                     max_restarts: int = 1, init_from: str | None = None, workdir: Path | None = None) -> list[str]:
+    """The local backend's command. On one machine the rendezvous uses a file store: torch's
+    TCPStore server listens on every interface, and Sluice's processes listen on loopback only.
+    (Across machines, Kubernetes pods use the c10d TCP rendezvous instead.)"""
+    return [
+        sys.executable, "-m", "torch.distributed.run",
+        "--nnodes=1", f"--nproc-per-node={p.nproc}", f"--max-restarts={max_restarts}",
+        "--rdzv-backend=c10d", f"--rdzv-endpoint={store_dir / 'rendezvous'}", "--rdzv-conf=store_type=file",
+        "--local-addr=127.0.0.1",
+        *engine_args(data_version, str(out), params_json(p), init_from, workdir=str(workdir) if workdir else None),
+    ]
+
+
+def start_torchrun(data_version: str, out: Path | str, p: TrainParams, init_from: str | None = None,
+                   max_restarts: int = 1, workdir: Path | None = None) -> subprocess.Popen:
+    """Start the local launcher in its own process group (returns at once). `out` may be an
+    fsspec URI, as in a pod; the engine then works in `workdir` and publishes to `out`."""
+    local = workdir or Path(out)
+    local.mkdir(parents=True, exist_ok=True)
+    store_dir = local / "dist-store"
+    shutil.rmtree(store_dir, ignore_errors=True)        # a previous attempt's keys must not leak in
+    store_dir.mkdir(parents=True)
+    cmd = torchrun_command(data_version, str(out), p, store_dir, max_restarts, init_from, workdir)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1",
+           "SLUICE_DIST_STORE_DIR": str(store_dir),
+           # Otherwise the launcher opens a TCPStore server (all interfaces) to share with workers.
+           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
+    log(f"launching: {' '.join(cmd[:9])} ...")
+    return subprocess.Popen(cmd, env=env, start_new_session=True)
+
+
+def run_torchrun(data_version: str, out: Path | str, p: TrainParams, timeout_s: float = 3600,
+                 init_from: str | None = None, workdir: Path | None = None) -> None:
+    """Train to the end; a worker that dies is restarted once from the newest checkpoint."""
+    proc = start_torchrun(data_version, out, p, init_from, workdir=workdir)
+    try:
+        rc = proc.wait(timeout=timeout_s)
+    except BaseException:
+        os.killpg(proc.pid, 9)
+        proc.wait()
+        raise
+    if rc != 0:
+        raise RuntimeError(f"torchrun exited with {rc} (see the worker lines above)")

@@ -1,0 +1,44 @@
+import pytest
+
+from tasks.core.params import ParamsError, load_params
+
+
+def test_defaults_load_and_digest_is_stable():
+    a, b = load_params(), load_params()
+    assert a.train.nproc == 2 and a.train.batch_size % a.train.nproc == 0
+    assert a.digest() == b.digest() and len(a.digest()) == 16
+
+
+def test_override_changes_digest():
+    base = load_params()
+    other = load_params(overrides={"train": {"epochs": base.train.epochs + 1}})
+    assert other.train.epochs == base.train.epochs + 1
+    assert other.digest() != base.digest()
+
+
+def test_none_override_keeps_file_value():
+    assert load_params(overrides={"train": {"epochs": None}}).train.epochs == load_params().train.epochs
+
+
+@pytest.mark.parametrize("text, key", [
+    ("train:\n  epochs: 0\n", "train.epochs"),
+    ("train:\n  epochs: ten\n", "train.epochs"),
+    ("train:\n  batch_size: 1\n", "train.batch_size"),
+    ("train:\n  hidden: []\n", "train.hidden"),
+    ("train:\n  learning_rate: 0.1\n", "unknown key"),
+    ("evaluate:\n  min_roc_auc: 1.5\n", "evaluate.min_roc_auc"),
+    ("demo:\n  dev_fraction: 0.6\n", "demo.dev_fraction"),
+    ("surprise: {}\n", "unknown section"),
+    ("scaling:\n  profile: huge\n", "scaling.profile"),
+    ("scaling:\n  profiles: {smoke: {nodes: 0, gpus_per_node: 1}}\n", "scaling.profiles.smoke"),
+])
+def test_bad_values_name_the_key(tmp_path, text, key):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    with pytest.raises(ParamsError, match=key.replace(".", r"\.")):
+        load_params(path)
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(ParamsError, match="not found"):
+        load_params(tmp_path / "nope.yaml")

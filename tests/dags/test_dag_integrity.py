@@ -1,0 +1,92 @@
+"""Every DAG file imports cleanly, without heavy libraries, and is wired as intended."""
+from pathlib import Path
+
+import pytest
+
+from tests.airflow_helpers import python_json
+
+DAG_FILES = sorted(p.name for p in (Path(__file__).resolve().parents[2] / "dags").glob("*.py"))
+HEAVY = ["torch", "snorkel", "great_expectations", "onnxruntime", "onnx", "dvc", "sklearn"]
+
+LOAD = """
+import json, sys
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag()
+out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": {}}
+for dag_id, dag in bag.dags.items():
+    out["dags"][dag_id] = {
+        "file": dag.fileloc.rsplit("/", 1)[-1], "tags": sorted(dag.tags), "catchup": dag.catchup,
+        "max_active_runs": dag.max_active_runs, "doc": bool(dag.doc_md),
+        "params": sorted(dag.params.keys()),
+        "tasks": {t.task_id: {"retries": t.retries, "down": sorted(t.downstream_task_ids),
+                              "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule)} for t in dag.tasks},
+    }
+out["heavy"] = sorted(m for m in %r if m in sys.modules)
+print(json.dumps(out))
+""" % (HEAVY,)
+
+
+@pytest.fixture(scope="module")
+def dagbag(tmp_path_factory):
+    from tasks.core.settings import Settings
+
+    settings = Settings.from_env({"SLUICE_HOME": str(tmp_path_factory.mktemp("home"))})
+    return python_json(settings, LOAD)
+
+
+def test_no_import_errors(dagbag):
+    assert dagbag["errors"] == {}
+
+
+def test_every_dag_file_defines_a_dag(dagbag):
+    assert sorted({d["file"] for d in dagbag["dags"].values()}) == DAG_FILES
+
+
+def test_parsing_imports_nothing_heavy(dagbag):
+    assert dagbag["heavy"] == []
+
+
+@pytest.mark.parametrize("dag_id", ["nightly_pipeline", "rollback"])
+def test_dag_settings(dagbag, dag_id):
+    d = dagbag["dags"][dag_id]
+    assert d["tags"] and d["doc"] and d["catchup"] is False and d["max_active_runs"] == 1
+    assert all(t["retries"] >= 0 for t in d["tasks"].values())
+    work = [k for k in d["tasks"] if k not in ("no_batch", "report", "run_failed")]
+    assert all(d["tasks"][k]["retries"] >= 1 for k in work), "every working step retries"
+
+
+def test_no_cycles(dagbag):
+    for dag_id, d in dagbag["dags"].items():
+        indeg = {t: 0 for t in d["tasks"]}
+        for t in d["tasks"].values():
+            for down in t["down"]:
+                indeg[down] += 1
+        ready, seen = [t for t, n in indeg.items() if n == 0], 0
+        while ready:
+            t = ready.pop()
+            seen += 1
+            for down in d["tasks"][t]["down"]:
+                indeg[down] -= 1
+                if indeg[down] == 0:
+                    ready.append(down)
+        assert seen == len(d["tasks"]), f"{dag_id} has a cycle"
+
+
+def test_nightly_pipeline_wiring(dagbag):
+    t = dagbag["dags"]["nightly_pipeline"]["tasks"]
+    for task in t.values():                                  # run_failed watches every task
+        task["down"] = [d for d in task["down"] if d != "run_failed"]
+    assert t["ingest"]["down"] == ["no_batch", "validate_raw"]
+    assert t["validate_raw"]["down"] == ["quarantine_raw", "weak_label"]
+    assert t["validate_labeled"]["down"] == ["quarantine_labeled", "snapshot"]
+    assert t["evaluate"]["down"] == ["compress", "reject_model_evaluate"]
+    assert t["compress"]["down"] == ["register", "reject_model_compress"]
+    assert t["report"]["trigger_rule"] == "all_done" and t["run_failed"]["trigger_rule"] == "one_failed"
+    assert t["run_failed"]["down"] == [] and t["report"]["down"] == []
+    assert dagbag["dags"]["nightly_pipeline"]["params"] == ["batch", "epochs"]
+
+
+def test_rollback_dag(dagbag):
+    d = dagbag["dags"]["rollback"]
+    assert list(d["tasks"]) == ["rollback_versions"]
+    assert d["params"] == ["data_version", "model_version", "reason"]
