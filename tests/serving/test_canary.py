@@ -1,0 +1,286 @@
+"""Canary analysis on synthetic prediction-log windows (tasks/serving/canary.py)."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+from sklearn.metrics import f1_score, roc_auc_score
+
+from tasks.core.params import CanaryParams
+from tasks.serving import canary
+from tasks.serving.canary import CHALLENGER, CHAMPION, Verdict, judge
+
+PARAMS = CanaryParams()          # the defaults: min_samples 50, max_p99_ms 250, max_psi 0.25, ...
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def make_window(n: int = 400, *, mode: str = "shadow", challenger_weight: float = 0.5, seed: int = 0,
+                challenger_score=None, challenger_latency=None, challenger_error_rate: float = 0.0,
+                feedback: bool = True, positive_rate: float = 0.3) -> list[dict]:
+    """n requests. Each has a gold label and a champion score (logit 2.5 * (2y - 1) + noise).
+
+    shadow: both variants score every request (paired); split: each request goes to one
+    variant with probability challenger_weight. challenger_score(champion_scores, y, rng)
+    and challenger_latency(champion_latency, rng) transform the champion's; errors are
+    records with "error" and no score."""
+    rng = np.random.default_rng(seed)
+    y = (rng.random(n) < positive_rate).astype(int)
+    logit = 2.5 * (2 * y - 1) + rng.normal(0, 1.5, n)
+    champ = _sigmoid(logit)
+    chall = challenger_score(champ, y, rng) if challenger_score else np.clip(champ + rng.normal(0, 0.01, n), 0, 1)
+    lat_champ = rng.uniform(5, 60, n)
+    lat_chall = challenger_latency(lat_champ, rng) if challenger_latency else rng.uniform(5, 60, n)
+    fails = rng.random(n) < challenger_error_rate
+    records = []
+    for i in range(n):
+        rid = f"req-{seed}-{i}"
+        t = 1_700_000_000.0 + i * 0.01
+        if mode == "shadow":
+            arms = (CHAMPION, CHALLENGER)
+        else:
+            arms = (CHALLENGER,) if rng.random() < challenger_weight else (CHAMPION,)
+        for v in arms:
+            rec = {"request_id": rid, "time": t, "variant": v,
+                   "model_version": "model-v1" if v == CHAMPION else "model-v2"}
+            if v == CHALLENGER and fails[i]:
+                rec |= {"latency_ms": 1.0, "error": "onnxruntime: invalid input"}
+            else:
+                rec |= {"latency_ms": float(lat_champ[i] if v == CHAMPION else lat_chall[i]),
+                        "score": float(champ[i] if v == CHAMPION else chall[i])}
+            records.append(rec)
+        if feedback:
+            records.append({"request_id": rid, "time": t + 5, "label": int(y[i])})
+    return records
+
+
+def _reasons(v: Verdict) -> str:
+    return " | ".join(v.reasons)
+
+
+# ---- verdicts -------------------------------------------------------------------------------
+
+def test_good_challenger_passes():
+    v = judge(make_window(), PARAMS)
+    assert v.passed, _reasons(v)
+    assert v.reasons == []
+    m = v.metrics
+    assert m[CHAMPION]["requests"] == m[CHALLENGER]["requests"] == 400
+    assert m[CHALLENGER]["labeled"] == 400 and m[CHALLENGER]["error_rate"] == 0
+    assert m[CHALLENGER]["model_versions"] == ["model-v2"]
+    assert m["psi"] < 0.05
+    q = m["quality"]["roc_auc"]
+    assert q["ci_low"] > -PARAMS.max_auc_drop and q["ci_low"] <= q["difference"] <= q["ci_high"]
+    assert m["quality"]["f1"][CHAMPION] > 0.5
+    json.dumps(v.to_dict(), allow_nan=False)        # JSON-able, strictly
+
+
+def test_good_challenger_passes_in_split_mode_on_everything_but_noisy_auc():
+    # Split mode with the same model: latency, errors and PSI pass; the AUC CI of two
+    # independent arms is wide, so the non-inferiority bound needs many labels.
+    v = judge(make_window(n=4000, mode="split", seed=3,
+                          challenger_score=lambda c, y, rng: c), PARAMS)
+    assert v.metrics["psi"] < PARAMS.max_psi
+    assert v.metrics[CHAMPION]["requests"] > 1500 and v.metrics[CHALLENGER]["requests"] > 1500
+    assert v.passed, _reasons(v)
+
+
+def test_inverted_scores_fail_on_auc_and_psi():
+    v = judge(make_window(challenger_score=lambda c, y, rng: 1.0 - c), PARAMS)
+    assert not v.passed
+    text = _reasons(v)
+    assert "online ROC AUC" in text and "PSI" in text
+    auc = v.metrics["quality"]["roc_auc"]
+    assert auc[CHALLENGER] < 0.2 < 0.8 < auc[CHAMPION]
+    assert auc["ci_high"] < 0
+    assert v.metrics["psi"] > PARAMS.max_psi
+    # the reasons name metric, observed and threshold
+    (auc_reason,) = [r for r in v.reasons if "ROC AUC" in r]
+    assert f"{auc['ci_low']:.3f}" in auc_reason and f"{-PARAMS.max_auc_drop:.3f}" in auc_reason
+
+
+def test_200ms_slower_fails_on_p99():
+    v = judge(make_window(challenger_latency=lambda lat, rng: lat + 200.0), PARAMS)
+    assert not v.passed
+    p99 = [r for r in v.reasons if "p99" in r]
+    assert p99, _reasons(v)
+    assert any(f"{PARAMS.max_p99_ms:.1f} ms" in r for r in p99)           # absolute bound
+    assert any("champion p99" in r and f"{PARAMS.max_p99_ratio:.2f}" in r for r in p99)   # ratio
+    assert not any("error rate" in r or "PSI" in r or "ROC AUC" in r for r in v.reasons)
+    assert v.metrics[CHALLENGER]["p99_ms"] > 200 + v.metrics[CHAMPION]["p50_ms"]
+
+
+def test_five_percent_errors_fail_on_error_rate():
+    v = judge(make_window(n=1000, challenger_error_rate=0.05, seed=1), PARAMS)
+    assert not v.passed
+    (reason,) = v.reasons
+    assert reason.startswith("challenger error rate") and f"{PARAMS.max_error_rate:.4f}" in reason
+    assert 0.03 < v.metrics[CHALLENGER]["error_rate"] < 0.07
+    assert v.metrics[CHAMPION]["errors"] == 0
+
+
+def test_one_error_in_a_thousand_passes():
+    window = make_window(n=1000, seed=2)
+    first = next(r for r in window if r.get("variant") == CHALLENGER)
+    first.pop("score")
+    first["error"] = "timeout"
+    v = judge(window, PARAMS)
+    assert v.passed, _reasons(v)
+    assert v.metrics[CHALLENGER]["errors"] == 1
+
+
+def test_too_few_samples_fail_closed():
+    window = make_window(n=400, mode="split", challenger_weight=0.05, seed=4,
+                         challenger_score=lambda c, y, rng: c)
+    n_chall = sum(1 for r in window if r.get("variant") == CHALLENGER)
+    assert n_chall < PARAMS.min_samples
+    v = judge(window, PARAMS)
+    assert not v.passed
+    assert any(r.startswith(f"challenger requests {n_chall} are below the minimum sample {PARAMS.min_samples}")
+               for r in v.reasons), _reasons(v)
+
+
+def test_empty_window_fails_closed_without_crashing():
+    v = judge([], PARAMS)
+    assert not v.passed
+    assert {r.split()[0] for r in v.reasons if "minimum sample" in r} == {CHAMPION, CHALLENGER}
+    json.dumps(v.to_dict(), allow_nan=False)
+
+
+def test_no_feedback_is_noted_not_judged_unless_required():
+    window = make_window(feedback=False)
+    v = judge(window, PARAMS)
+    assert v.passed, _reasons(v)
+    assert v.metrics["quality"] is None
+    assert any("not judged" in n for n in v.metrics["notes"])
+    strict = judge(window, PARAMS, require_feedback=True)
+    assert not strict.passed and any("cannot be judged" in r for r in strict.reasons)
+
+
+def test_baseline_supplies_the_champion_at_full_weight():
+    earlier = make_window(seed=5)
+    full = [r for r in make_window(seed=6) if r.get("variant") != CHAMPION]   # 100%: challenger only
+    assert not judge(full, PARAMS).passed
+    v = judge(full, PARAMS, baseline=earlier)
+    assert v.passed, _reasons(v)
+    assert v.metrics[CHAMPION]["requests"] == 400 and v.metrics[CHALLENGER]["requests"] == 400
+
+
+# ---- the bootstrap --------------------------------------------------------------------------
+
+def test_bootstrap_is_reproducible_with_the_seed():
+    window = make_window(n=300, mode="split", seed=7, challenger_score=lambda c, y, rng: c)
+    params = PARAMS.replace(bootstrap=300)
+    a = judge(window, params).metrics["quality"]
+    b = judge(window, params).metrics["quality"]
+    c = judge(window, params.replace(seed=8)).metrics["quality"]
+    assert a == b
+    assert a["roc_auc"]["difference"] == c["roc_auc"]["difference"]       # the point estimate does not move
+    assert (a["roc_auc"]["ci_low"], a["roc_auc"]["ci_high"]) != (c["roc_auc"]["ci_low"], c["roc_auc"]["ci_high"])
+
+
+def _binormal_arm(rng, n, d, variant, prefix, pos=0.5):
+    """Scores whose ROC AUC is Phi(d / sqrt 2): negatives N(0,1), positives N(d,1), squashed into (0,1)."""
+    y = (rng.random(n) < pos).astype(int)
+    s = _sigmoid(rng.normal(0, 1, n) + d * y)
+    recs = []
+    for i in range(n):
+        rid = f"{prefix}-{variant}-{i}"
+        recs += [{"request_id": rid, "time": 0.0, "variant": variant, "model_version": variant,
+                  "latency_ms": 10.0, "score": float(s[i])}, {"request_id": rid, "label": int(y[i])}]
+    return recs
+
+
+def test_bootstrap_ci_covers_the_true_difference():
+    # Split mode, independent arms: champion AUC Phi(1.5/sqrt2) = 0.856, challenger Phi(1.2/sqrt2) = 0.802.
+    true_diff = norm.cdf(1.2 / math.sqrt(2)) - norm.cdf(1.5 / math.sqrt(2))
+    rng = np.random.default_rng(11)
+    params = PARAMS.replace(bootstrap=200, confidence=0.9)
+    covered, trials = 0, 40
+    for t in range(trials):
+        window = _binormal_arm(rng, 400, 1.5, CHAMPION, t) + _binormal_arm(rng, 400, 1.2, CHALLENGER, t)
+        ids, arms = canary.labeled_arms(window)
+        auc = canary.bootstrap_difference(arms, len(ids), params.bootstrap, params.confidence, seed=t)["roc_auc"]
+        assert auc["degenerate"] == 0
+        covered += auc["ci_low"] <= true_diff <= auc["ci_high"]
+    assert covered / trials >= 0.8, f"{covered}/{trials} 90% intervals covered the true difference {true_diff:.3f}"
+    # and the one seeded case the judge sees
+    window = _binormal_arm(np.random.default_rng(0), 1500, 1.5, CHAMPION, "x") \
+        + _binormal_arm(np.random.default_rng(1), 1500, 1.2, CHALLENGER, "x")
+    q = judge(window, PARAMS).metrics["quality"]["roc_auc"]
+    assert q["ci_low"] <= true_diff <= q["ci_high"]
+    assert q["ci_high"] < 0
+
+
+def test_paired_bootstrap_is_narrower_than_split():
+    # Shadow mode scores the same requests twice: the same resample on both arms cancels
+    # the requests' own variation, so the CI is far narrower than for two separate arms.
+    shadow = judge(make_window(n=600, seed=9), PARAMS).metrics["quality"]["roc_auc"]
+    split = judge(make_window(n=1200, mode="split", seed=9), PARAMS).metrics["quality"]["roc_auc"]
+    assert (shadow["ci_high"] - shadow["ci_low"]) * 3 < split["ci_high"] - split["ci_low"]
+
+
+# ---- the metrics themselves -----------------------------------------------------------------
+
+def test_auc_and_f1_match_sklearn_with_ties():
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 500)
+    s = np.round(rng.random(500) * 0.5 + 0.3 * y, 2)          # rounded: many ties
+    assert canary.roc_auc(s, y) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
+    assert canary.f1(s, y) == pytest.approx(f1_score(y, (s >= 0.5).astype(int)), abs=1e-12)
+    assert math.isnan(canary.roc_auc([0.2, 0.3], [1, 1]))
+
+
+def test_weighted_auc_equals_auc_of_the_repeated_sample():
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 2, 60).astype(float)
+    s = np.round(rng.random(60), 1)
+    w = rng.integers(0, 4, 60).astype(float)
+    rep = np.repeat(np.arange(60), w.astype(int))
+    assert canary._weighted_auc(s, y, w[None, :])[0] == pytest.approx(roc_auc_score(y[rep], s[rep]))
+    assert canary._weighted_f1(s, y, w[None, :])[0] == pytest.approx(f1_score(y[rep], (s[rep] >= 0.5).astype(int)))
+
+
+def test_psi():
+    rng = np.random.default_rng(2)
+    a = rng.beta(2, 5, 5000)
+    assert canary.psi(a, rng.beta(2, 5, 5000)) < 0.01
+    assert canary.psi(a, 1 - a) > 1.0
+    assert canary.psi(a, np.full(100, 0.95)) > 3           # all in a bin the champion never uses: floored, finite
+    assert math.isfinite(canary.psi([0.0, 1.0], [0.5]))
+    assert canary.psi([1.5, -0.2], [1.0, 0.0]) == pytest.approx(0.0)   # clipped into [0, 1]
+    assert math.isnan(canary.psi([], [0.5]))
+
+
+# ---- records ------------------------------------------------------------------------------
+
+def test_read_log_skips_a_torn_line_and_missing_files(tmp_path):
+    log = tmp_path / "predictions.jsonl"
+    recs = make_window(n=3)
+    log.write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"request_id": "torn", "sco')
+    assert canary.read_log(log) == recs
+    assert canary.read_log([tmp_path / "rotated.1.jsonl", log]) == recs
+
+
+def test_select_window_keeps_late_feedback_and_drops_other_versions():
+    recs = make_window(n=10)
+    t0 = recs[0]["time"]
+    win = canary.select_window(recs, start=t0, end=t0 + 0.05)      # the first 5 requests
+    preds = [r for r in win if not canary.is_feedback(r)]
+    fb = [r for r in win if canary.is_feedback(r)]
+    assert len(preds) == 10 and len(fb) == 5                     # feedback came at t + 5 s, outside the window
+    assert canary.select_window(recs, model_versions={CHALLENGER: "model-v9"}) == \
+        [r for r in recs if r.get("variant") == CHAMPION] + [r for r in recs if canary.is_feedback(r)]
+    iso = [dict(r, time="2026-11-30T12:00:00Z") for r in recs if not canary.is_feedback(r)]
+    assert len(canary.select_window(iso, start=0, end=2e9)) == len(iso)
+
+
+def test_labels_are_read_leniently():
+    recs = [{"request_id": "a", "label": "1"}, {"request_id": "b", "label": True},
+            {"request_id": "c", "label": 0}, {"request_id": "d", "label": "spam"}]
+    assert canary.labels_by_request(recs) == {"a": 1, "c": 0}
