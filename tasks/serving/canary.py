@@ -1,22 +1,28 @@
 """Canary analysis: judge a challenger against the champion from one window of the prediction log.
 
 Pure functions over log records (the only I/O is `read_log`). The server appends one JSON
-object per line to `$SLUICE_HOME/serving/predictions.jsonl`:
+object per line to `$SLUICE_HOME/serving/predictions.jsonl` (tasks/serving/predlog.py), one
+record per scored row:
 
-    prediction  {"request_id", "time", "variant": "champion"|"challenger", "model_version",
-                 "latency_ms", "score"}
-    error       the same with "error": "<message>" (score may be absent): counts as an error
-                of its variant
-    feedback    {"request_id", "label": 0|1, ...} (no "variant"): the delayed gold label of every
-                prediction with that request_id (in shadow mode both variants' records share it)
+    prediction  {"kind": "prediction", "request_id", "row", "ts" (unix s), "at" (ISO),
+                 "variant": "champion"|"challenger", "model_version", "latency_ms", "score",
+                 "shadow", "endpoint"}
+    error       a prediction record with "error": "<message>" (no score needed): counts as a
+                failed request of its variant
+    feedback    {"kind": "feedback", "request_id", "row", "ts", "label": 0|1}: the delayed gold
+                label of the predictions with that request_id and row (in shadow mode both
+                variants' records share them)
+
+Missing "kind" is read from the fields (a "variant": a prediction; a "label" and no
+variant: feedback); missing "row" is 0; the time is "ts", else "time" (unix s or ISO), else "at".
 
 `judge(window, params)` compares, per variant: request count, error rate, p50/p99 latency
 (of successful requests), the population stability index (PSI) of the challenger's scores
 against the champion's, and where feedback labels exist, online ROC AUC and F1 with a
 seeded bootstrap confidence interval of challenger - champion. The bootstrap resamples
-request ids, and each resample is applied to both arms at once: in shadow mode (both arms
-score the same requests) the comparison is paired; in split mode each id belongs to one
-arm and a resample is a bootstrap of the whole randomized experiment.
+labeled rows (request_id, row), and each resample is applied to both arms at once: in
+shadow mode (both arms score the same rows) the comparison is paired; in split mode each
+row belongs to one arm and a resample is a bootstrap of the whole randomized experiment.
 
 Fails closed: fewer than `min_samples` requests in a variant, a metric that cannot be
 computed (NaN) where a threshold applies, or no challenger at all, is a failure with a reason.
@@ -49,11 +55,10 @@ Record = dict[str, Any]
 # ---- records ------------------------------------------------------------------------------
 
 def read_log(paths: Path | str | Iterable[Path | str]) -> list[Record]:
-    """Every JSON object in one or more JSON-lines files, in file order.
+    """Every JSON object in one or more JSON-lines files, in the order given.
 
     Missing files are skipped; a line that is not a JSON object (a torn last line of a log
-    being appended to) is skipped too. Pass rotated files oldest first to keep time order.
-    """
+    being appended to) is skipped too."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
     out: list[Record] = []
@@ -75,30 +80,55 @@ def read_log(paths: Path | str | Iterable[Path | str]) -> list[Record]:
     return out
 
 
+def log_files(path: Path | str, keep: int) -> list[Path]:
+    """The serving log and its rotated files (`path.1` newest ... `path.keep`), oldest first."""
+    path = Path(path)
+    return [path.with_name(f"{path.name}.{i}") for i in range(keep, 0, -1)] + [path]
+
+
+def read_serving_log(path: Path | str, keep: int) -> list[Record]:
+    """The serving log with its rotated files, oldest record first."""
+    return read_log(log_files(path, keep))
+
+
 def is_feedback(rec: Record) -> bool:
-    """A feedback record: a label for a request id, not itself a prediction."""
+    """A feedback record: a label for a served row, not itself a prediction."""
+    kind = rec.get("kind")
+    if kind is not None:
+        return kind == "feedback" and "request_id" in rec
     return "label" in rec and "variant" not in rec and "request_id" in rec
+
+
+def is_prediction(rec: Record) -> bool:
+    return rec.get("kind", "prediction") == "prediction" and rec.get("variant") in VARIANTS
 
 
 def is_error(rec: Record) -> bool:
     return bool(rec.get("error"))
 
 
+def row_key(rec: Record) -> str:
+    """What a label joins on: the request id and the row within the request."""
+    row = rec.get("row", 0)
+    return f"{rec.get('request_id')}#{row if isinstance(row, int) and not isinstance(row, bool) else 0}"
+
+
 def record_time(rec: Record) -> float | None:
-    """`time` as epoch seconds: a number, or an ISO 8601 string (naive means UTC)."""
-    t = rec.get("time")
-    if isinstance(t, bool) or t is None:
-        return None
-    if isinstance(t, (int, float)):
-        return float(t)
-    if isinstance(t, str):
-        try:
-            dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
-        except ValueError:
-            return None
-        if dt.tzinfo is None:
-            dt = dt.replace(tzinfo=timezone.utc)
-        return dt.timestamp()
+    """Epoch seconds from "ts", else "time" (a number or ISO 8601), else "at"; naive ISO is UTC."""
+    for key in ("ts", "time", "at"):
+        t = rec.get(key)
+        if isinstance(t, bool) or t is None:
+            continue
+        if isinstance(t, (int, float)):
+            return float(t)
+        if isinstance(t, str):
+            try:
+                dt = datetime.fromisoformat(t.replace("Z", "+00:00"))
+            except ValueError:
+                continue
+            if dt.tzinfo is None:
+                dt = dt.replace(tzinfo=timezone.utc)
+            return dt.timestamp()
     return None
 
 
@@ -112,15 +142,12 @@ def select_window(records: Iterable[Record], start: float | None = None, end: fl
     records = list(records)
     preds = []
     for rec in records:
-        if is_feedback(rec) or rec.get("variant") not in VARIANTS:
+        if not is_prediction(rec):
             continue
-        t = record_time(rec)
-        if (start is not None or end is not None) and t is None:
-            continue
-        if start is not None and t < start:
-            continue
-        if end is not None and t >= end:
-            continue
+        if start is not None or end is not None:
+            t = record_time(rec)
+            if t is None or (start is not None and t < start) or (end is not None and t >= end):
+                continue
         if model_versions and rec["variant"] in model_versions \
                 and rec.get("model_version") != model_versions[rec["variant"]]:
             continue
@@ -129,18 +156,18 @@ def select_window(records: Iterable[Record], start: float | None = None, end: fl
     return preds + [r for r in records if is_feedback(r) and r.get("request_id") in ids]
 
 
-def labels_by_request(records: Iterable[Record]) -> dict[str, int]:
-    """request_id -> 0/1 from feedback records (the last one wins; unreadable labels are ignored)."""
+def labels_by_row(records: Iterable[Record]) -> dict[str, int]:
+    """row_key -> 0/1 from feedback records (the last one wins; unreadable labels are ignored)."""
     out: dict[str, int] = {}
     for rec in records:
         if not is_feedback(rec):
             continue
-        label = rec["label"]
+        label = rec.get("label")
         if isinstance(label, str) and label.strip() in ("0", "1"):
             label = int(label)
         if isinstance(label, bool) or label not in (0, 1):
             continue
-        out[str(rec["request_id"])] = int(label)
+        out[row_key(rec)] = int(label)
     return out
 
 
@@ -222,15 +249,15 @@ class Arm:
 
 
 def labeled_arms(window: Iterable[Record]) -> tuple[list[str], dict[str, Arm]]:
-    """The request ids that carry a label, and per variant its successful labeled predictions."""
+    """The labeled rows (row keys), and per variant its successful labeled predictions."""
     window = list(window)
-    labels = labels_by_request(window)
+    labels = labels_by_row(window)
     ids: dict[str, int] = {}
     rows: dict[str, list[tuple[int, float, int]]] = {v: [] for v in VARIANTS}
     for rec in window:
-        if is_feedback(rec) or is_error(rec) or rec.get("variant") not in VARIANTS:
+        if not is_prediction(rec) or is_error(rec):
             continue
-        rid = str(rec.get("request_id"))
+        rid = row_key(rec)
         score = _number(rec.get("score"))
         if rid not in labels or score is None:
             continue
@@ -247,8 +274,8 @@ def bootstrap_difference(arms: dict[str, Arm], n_units: int, resamples: int, con
                          seed: int) -> dict[str, dict[str, Any]]:
     """Challenger - champion of ROC AUC and F1: the observed difference and a percentile bootstrap CI.
 
-    Each resample draws `n_units` request ids with replacement (seeded) and weighs every
-    prediction of both arms by how often its id was drawn: the same resample for both
+    Each resample draws `n_units` labeled rows with replacement (seeded) and weighs every
+    prediction of both arms by how often its row was drawn: the same resample for both
     arms and both metrics. Resamples where a metric is undefined (an arm without one
     class) are left out and counted in `degenerate`."""
     rng = np.random.default_rng(seed)
@@ -283,31 +310,37 @@ def _number(v: Any) -> float | None:
 
 
 def variant_stats(window: Iterable[Record]) -> dict[str, dict[str, Any]]:
-    """Per variant: requests, errors, error_rate, p50_ms, p99_ms, model_versions, and its scores."""
-    acc = {v: {"requests": 0, "errors": 0, "latency": [], "scores": [], "versions": set()} for v in VARIANTS}
+    """Per variant: requests (distinct request ids), rows, errors (requests with an error record),
+    error_rate, p50_ms and p99_ms (one latency per successful request), model_versions, scores."""
+    reqs: dict[str, dict[str, dict[str, Any]]] = {v: {} for v in VARIANTS}
+    scores: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    rows = {v: 0 for v in VARIANTS}
+    versions: dict[str, set[str]] = {v: set() for v in VARIANTS}
     for rec in window:
-        v = rec.get("variant")
-        if is_feedback(rec) or v not in acc:
+        if not is_prediction(rec):
             continue
-        a = acc[v]
-        a["requests"] += 1
+        v = rec["variant"]
+        rows[v] += 1
         if rec.get("model_version"):
-            a["versions"].add(str(rec["model_version"]))
+            versions[v].add(str(rec["model_version"]))
+        req = reqs[v].setdefault(str(rec.get("request_id")), {"error": False, "latency": None})
         if is_error(rec):
-            a["errors"] += 1
+            req["error"] = True
             continue
         lat, score = _number(rec.get("latency_ms")), _number(rec.get("score"))
-        if lat is not None:
-            a["latency"].append(lat)
+        if lat is not None and req["latency"] is None:
+            req["latency"] = lat
         if score is not None:
-            a["scores"].append(score)
+            scores[v].append(score)
     out = {}
-    for v, a in acc.items():
-        n = a["requests"]
+    for v in VARIANTS:
+        n = len(reqs[v])
+        errors = sum(r["error"] for r in reqs[v].values())
+        latency = [r["latency"] for r in reqs[v].values() if not r["error"] and r["latency"] is not None]
         out[v] = {
-            "requests": n, "errors": a["errors"], "error_rate": a["errors"] / n if n else float("nan"),
-            "p50_ms": percentile(a["latency"], 50), "p99_ms": percentile(a["latency"], 99),
-            "model_versions": sorted(a["versions"]), "scores": a["scores"],
+            "requests": n, "rows": rows[v], "errors": errors, "error_rate": errors / n if n else float("nan"),
+            "p50_ms": percentile(latency, 50), "p99_ms": percentile(latency, 99),
+            "model_versions": sorted(versions[v]), "scores": scores[v],
         }
     return out
 
@@ -334,15 +367,15 @@ def judge(window: Iterable[Record], params: CanaryParams, baseline: Iterable[Rec
           require_feedback: bool = False) -> Verdict:
     """Pass or fail the challenger on one window of log records. Pure.
 
-    `baseline`: champion records from elsewhere (e.g. the previous step's window) added to
-    the champion's side, for a step at 100% challenger where the window has no champion
+    `baseline`: champion records from elsewhere (e.g. the previous step's window; its
+    feedback too) added to the champion's side, for a step at 100% challenger where the window has no champion
     traffic in split mode. Without labels (or with fewer than `min_samples` labeled
     predictions in a variant) the ROC AUC check is not made and a note says so, unless
     `require_feedback`, which makes that a failure.
     """
     window = list(window)
     if baseline is not None:
-        window += [r for r in baseline if is_feedback(r) or r.get("variant") == CHAMPION]
+        window += [r for r in baseline if is_feedback(r) or (is_prediction(r) and r["variant"] == CHAMPION)]
     p = params
     stats = variant_stats(window)
     champ, chall = stats[CHAMPION], stats[CHALLENGER]
