@@ -22,8 +22,9 @@ runs torchrun processes inside the `train` task; `kubernetes` runs `plan_train` 
 for several nodes, per params.yaml `scaling`) -> `train`, which fetches the pods'
 outputs. The steps after `train` see no difference.
 
-This file only wires tasks: every step's logic is a module in `tasks/`, imported
-inside the task so parsing stays light.
+This file only wires tasks and branches: every step is declared once in `tasks/<step>.py`
+(its upstream records and options), and `_run` calls it inside the task, so parsing
+stays light and the same step runs as `python -m tasks.<step>`.
 """
 from __future__ import annotations
 
@@ -37,25 +38,18 @@ DAG_ID = "nightly_pipeline"
 
 
 def _train_backend() -> str:
-    from tasks.core.settings import Settings     # light: stdlib only
+    from tasks.core.settings import Settings     # light: pydantic, which Airflow has loaded already
 
     return Settings.from_env().train_backend
 
 
-def _settings():
-    from tasks.core.settings import Settings
+def _run(step: str, context: dict, **options):
+    """Run a declared step (tasks.<module>[:<step>]): upstream records from XCom, its record back
+    to XCom. The DAG's `epochs` Param overrides params.yaml train.epochs for the whole run."""
+    from tasks.core.steps import run_airflow_task
 
-    return Settings.from_env()
-
-
-def _result(ti, task_id: str) -> dict:
-    """The step record an upstream task pushed (XCom key 'result': a small dict of references)."""
-    return ti.xcom_pull(task_ids=task_id, key="result")
-
-
-def _push(ti, result: dict) -> dict:
-    ti.xcom_push(key="result", value=result)
-    return result
+    overrides = {"train": {"epochs": context["params"].get("epochs")}}
+    return run_airflow_task(step, context, overrides, **options)
 
 
 @dag(
@@ -78,113 +72,81 @@ def _push(ti, result: dict) -> dict:
 )
 def nightly_pipeline():
     @task.branch
-    def ingest(ti=None, run_id=None, params=None):
+    def ingest(**context):
         from airflow.sdk.exceptions import AirflowFailException
 
-        from tasks.ingest import ingest as run
-
         try:
-            r = _push(ti, run(run_id, _settings(), params["batch"]))
+            r = _run("tasks.ingest", context, batch=context["params"]["batch"])
         except (FileNotFoundError, ValueError) as exc:   # a bad `batch` param: retrying cannot help
             raise AirflowFailException(str(exc)) from exc
-        return "no_batch" if r["status"] == "no_batch" else "validate_raw"
+        return "no_batch" if r.status == "no_batch" else "validate_raw"
 
     @task.branch
-    def validate_raw(ti=None, run_id=None):
-        from tasks.validate_raw import validate_raw as run
-
-        r = _push(ti, run(run_id, _settings(), _result(ti, "ingest")))
-        return "weak_label" if r["passed"] else "quarantine_raw"
+    def validate_raw(**context):
+        return "weak_label" if _run("tasks.validate_raw", context).passed else "quarantine_raw"
 
     @task
-    def weak_label(ti=None, run_id=None):
-        from tasks.weak_label import weak_label as run
-
-        return _push(ti, run(run_id, _settings(), _result(ti, "ingest")))["chosen"]
+    def weak_label(**context):
+        return _run("tasks.weak_label", context).chosen
 
     @task.branch
-    def validate_labeled(ti=None, run_id=None):
-        from tasks.validate_labeled import validate_labeled as run
+    def validate_labeled(**context):
+        return "snapshot" if _run("tasks.validate_labeled", context).passed else "quarantine_labeled"
 
-        r = _push(ti, run(run_id, _settings(), _result(ti, "weak_label")))
-        return "snapshot" if r["passed"] else "quarantine_labeled"
+    @task(task_id="quarantine_raw")
+    def quarantine_raw(**context):
+        return _run("tasks.quarantine", context).path
 
-    def quarantine(gate: str):
-        @task(task_id=f"quarantine_{gate.split('_')[1]}")
-        def _quarantine(ti=None, run_id=None):
-            from tasks.quarantine import quarantine_batch
-
-            return _push(ti, quarantine_batch(run_id, _settings(), _result(ti, "ingest"), gate, _result(ti, gate)))
-        return _quarantine()
+    @task(task_id="quarantine_labeled")
+    def quarantine_labeled(**context):
+        return _run("tasks.quarantine", context).path
 
     @task
-    def snapshot(ti=None, run_id=None):
-        from tasks.snapshot import snapshot as run
-
-        return _push(ti, run(run_id, _settings(), _result(ti, "ingest"), _result(ti, "weak_label"),
-                             _result(ti, "validate_raw"), _result(ti, "validate_labeled")))["data_version"]
+    def snapshot(**context):
+        return _run("tasks.snapshot", context).data_version
 
     @task(execution_timeout=timedelta(hours=4))
-    def train(ti=None, run_id=None, params=None):
-        from tasks.train import train as run
-
-        return _push(ti, run(run_id, _settings(), _result(ti, "snapshot")["data_version"], params["epochs"]))["model"]
+    def train(**context):
+        return _run("tasks.train", context).model
 
     @task
-    def plan_train(ti=None, run_id=None, params=None):
-        from tasks.training.kubernetes import plan_training
-
-        return _push(ti, plan_training(run_id, _settings(), _result(ti, "snapshot")["data_version"],
-                                       params["epochs"]))["name"]
+    def plan_train(**context):
+        return _run("tasks.plan_train", context).name
 
     @task(task_id="train")
-    def collect_train(ti=None, run_id=None):
-        from tasks.train import collect
-
-        return _push(ti, collect(run_id, _settings(), _result(ti, "plan_train")["out_uri"]))["model"]
+    def collect_train(**context):
+        return _run("tasks.train:collect", context).model
 
     @task.branch
-    def evaluate(ti=None, run_id=None):
-        from tasks.evaluate import evaluate as run
-
-        r = _push(ti, run(run_id, _settings(), _result(ti, "train")))
-        return "compress" if r["passed"] else "reject_model_evaluate"
+    def evaluate(**context):
+        return "compress" if _run("tasks.evaluate", context).passed else "reject_model_evaluate"
 
     @task.branch
-    def compress(ti=None, run_id=None):
-        from tasks.compress import compress as run
+    def compress(**context):
+        return "register" if _run("tasks.compress", context).passed else "reject_model_compress"
 
-        r = _push(ti, run(run_id, _settings(), _result(ti, "train")))
-        return "register" if r["passed"] else "reject_model_compress"
+    @task(task_id="reject_model_evaluate")
+    def reject_model_evaluate(**context):
+        return _run("tasks.reject_model", context).gate
 
-    def reject_model(gate: str):
-        @task(task_id=f"reject_model_{gate}")
-        def _reject(ti=None, run_id=None):
-            from tasks.reject_model import reject_model as run
-
-            return _push(ti, run(run_id, _settings(), gate, _result(ti, gate)))
-        return _reject()
+    @task(task_id="reject_model_compress")
+    def reject_model_compress(**context):
+        return _run("tasks.reject_model", context).gate
 
     @task
-    def register(ti=None, run_id=None):
-        from tasks.register import register as run
-
-        return _push(ti, run(run_id, _settings(), _result(ti, "train"), _result(ti, "evaluate"),
-                             _result(ti, "compress")))["model_version"]
+    def register(**context):
+        return _run("tasks.register", context).model_version
 
     @task
-    def deploy(ti=None, run_id=None):
-        from tasks.deploy import deploy as run
-
-        return _push(ti, run(run_id, _settings(), _result(ti, "register")["model_version"]))["prod_model"]
+    def deploy(**context):
+        return _run("tasks.deploy", context).prod_model
 
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
-    def report(ti=None, run_id=None):
-        from tasks.report import report as run
-
+    def report(**context):
+        ti, run_id = context["ti"], context["run_id"]
         states = ti.get_task_states(dag_id=DAG_ID, run_ids=[run_id]).get(run_id, {})
         failed = sorted(t for t, s in states.items() if s == "failed" and t != "run_failed")
-        return run(run_id, _settings(), failed)["outcome"]
+        return _run("tasks.report", context, failed_steps=",".join(failed)).outcome
 
     @task(trigger_rule=TriggerRule.ONE_FAILED, retries=0)
     def run_failed():
@@ -209,8 +171,8 @@ def nightly_pipeline():
         train_steps = [t_train]
     t_reg, t_deploy = register(), deploy()
     no_batch = EmptyOperator(task_id="no_batch")
-    q_raw, q_lab = quarantine("validate_raw"), quarantine("validate_labeled")
-    rej_eval, rej_comp = reject_model("evaluate"), reject_model("compress")
+    q_raw, q_lab = quarantine_raw(), quarantine_labeled()
+    rej_eval, rej_comp = reject_model_evaluate(), reject_model_compress()
     t_report, t_failed = report(), run_failed()
 
     t_ingest >> [t_raw, no_batch]

@@ -20,6 +20,8 @@ from datetime import timedelta
 
 from airflow.sdk import Param, dag, task
 
+from tasks.core.versions import DATA_VERSION_PATTERN, MODEL_VERSION_PATTERN   # stdlib only
+
 @dag(
     dag_id="rollback",
     schedule=None,
@@ -30,9 +32,9 @@ from airflow.sdk import Param, dag, task
     tags=["sluice", "rollback"],
     doc_md=__doc__,
     params={
-        "data_version": Param(None, type=["null", "string"], pattern=r"^data-v[1-9][0-9]*$",
+        "data_version": Param(None, type=["null", "string"], pattern=DATA_VERSION_PATTERN,
                               description="Data version to make current (e.g. data-v3); empty: keep."),
-        "model_version": Param(None, type=["null", "string"], pattern=r"^model-v[1-9][0-9]*$",
+        "model_version": Param(None, type=["null", "string"], pattern=MODEL_VERSION_PATTERN,
                                description="Model version to make prod and serve (e.g. model-v2); empty: keep."),
         "reason": Param("", type="string", minLength=3, description="Why (goes into the audit log)."),
     },

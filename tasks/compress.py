@@ -6,17 +6,14 @@ the int8 model may lose at most compress.max_roc_auc_drop of ROC AUC against fp3
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from tasks.evaluation.quality import fmt_quality
-from tasks.core.params import load_params
-from tasks.evaluation.scoring import gold_quality, load_gold_test, predict_onnx, predict_torch
-from tasks.core.settings import Settings
-from tasks.core.files import read_json
 from tasks.core.log import log
-from tasks.core.steps import record_step, step_cli
+from tasks.core.records import CompressRecord, TrainRecord
+from tasks.core.steps import StepContext, step
+from tasks.evaluation.quality import fmt_quality
+from tasks.evaluation.scoring import gold_quality, load_gold_test, predict_onnx, predict_torch
 
 
 def export_onnx(model_path: Path, out: Path) -> Path:
@@ -71,14 +68,15 @@ def compression_gate(parity_max_abs: float, fp32: dict, int8: dict, atol: float,
     return reasons
 
 
-def compress(run_id: str, settings: Settings, train_result: dict[str, Any]) -> dict[str, Any]:
-    p = load_params().compress
-    out_dir = settings.layout.run_dir(run_id) / "compress"
+@step
+def compress(ctx: StepContext, train: TrainRecord) -> CompressRecord:
+    p = ctx.params.compress
+    out_dir = ctx.run_dir / "compress"
     out_dir.mkdir(parents=True, exist_ok=True)
-    model_path = Path(train_result["model"])
+    model_path = Path(train.model)
     fp32_path = export_onnx(model_path, out_dir / "model.fp32.onnx")
     int8_path = quantize_int8(fp32_path, out_dir / "model.int8.onnx")
-    gold = load_gold_test(settings.layout.gold)
+    gold = load_gold_test(ctx.settings.layout.gold)
     p_torch, p_fp32, p_int8 = (predict_torch(model_path, gold), predict_onnx(fp32_path, gold),
                                predict_onnx(int8_path, gold))
     parity = float(np.max(np.abs(p_fp32 - p_torch))) if len(gold) else 0.0
@@ -89,16 +87,9 @@ def compress(run_id: str, settings: Settings, train_result: dict[str, Any]) -> d
              "int8_bytes": int8_path.stat().st_size}
     log(f"ONNX fp32 {sizes['fp32_bytes']} B ({fmt_quality(fp32_q)}), int8 {sizes['int8_bytes']} B "
         f"({fmt_quality(int8_q)}), parity {parity:.1e}; {'PASS' if not reasons else 'FAIL: ' + '; '.join(reasons)}")
-    return record_step(settings.layout.run_dir(run_id), "compress", {
-        "passed": not reasons, "reasons": reasons, "parity_max_abs": parity, "fp32": fp32_q, "int8": int8_q,
-        **sizes, "int8_ops": ops, "fp32_path": str(fp32_path), "int8_path": str(int8_path)})
-
-
-def main(argv: list[str] | None = None) -> int:
-    return step_cli(__doc__.splitlines()[0], lambda p: None,
-                    lambda a, s: compress(a.run_id, s, read_json(s.layout.run_dir(a.run_id) / "steps/train.json")),
-                    argv)
+    return CompressRecord(passed=not reasons, reasons=reasons, parity_max_abs=parity, fp32=fp32_q, int8=int8_q,
+                          **sizes, int8_ops=ops, fp32_path=str(fp32_path), int8_path=str(int8_path))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(compress.main())

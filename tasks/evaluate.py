@@ -7,16 +7,13 @@ most `evaluate.max_regression`.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
-from tasks.evaluation.quality import fmt_quality
-from tasks.core.params import load_params
-from tasks.registry import Registry
-from tasks.evaluation.scoring import gold_quality, load_gold_test, predict_onnx, predict_torch
-from tasks.core.settings import Settings
-from tasks.core.files import read_json
 from tasks.core.log import log
-from tasks.core.steps import record_step, step_cli
+from tasks.core.records import EvaluateRecord, TrainRecord
+from tasks.core.steps import StepContext, step
+from tasks.evaluation.quality import fmt_quality
+from tasks.evaluation.scoring import gold_quality, load_gold_test, predict_onnx, predict_torch
+from tasks.registry import Registry
 
 
 def model_gate(challenger: dict[str, float], champion: dict[str, float] | None, min_auc: float,
@@ -31,26 +28,20 @@ def model_gate(challenger: dict[str, float], champion: dict[str, float] | None, 
     return reasons
 
 
-def evaluate(run_id: str, settings: Settings, train_result: dict[str, Any]) -> dict[str, Any]:
-    p = load_params().evaluate
-    gold = load_gold_test(settings.layout.gold)
-    challenger = gold_quality(predict_torch(Path(train_result["model"]), gold), gold)
-    registry = Registry(settings)
+@step
+def evaluate(ctx: StepContext, train: TrainRecord) -> EvaluateRecord:
+    p = ctx.params.evaluate
+    gold = load_gold_test(ctx.settings.layout.gold)
+    challenger = gold_quality(predict_torch(Path(train.model), gold), gold)
+    registry = Registry(ctx.settings)
     prod = registry.state()["prod_model"]
     champion = gold_quality(predict_onnx(registry.model_path(prod, "model.int8.onnx"), gold), gold) if prod else None
     reasons = model_gate(challenger, champion, p.min_roc_auc, p.max_regression)
     log(f"challenger: {fmt_quality(challenger)}; champion {prod or '(none)'}: {fmt_quality(champion)}; "
         f"{'PASS' if not reasons else 'FAIL: ' + '; '.join(reasons)}")
-    return record_step(settings.layout.run_dir(run_id), "evaluate", {
-        "passed": not reasons, "reasons": reasons, "challenger": challenger, "champion": champion,
-        "champion_version": prod, "test_rows": len(gold)})
-
-
-def main(argv: list[str] | None = None) -> int:
-    return step_cli(__doc__.splitlines()[0], lambda p: None,
-                    lambda a, s: evaluate(a.run_id, s, read_json(s.layout.run_dir(a.run_id) / "steps/train.json")),
-                    argv)
+    return EvaluateRecord(passed=not reasons, reasons=reasons, challenger=challenger, champion=champion,
+                          champion_version=prod, test_rows=len(gold))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(evaluate.main())

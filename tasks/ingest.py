@@ -9,11 +9,11 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tasks.core.params import load_params
-from tasks.core.settings import Settings, StateLayout
 from tasks.core.files import atomic_write_parquet
 from tasks.core.log import log
-from tasks.core.steps import record_step, step_cli
+from tasks.core.records import IngestRecord
+from tasks.core.settings import StateLayout
+from tasks.core.steps import StepContext, step
 
 LANDING_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.(csv|parquet)$")
 
@@ -33,13 +33,14 @@ def read_landing_file(path: Path) -> "Any":
     return pd.read_csv(path, encoding="utf-8", encoding_errors="strict")
 
 
-def ingest(run_id: str, settings: Settings, batch: str | None = None) -> dict[str, Any]:
-    layout = settings.layout.ensure()
-    run_dir = layout.run_dir(run_id)
-    if settings.demo_feed:
+@step(help={"batch": "landing file name or batch id (default: the oldest waiting)"})
+def ingest(ctx: StepContext, *, batch: str | None = None) -> IngestRecord:
+    layout = ctx.settings.layout.ensure()
+    if ctx.settings.demo_feed:
+        from tasks.datasets import load_dataset
         from tasks.datasets.demo_feed import DemoFeed
 
-        feed = DemoFeed(layout, load_params().demo)
+        feed = DemoFeed(layout, ctx.params.demo, load_dataset(ctx.params.dataset.module))
         feed.ensure_gold()
         if not pending_batches(layout) and batch is None:
             feed.deliver_next()
@@ -57,27 +58,19 @@ def ingest(run_id: str, settings: Settings, batch: str | None = None) -> dict[st
         source = waiting[0]
     else:
         log("no landing batch waiting: nothing to do tonight")
-        return record_step(run_dir, "ingest", {"status": "no_batch"})
+        return IngestRecord(status="no_batch")
 
-    result: dict[str, Any] = {"batch_id": source.stem, "source": str(source), "bytes": source.stat().st_size}
+    found: dict[str, Any] = {"batch_id": source.stem, "source": str(source), "bytes": source.stat().st_size}
     try:
         df = read_landing_file(source)
     except Exception as exc:  # noqa: BLE001 - any parse failure is a data problem, reported by the gate
         log(f"{source.name} is unreadable: {type(exc).__name__}: {exc}")
-        return record_step(run_dir, "ingest", {**result, "status": "unreadable",
-                                               "error": f"{type(exc).__name__}: {exc}"})
-    staged = run_dir / "raw.parquet"
+        return IngestRecord(**found, status="unreadable", error=f"{type(exc).__name__}: {exc}")
+    staged = ctx.run_dir / "raw.parquet"
     atomic_write_parquet(staged, df)
     log(f"staged {source.name}: {len(df)} rows, {len(df.columns)} columns -> {staged}")
-    return record_step(run_dir, "ingest", {**result, "status": "staged", "staged": str(staged), "rows": int(len(df))})
-
-
-def main(argv: list[str] | None = None) -> int:
-    return step_cli(
-        __doc__.splitlines()[0],
-        lambda p: p.add_argument("--batch", help="landing file name or batch id (default: oldest waiting)"),
-        lambda a, s: ingest(a.run_id, s, a.batch), argv)
+    return IngestRecord(**found, status="staged", staged=str(staged), rows=int(len(df)))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(ingest.main())

@@ -9,26 +9,33 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import sys
 from pathlib import Path
-from typing import Any
 
-from tasks.core.settings import Settings, StateLayout, safe_run_id
 from tasks.core.files import atomic_write_bytes, atomic_write_json
 from tasks.core.log import log
-from tasks.core.steps import record_step
+from tasks.core.records import ContractRecord, IngestRecord, QuarantineRecord
+from tasks.core.settings import Settings, StateLayout, safe_run_id
+from tasks.core.steps import StepContext, step
+from tasks.reject_model import failed_gate
 
 
-def quarantine_batch(run_id: str, settings: Settings, ingest_result: dict[str, Any],
-                     gate: str, gate_result: dict[str, Any]) -> dict[str, Any]:
-    layout = settings.layout.ensure()
-    batch_id = ingest_result["batch_id"]
-    source = Path(ingest_result["source"])
+@step
+def quarantine(ctx: StepContext, ingest: IngestRecord, validate_raw: ContractRecord | None = None,
+               validate_labeled: ContractRecord | None = None) -> QuarantineRecord:
+    """The batch goes aside with the report of the contract that failed it."""
+    gate, _ = failed_gate(validate_raw=validate_raw, validate_labeled=validate_labeled)
+    gate_result: ContractRecord = validate_labeled if gate == "validate_labeled" else validate_raw  # type: ignore[assignment]
+    run_id = ctx.run_id
+    layout = ctx.settings.layout.ensure()
+    batch_id = ingest.batch_id
+    source = Path(ingest.source)
     dest = layout.quarantine / batch_id
     dest.mkdir(parents=True, exist_ok=True)
     # The full contract result (every failed expectation, observed vs expected, offending rows).
-    full = json.loads(Path(gate_result["report_json"]).read_text())
+    full = json.loads(Path(gate_result.report_json).read_text())
     report = {"batch_id": batch_id, "run_id": run_id, "gate": gate, "source": str(source),
-              "summary": gate_result["summary"], **full}
+              "summary": gate_result.summary, **full}
     # A batch quarantined again (after a re-admission) keeps its earlier report beside the new one.
     if (dest / "report.json").exists():
         earlier = json.loads((dest / "report.json").read_text())
@@ -37,15 +44,14 @@ def quarantine_batch(run_id: str, settings: Settings, ingest_result: dict[str, A
     # Report first, then the move: a kill in between leaves the batch waiting with its report
     # already written, and a re-run repeats both harmlessly.
     atomic_write_json(dest / "report.json", report)
-    atomic_write_bytes(dest / "report.txt", (gate_result.get("summary", "") + "\n").encode())
+    atomic_write_bytes(dest / "report.txt", (gate_result.summary + "\n").encode())
     if source.exists():
         shutil.move(str(source), dest / source.name)
     kept = dest / source.name
     if not kept.exists():
         raise FileNotFoundError(f"quarantine lost track of {source}: not in landing nor in {dest}")
-    log(f"quarantined {batch_id} at {dest} (gate {gate}): {gate_result.get('summary', '')}")
-    return record_step(layout.run_dir(run_id), "quarantine",
-                       {"batch_id": batch_id, "gate": gate, "path": str(dest), "reason": gate_result.get("summary")})
+    log(f"quarantined {batch_id} at {dest} (gate {gate}): {gate_result.summary}")
+    return QuarantineRecord(batch_id=batch_id, gate=gate, path=str(dest), reason=gate_result.summary)
 
 
 def readmit(settings: Settings, batch_id: str) -> Path:
@@ -62,7 +68,12 @@ def readmit(settings: Settings, batch_id: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="List quarantined batches, or re-admit one after a fix.")
+    """With --run-id: the step (the DAG's quarantine task); without: list, or re-admit a batch."""
+    argv = sys.argv[1:] if argv is None else argv
+    if any(a == "--run-id" or a.startswith("--run-id=") for a in argv):
+        return quarantine.main(argv)
+    parser = argparse.ArgumentParser(description="List quarantined batches, or re-admit one after a fix. "
+                                     "(With --run-id ID: quarantine that run's rejected batch.)")
     parser.add_argument("--readmit", metavar="BATCH_ID", help="move the batch back to landing/ for the next run")
     args = parser.parse_args(argv)
     settings = Settings.from_env()

@@ -1,26 +1,37 @@
 """reject_model: a challenger that failed a gate is not deployed; prod stays, and the data
 pointer goes back to the version prod was trained on (tasks.rollback), so data and
-model stay together.
+model stay together. The gate is the one whose record says it did not pass.
 """
 from __future__ import annotations
 
-from typing import Any
-
 from tasks.core.log import log
-from tasks.core.settings import Settings
-from tasks.core.steps import record_step
+from tasks.core.records import CompressRecord, EvaluateRecord, GateRecord, RejectRecord
+from tasks.core.steps import StepContext, StepError, step
 from tasks.registry import Registry
 
 
-def reject_model(run_id: str, settings: Settings, gate: str, gate_result: dict[str, Any]) -> dict[str, Any]:
+def failed_gate(**gates: GateRecord | None) -> tuple[str, list[str]]:
+    """The last gate (in the order given) that said no, and its reasons. Pure."""
+    for name, rec in reversed(gates.items()):
+        if rec is not None and not rec.passed:
+            return name, list(getattr(rec, "reasons", None) or [rec.why] or ["unknown"])
+    raise StepError(f"no failed gate among {[n for n, r in gates.items() if r is not None]}: nothing to reject")
+
+
+@step
+def reject_model(ctx: StepContext, evaluate: EvaluateRecord | None = None,
+                 compress: CompressRecord | None = None) -> RejectRecord:
     from tasks.rollback import rollback_to_prod_lineage
 
-    reasons = gate_result.get("reasons") or ["unknown"]
-    rolled = rollback_to_prod_lineage(settings, f"nightly run {run_id}: challenger rejected at {gate}: "
-                                                f"{'; '.join(reasons)}", who="nightly_pipeline")
-    state = Registry(settings).state()
+    gate, reasons = failed_gate(evaluate=evaluate, compress=compress)
+    rolled = rollback_to_prod_lineage(ctx.settings, f"nightly run {ctx.run_id}: challenger rejected at {gate}: "
+                                                    f"{'; '.join(reasons)}", who="nightly_pipeline")
+    state = Registry(ctx.settings).state()
     log(f"challenger rejected at {gate}: {'; '.join(reasons)}; prod stays {state['prod_model'] or '(none)'}, "
         f"data pointer {state['current_data']}")
-    return record_step(settings.layout.run_dir(run_id), "reject_model",
-                       {"gate": gate, "reasons": reasons, "prod_model": state["prod_model"],
-                        "current_data": state["current_data"], "rolled_back": rolled.get("changed", False)})
+    return RejectRecord(gate=gate, reasons=reasons, prod_model=state["prod_model"],
+                        current_data=state["current_data"], rolled_back=rolled.get("changed", False))
+
+
+if __name__ == "__main__":
+    raise SystemExit(reject_model.main())

@@ -7,59 +7,59 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.evaluation.quality import fmt_quality
-from tasks.registry import Registry
-from tasks.core.settings import Settings
 from tasks.core.files import atomic_write_bytes, atomic_write_json
 from tasks.core.log import log
-from tasks.core.steps import load_steps, step_cli
+from tasks.core.records import GateRecord, Record, ReportRecord
+from tasks.core.steps import StepContext, load_records, step
+from tasks.evaluation.quality import fmt_quality
+from tasks.registry import Registry
 
 
-def outcome_of(steps: dict[str, dict[str, Any]], failed_steps: list[str]) -> str:
+def outcome_of(steps: dict[str, Any], failed_steps: list[str]) -> str:
     if failed_steps:
         return f"FAILED at {', '.join(failed_steps)}"
     if "deploy" in steps:
-        return f"deployed {steps['deploy']['prod_model']}"
+        return f"deployed {steps['deploy'].prod_model}"
     if "reject_model" in steps:
         r = steps["reject_model"]
-        back = f"; data pointer back to {r['current_data']}" if r.get("rolled_back") else ""
-        return (f"model rejected at {r['gate']} ({'; '.join(r['reasons'])}); prod stays "
-                f"{r['prod_model'] or '(none)'}{back}")
+        back = f"; data pointer back to {r.current_data}" if r.rolled_back else ""
+        return f"model rejected at {r.gate} ({'; '.join(r.reasons)}); prod stays {r.prod_model or '(none)'}{back}"
     if "quarantine" in steps:
         q = steps["quarantine"]
-        return f"batch {q['batch_id']} quarantined at {q['gate']}; data version unchanged"
-    if steps.get("ingest", {}).get("status") == "no_batch":
+        return f"batch {q.batch_id} quarantined at {q.gate}; data version unchanged"
+    if "ingest" in steps and steps["ingest"].status == "no_batch":
         return "no landing batch waiting: nothing to do"
     return "incomplete"
 
 
-def build_summary(run_id: str, steps: dict[str, dict[str, Any]], registry_state: dict[str, Any],
+def build_summary(run_id: str, steps: dict[str, Any], registry_state: dict[str, Any],
                   failed_steps: list[str]) -> dict[str, Any]:
-    """Pure: the summary dict from the step records."""
-    ing, wl, snap = steps.get("ingest", {}), steps.get("weak_label", {}), steps.get("snapshot", {})
-    tr, ev, cp = steps.get("train", {}), steps.get("evaluate", {}), steps.get("compress", {})
+    """Pure: the summary dict from the typed step records."""
+    ing, wl, snap = steps.get("ingest"), steps.get("weak_label"), steps.get("snapshot")
+    tr, ev, cp = steps.get("train"), steps.get("evaluate"), steps.get("compress")
+
+    def pick(rec: Record | None, *names: str) -> dict[str, Any] | None:
+        return {n: getattr(rec, n) for n in names} if rec is not None else None
+
     return {
         "run_id": run_id,
         "outcome": outcome_of(steps, failed_steps),
-        "batch": {"id": ing.get("batch_id"), "rows_in": ing.get("rows"),
-                  "rows_labeled": (wl["rows"] - wl["abstained_rows"]) if wl else None,
-                  "rows_unlabeled": wl.get("abstained_rows")},
-        "labeling": {"coverage": wl.get("coverage"), "chosen": wl.get("chosen"), "quality_dev": wl.get("quality_dev"),
-                     "n_lfs": wl.get("n_lfs"), "lf_table": wl.get("lf_table"), "stats": wl.get("labeling_stats"),
-                     "drift": wl.get("drift"), "drift_compared_with": wl.get("drift_compared_with")} if wl else None,
-        "gates": {k: {"passed": steps[k]["passed"], "summary": steps[k].get("summary") or steps[k].get("reasons")}
-                  for k in ("validate_raw", "validate_labeled", "evaluate", "compress") if k in steps},
-        "data_version": snap.get("data_version") or registry_state.get("current_data"),
-        "data_version_rows": snap.get("total_rows"),
-        "train": {k: tr.get(k) for k in ("rows", "epochs", "world_size", "device", "final_loss", "seconds",
-                                         "warm_start", "metrics")} if tr else None,
-        "test": {"challenger": ev.get("challenger"), "champion": ev.get("champion"),
-                 "champion_version": ev.get("champion_version")} if ev else None,
-        "onnx": {"fp32_bytes": cp.get("fp32_bytes"), "int8_bytes": cp.get("int8_bytes"), "fp32": cp.get("fp32"),
-                 "int8": cp.get("int8"), "parity_max_abs": cp.get("parity_max_abs")} if cp else None,
-        "registered": steps.get("register", {}).get("model_version"),
+        "batch": {"id": ing.batch_id if ing else None, "rows_in": ing.rows if ing else None,
+                  "rows_labeled": (wl.rows - wl.abstained_rows) if wl else None,
+                  "rows_unlabeled": wl.abstained_rows if wl else None},
+        "labeling": {**pick(wl, "coverage", "chosen", "quality_dev", "n_lfs", "lf_table", "drift",
+                            "drift_compared_with"), "stats": wl.labeling_stats} if wl else None,
+        "gates": {k: {"passed": steps[k].passed, "summary": steps[k].why}
+                  for k in ("validate_raw", "validate_labeled", "evaluate", "compress")
+                  if isinstance(steps.get(k), GateRecord)},
+        "data_version": (snap.data_version if snap else None) or registry_state.get("current_data"),
+        "data_version_rows": snap.total_rows if snap else None,
+        "train": pick(tr, "rows", "epochs", "world_size", "device", "final_loss", "seconds", "warm_start", "metrics"),
+        "test": pick(ev, "challenger", "champion", "champion_version"),
+        "onnx": pick(cp, "fp32_bytes", "int8_bytes", "fp32", "int8", "parity_max_abs"),
+        "registered": steps["register"].model_version if "register" in steps else None,
         "prod_model": registry_state.get("prod_model"),
-        "quarantine": steps.get("quarantine"),
+        "quarantine": steps["quarantine"].model_dump() if "quarantine" in steps else None,
         "failed_steps": failed_steps,
     }
 
@@ -86,7 +86,7 @@ def render_text(s: dict[str, Any]) -> str:
         elif lab["drift_compared_with"]:
             lines.append(f"  drift          none beyond thresholds vs {lab['drift_compared_with']}")
     for name, g in s["gates"].items():
-        detail = g["summary"] if isinstance(g["summary"], str) else "; ".join(g["summary"] or [])
+        detail = g["summary"]
         lines.append(f"  gate {name:<17}{'pass' if g['passed'] else 'FAIL'}  {detail.splitlines()[0] if detail else 'ok'}")
     lines.append(f"  data version   {s['data_version'] or '(none)'}"
                  + (f" ({s['data_version_rows']} rows)" if s["data_version_rows"] else ""))
@@ -117,22 +117,18 @@ def render_text(s: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def report(run_id: str, settings: Settings, failed_steps: list[str] | None = None) -> dict[str, Any]:
-    run_dir = settings.layout.run_dir(run_id)
-    summary = build_summary(run_id, load_steps(run_dir), Registry(settings).state(), failed_steps or [])
+@step(help={"failed_steps": "comma-separated steps that failed in this run"})
+def report(ctx: StepContext, *, failed_steps: str = "") -> ReportRecord:
+    run_dir = ctx.run_dir
+    failed = [s for s in failed_steps.split(",") if s]
+    summary = build_summary(ctx.run_id, load_records(run_dir), Registry(ctx.settings).state(), failed)
     text = render_text(summary)
     atomic_write_json(run_dir / "summary.json", summary)
     atomic_write_bytes(run_dir / "summary.txt", text.encode())
     log("run summary:\n" + text)
-    return {"outcome": summary["outcome"], "summary": str(run_dir / "summary.txt"),
-            "data_version": summary["data_version"], "prod_model": summary["prod_model"]}
-
-
-def main(argv: list[str] | None = None) -> int:
-    return step_cli(__doc__.splitlines()[0],
-                    lambda p: p.add_argument("--failed-step", action="append", default=[], help="a step that failed"),
-                    lambda a, s: report(a.run_id, s, a.failed_step), argv)
+    return ReportRecord(outcome=summary["outcome"], summary=str(run_dir / "summary.txt"),
+                        data_version=summary["data_version"], prod_model=summary["prod_model"])
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(report.main())

@@ -7,46 +7,36 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
-from tasks.registry import Registry
-from tasks.core.settings import Settings
-from tasks.core.files import read_json
 from tasks.core.log import log
-from tasks.core.steps import record_step, step_cli
+from tasks.core.records import ContractRecord, IngestRecord, SnapshotRecord, WeakLabelRecord
+from tasks.core.steps import StepContext, step
+from tasks.registry import Registry
 
 
-def snapshot(run_id: str, settings: Settings, ingest_result: dict[str, Any], weak_label_result: dict[str, Any],
-             raw_gate: dict[str, Any], labeled_gate: dict[str, Any]) -> dict[str, Any]:
-    layout = settings.layout.ensure()
-    batch_id = ingest_result["batch_id"]
-    meta = {
-        "rows_by_batch": {batch_id: weak_label_result["rows"]}, "source": ingest_result["source"], "run_id": run_id,
-        "contracts": {raw_gate["suite"]: raw_gate["suite_hash"], labeled_gate["suite"]: labeled_gate["suite_hash"]},
-        "lf_module": weak_label_result["lf_module"], "lf_module_hash": weak_label_result["lf_module_hash"],
-        "label_source": weak_label_result["chosen"], "label_quality_dev": weak_label_result["quality_dev"],
-        "labeling_stats": weak_label_result["labeling_stats"], "lf_analysis": weak_label_result["lf_table"],
-    }
+@step
+def snapshot(ctx: StepContext, ingest: IngestRecord, weak_label: WeakLabelRecord, validate_raw: ContractRecord,
+             validate_labeled: ContractRecord) -> SnapshotRecord:
     from tasks.datasets import load_dataset
 
-    result = Registry(settings).snapshot({batch_id: Path(weak_label_result["labeled"])}, meta,
-                                         dataset=load_dataset().NAME)
-    source = Path(ingest_result["source"])
+    layout = ctx.settings.layout.ensure()
+    batch_id = ingest.batch_id
+    meta = {
+        "rows_by_batch": {batch_id: weak_label.rows}, "source": ingest.source, "run_id": ctx.run_id,
+        "contracts": {validate_raw.suite: validate_raw.suite_hash, validate_labeled.suite: validate_labeled.suite_hash},
+        "lf_module": weak_label.lf_module, "lf_module_hash": weak_label.lf_module_hash,
+        "label_source": weak_label.chosen, "label_quality_dev": weak_label.quality_dev,
+        "labeling_stats": weak_label.labeling_stats, "lf_analysis": weak_label.lf_table,
+    }
+    result = Registry(ctx.settings).snapshot({batch_id: Path(weak_label.labeled)}, meta,
+                                             dataset=load_dataset(ctx.params.dataset.module).NAME)
+    source = Path(ingest.source)
     if source.exists():
         shutil.move(str(source), layout.archive / source.name)
         log(f"archived {source.name}")
     keep = ("data_version", "created", "parent", "total_rows")
-    return record_step(layout.run_dir(run_id), "snapshot",
-                       {**{k: result.get(k) for k in keep}, "partitions": len(result["partitions"])})
-
-
-def main(argv: list[str] | None = None) -> int:
-    def run(a, s):
-        steps = s.layout.run_dir(a.run_id) / "steps"
-        return snapshot(a.run_id, s, read_json(steps / "ingest.json"), read_json(steps / "weak_label.json"),
-                        read_json(steps / "validate_raw.json"), read_json(steps / "validate_labeled.json"))
-    return step_cli(__doc__.splitlines()[0], lambda p: None, run, argv)
+    return SnapshotRecord(**{k: result.get(k) for k in keep}, partitions=len(result["partitions"]))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(snapshot.main())

@@ -7,60 +7,59 @@ outputs into the same folder, so the steps after train see no difference.
 """
 from __future__ import annotations
 
-from typing import Any
+from pathlib import Path
 
-from tasks.core.params import load_params
-from tasks.registry import Registry, check_version
-from tasks.core.settings import Settings
 from tasks.core.files import read_json
-from tasks.core.steps import record_step, step_cli
-from tasks.training.local import run_torchrun
+from tasks.core.params import TrainParams
+from tasks.core.records import SnapshotRecord, TrainPlanRecord, TrainRecord
+from tasks.core.settings import Settings
+from tasks.core.steps import StepContext, step
+from tasks.core.versions import is_data_version
+from tasks.registry import Registry
 
 
-def train(run_id: str, settings: Settings, data_version: str, epochs: int | None = None) -> dict[str, Any]:
-    check_version("data", data_version)
-    p = load_params(overrides={"train": {"epochs": epochs}}).train
-    out = settings.layout.run_dir(run_id) / "train"
-    run_torchrun(data_version, out, p, init_from=warm_start_version(settings, p))
-    return _record(run_id, settings, out)
+@step(help={"data_version": "train on this version (default: the one this run's snapshot made)"})
+def train(ctx: StepContext, snapshot: SnapshotRecord | None = None, *, data_version: str | None = None) -> TrainRecord:
+    from tasks.training.local import run_torchrun
+
+    version = data_version or (snapshot.data_version if snapshot else None)
+    if not version or not is_data_version(version):
+        raise ValueError(f"train needs a data version like data-v3 (got {version!r}): pass --data-version "
+                         f"or run snapshot first")
+    out = ctx.run_dir / "train"
+    run_torchrun(version, out, ctx.params.train, init_from=warm_start_version(ctx.settings, ctx.params.train))
+    return _record(out)
 
 
-def warm_start_version(settings: Settings, p) -> str | None:
+def warm_start_version(settings: Settings, p: TrainParams) -> str | None:
     """The prod model version to start from (incremental training), if any and if asked for."""
     prod = Registry(settings).state()["prod_model"]
     return prod if (p.warm_start and prod) else None
 
 
-def collect(run_id: str, settings: Settings, out_uri: str) -> dict[str, Any]:
-    """Kubernetes backend: bring a finished pod run's outputs from `out_uri` into the run folder."""
+@step(record_as="train")
+def collect(ctx: StepContext, plan_train: TrainPlanRecord) -> TrainRecord:
+    """Kubernetes backend: bring a finished pod run's outputs from the plan's URI into the run folder."""
     from tasks.training.outputs import OUTPUTS, fetch_outputs
 
-    out = settings.layout.run_dir(run_id) / "train"
-    fetch_outputs(out_uri, out, OUTPUTS)
-    return _record(run_id, settings, out, out_uri)
+    out = ctx.run_dir / "train"
+    fetch_outputs(plan_train.out_uri, out, OUTPUTS)
+    return _record(out, plan_train.out_uri)
 
 
-def _record(run_id: str, settings: Settings, out, out_uri: str | None = None) -> dict[str, Any]:
+def _record(out: Path, out_uri: str | None = None) -> TrainRecord:
     import json
 
     from tasks.training.telemetry import summarize
 
     m = read_json(out / "train_metrics.json")
     lines = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
-    summary = {k: m[k] for k in ("data_version", "rows", "partitions", "epochs", "world_size", "device",
-                                 "final_loss", "seconds", "resumed_from_step", "steps", "n_parameters")}
-    summary["warm_start"] = m["warm_started_from"]
-    summary["metrics"] = summarize([json.loads(x) for x in lines])
-    return record_step(settings.layout.run_dir(run_id), "train",
-                       {**summary, "model": str(out / "model.pt"), "outputs": out_uri or str(out)})
-
-
-def main(argv: list[str] | None = None) -> int:
-    def args(p):
-        p.add_argument("--data-version", required=True, help="e.g. data-v3")
-        p.add_argument("--epochs", type=int, help="override params.yaml train.epochs")
-    return step_cli(__doc__.splitlines()[0], args, lambda a, s: train(a.run_id, s, a.data_version, a.epochs), argv)
+    keep = ("data_version", "rows", "partitions", "epochs", "world_size", "device", "final_loss", "seconds",
+            "resumed_from_step", "steps", "n_parameters")
+    return TrainRecord(**{k: m[k] for k in keep}, warm_start=m["warm_started_from"],
+                       metrics=summarize([json.loads(x) for x in lines]), model=str(out / "model.pt"),
+                       outputs=out_uri or str(out))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(train.main())

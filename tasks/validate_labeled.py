@@ -1,15 +1,12 @@
 """validate_labeled: the labeled-data contract (data_contracts/labeled.json) as a gate."""
 from __future__ import annotations
 
-from typing import Any
-
 import pandas as pd
 
 from tasks.contracts.suite import validate_frame, write_gate_report
-from tasks.core.settings import Settings
-from tasks.core.files import read_json
 from tasks.core.log import log
-from tasks.core.steps import record_step, step_cli
+from tasks.core.records import ContractRecord, WeakLabelRecord
+from tasks.core.steps import StepContext, step
 
 
 def contract_view(labeled: pd.DataFrame) -> pd.DataFrame:
@@ -21,26 +18,19 @@ def contract_view(labeled: pd.DataFrame) -> pd.DataFrame:
     return view
 
 
-def validate_labeled(run_id: str, settings: Settings, weak_label_result: dict[str, Any]) -> dict[str, Any]:
+@step
+def validate_labeled(ctx: StepContext, weak_label: WeakLabelRecord) -> ContractRecord:
     from tasks.datasets import load_dataset
     from tasks.registry import Registry
 
-    run_dir = settings.layout.run_dir(run_id)
-    labeled = pd.read_parquet(weak_label_result["labeled"])
-    registry = Registry(settings)
+    labeled = pd.read_parquet(weak_label.labeled)
+    registry = Registry(ctx.settings)
     previous = registry.state()["current_data"]
     reference = contract_view(registry.read_data_version(previous)) if previous else None
-    result = validate_frame(contract_view(labeled), load_dataset().LABELED_CONTRACT, reference=reference)
+    result = validate_frame(contract_view(labeled), load_dataset(ctx.params.dataset.module).LABELED_CONTRACT, reference=reference)
     log(result.summary())
-    return record_step(run_dir, "validate_labeled", write_gate_report(run_dir, result))
-
-
-def main(argv: list[str] | None = None) -> int:
-    return step_cli(__doc__, lambda p: None,
-                    lambda a, s: validate_labeled(a.run_id, s,
-                                                  read_json(s.layout.run_dir(a.run_id) / "steps/weak_label.json")),
-                    argv)
+    return ContractRecord(**write_gate_report(ctx.run_dir, result))
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(validate_labeled.main())

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import importlib
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -16,24 +15,24 @@ import pandas as pd
 from tasks.labeling.drift import drift_flags, labeling_stats
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
-from tasks.core.params import load_params
-from tasks.registry import Registry
-from tasks.datasets import load_dataset
-from tasks.core.settings import Settings
-from tasks.core.files import atomic_write_json, atomic_write_parquet, read_json
+from tasks.core.files import atomic_write_json, atomic_write_parquet
 from tasks.core.log import log
-from tasks.core.steps import record_step, step_cli
+from tasks.core.records import IngestRecord, WeakLabelRecord
+from tasks.core.steps import StepContext, step
+from tasks.datasets import load_dataset
+from tasks.registry import Registry
 
 
-def weak_label(run_id: str, settings: Settings, ingest_result: dict[str, Any]) -> dict[str, Any]:
-    p = load_params().weak_label
-    layout = settings.layout
-    run_dir = layout.run_dir(run_id)
-    ds = load_dataset()
+@step
+def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
+    p = ctx.params.weak_label
+    layout = ctx.settings.layout
+    run_dir = ctx.run_dir
+    ds = load_dataset(ctx.params.dataset.module)
     lf_module = p.lf_module or ds.LF_MODULE
     module = importlib.import_module(lf_module)
     lf_hash = hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest()[:16]   # the LF code's version
-    batch = pd.read_parquet(ingest_result["staged"])[ds.RAW_COLUMNS]
+    batch = pd.read_parquet(ingest.staged)[ds.RAW_COLUMNS]
     dev = pd.read_parquet(layout.gold / "dev.parquet")
     y_dev = dev[ds.GOLD_COLUMN].to_numpy().astype(int)
     lfs = module.make_lfs(dev, y_dev)
@@ -42,7 +41,7 @@ def weak_label(run_id: str, settings: Settings, ingest_result: dict[str, Any]) -
     log(f"applied {len(lfs)} LFs to {len(batch)} batch rows and {len(dev)} gold dev rows")
     out = label_batch(L, L_dev, y_dev, lfs, p)
     stats = labeling_stats(L, out.label)
-    registry = Registry(settings)
+    registry = Registry(ctx.settings)
     previous = registry.state()["current_data"]
     before = registry.data_version_info(previous).get("labeling_stats") if previous else None
     drift = drift_flags(stats, before, p)
@@ -60,21 +59,12 @@ def weak_label(run_id: str, settings: Settings, ingest_result: dict[str, Any]) -
     log(f"label model dev ROC AUC {q['label_model']['roc_auc']:.3f} F1 {q['label_model']['f1']:.3f}; "
         f"majority vote ROC AUC {q['majority_vote']['roc_auc']:.3f} F1 {q['majority_vote']['f1']:.3f}; "
         f"using {out.chosen}; coverage {out.coverage:.1%}, {out.abstained_rows} rows unlabeled")
-    return record_step(run_dir, "weak_label", {
-        "labeled": str(path), "rows": int(len(labeled)), "lf_module": lf_module, "lf_module_hash": lf_hash,
-        "labeling_stats": stats, "drift": drift, "drift_compared_with": previous,
-        "n_lfs": len(lfs),
-        "coverage": out.coverage, "abstained_rows": out.abstained_rows, "chosen": out.chosen,
-        "quality_dev": q,
-        "lf_table": out.lf_table,
-    })
-
-
-def main(argv: list[str] | None = None) -> int:
-    return step_cli(__doc__.splitlines()[0], lambda p: None,
-                    lambda a, s: weak_label(a.run_id, s, read_json(s.layout.run_dir(a.run_id) / "steps/ingest.json")),
-                    argv)
+    return WeakLabelRecord(
+        labeled=str(path), rows=int(len(labeled)), lf_module=lf_module, lf_module_hash=lf_hash,
+        labeling_stats=stats, drift=drift, drift_compared_with=previous, n_lfs=len(lfs),
+        coverage=out.coverage, abstained_rows=out.abstained_rows, chosen=out.chosen, quality_dev=q,
+        lf_table=out.lf_table)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(weak_label.main())

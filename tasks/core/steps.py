@@ -1,46 +1,176 @@
-"""Step records and the CLI shell shared by every step.
+"""Steps declared once: a function, its upstream records and its options give both the
+step's CLI (`python -m tasks.<step>`) and its Airflow task.
 
-Each step writes its result (a small JSON-able dict) to runs/<run_id>/steps/<step>.json
-so the report can read every branch's outcome, and prints it on the CLI.
+    @step
+    def evaluate(ctx: StepContext, train: TrainRecord) -> EvaluateRecord: ...
+
+A parameter named after a step (see `tasks.core.records.RECORDS`) is that step's record,
+read from XCom in Airflow and from runs/<run_id>/steps/<name>.json on the CLI (with a
+default of None it is optional: a branch that did not run). Keyword-only parameters are
+options (`--batch` on the CLI, keyword arguments in the DAG). The step writes its record
+to runs/<run_id>/steps/<record name>.json and returns it; Airflow pushes it to XCom.
 """
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import sys
+import typing
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+import yaml
+
 from tasks.core.files import atomic_write_json, json_safe, read_json
-from tasks.core.settings import Settings
+from tasks.core.params import Params, ParamsError, load_params
+from tasks.core.records import RECORDS, GateRecord, Record
+from tasks.core.settings import Settings, SettingsError
 
 
-def record_step(run_dir: Path, step: str, result: dict[str, Any]) -> dict[str, Any]:
-    """Save a step's result to runs/<run_id>/steps/<step>.json and return it (JSON-safe)."""
-    result = json_safe(result)
-    atomic_write_json(run_dir / "steps" / f"{step}.json", result)
-    return result
+class StepError(RuntimeError):
+    """A step cannot run: an upstream record is missing or malformed."""
 
 
-def load_steps(run_dir: Path) -> dict[str, dict[str, Any]]:
+@dataclass(frozen=True)
+class StepContext:
+    """What every step gets: the run, the deployment settings, and params.yaml loaded once."""
+
+    run_id: str
+    settings: Settings
+    params: Params
+
+    @classmethod
+    def create(cls, run_id: str, settings: Settings | None = None,
+               overrides: dict[str, dict[str, Any]] | None = None) -> "StepContext":
+        settings = settings or Settings.from_env()
+        return cls(run_id, settings, load_params(settings.params, overrides))
+
+    @property
+    def run_dir(self) -> Path:
+        return self.settings.layout.run_dir(self.run_id)
+
+
+def record_path(run_dir: Path, name: str) -> Path:
+    return run_dir / "steps" / f"{name}.json"
+
+
+def load_records(run_dir: Path) -> dict[str, Record]:
+    """Every step record of a run, typed (the report reads them all)."""
     folder = run_dir / "steps"
     if not folder.is_dir():
         return {}
-    return {p.stem: read_json(p) for p in sorted(folder.glob("*.json"))}
+    return {p.stem: RECORDS[p.stem].model_validate(read_json(p))
+            for p in sorted(folder.glob("*.json")) if p.stem in RECORDS}
 
 
-def step_cli(description: str, add_args: Callable[[argparse.ArgumentParser], None],
-             run: Callable[[argparse.Namespace, Settings], dict[str, Any]],
-             argv: list[str] | None = None) -> int:
-    """The same shell for every `python -m tasks.<step>`: parse, run, print JSON result."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--run-id", required=True, help="pipeline run id (names runs/<run_id>/)")
-    add_args(parser)
-    args = parser.parse_args(argv)
-    settings = Settings.from_env()
-    result = run(args, settings)
-    print(json.dumps(result, indent=2, sort_keys=True, default=str))
-    if result.get("passed") is False:        # a gate said no: fail the command, so scripts stop here
-        print(f"gate failed: {result.get('summary') or '; '.join(result.get('reasons') or [])}", file=sys.stderr)
-        return 1
-    return 0
+class Step:
+    """A step function with what it reads, derived from its signature."""
+
+    def __init__(self, fn: Callable[..., Record], record_as: str | None = None,
+                 option_help: dict[str, str] | None = None):
+        self.fn = fn
+        self.name = fn.__name__
+        self.record_name = record_as or self.name
+        self.doc = inspect.getdoc(sys.modules[fn.__module__]) or fn.__doc__ or self.name
+        hints = typing.get_type_hints(fn)
+        sig = inspect.signature(fn)
+        self.reads: dict[str, bool] = {}          # upstream record name -> required
+        self.options: dict[str, inspect.Parameter] = {}
+        for p in list(sig.parameters.values())[1:]:
+            if p.kind is p.KEYWORD_ONLY:
+                self.options[p.name] = p
+            elif p.name in RECORDS:
+                self.reads[p.name] = p.default is inspect.Parameter.empty
+            else:
+                raise TypeError(f"step {self.name}: parameter {p.name!r} is neither a step record nor keyword-only")
+        self.record_type = hints["return"]
+        self.option_types = {name: hints.get(name, str) for name in self.options}
+        self.option_help = option_help or {}
+        self.__doc__, self.__name__, self.__module__ = fn.__doc__, fn.__name__, fn.__module__
+
+    def __call__(self, ctx: StepContext, **kwargs: Any) -> Record:
+        """Run with records and options given by the caller; write and return the record."""
+        rec = self.fn(ctx, **kwargs)
+        if not isinstance(rec, self.record_type):
+            raise TypeError(f"step {self.name} returned {type(rec).__name__}, not {self.record_type.__name__}")
+        atomic_write_json(record_path(ctx.run_dir, self.record_name), json_safe(rec.model_dump(mode="json")))
+        return rec
+
+    def run(self, ctx: StepContext, load: Callable[[str], Any], **options: Any) -> Record:
+        """Run with upstream records fetched by `load(name)` (None: that step did not run)."""
+        upstream = {}
+        for name, required in self.reads.items():
+            raw = load(name)
+            if raw is None:
+                if required:
+                    raise StepError(f"step {self.name} needs the record of step {name!r}, which this run "
+                                    f"({ctx.run_id}) has not written: run {name} first")
+                continue
+            upstream[name] = RECORDS[name].model_validate(raw)
+        return self(ctx, **upstream, **options)
+
+    def main(self, argv: list[str] | None = None) -> int:
+        """`python -m tasks.<step> --run-id ID [--set section.key=value] [options]`."""
+        parser = argparse.ArgumentParser(prog=f"python -m {self.fn.__module__}", description=self.doc,
+                                         formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.add_argument("--run-id", required=True, help="pipeline run id (names runs/<run_id>/)")
+        parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                            help="override a params.yaml value for this run (repeatable), e.g. train.epochs=5")
+        for name, p in self.options.items():
+            hint = self.option_types[name]
+            parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=p.default,
+                                type=int if int in (typing.get_args(hint) or (hint,)) else str,
+                                help=self.option_help.get(name) or f"default: {p.default}")
+        args = parser.parse_args(argv)
+        try:
+            ctx = StepContext.create(args.run_id, overrides=parse_overrides(args.set))
+            load = lambda name: (read_json(path) if (path := record_path(ctx.run_dir, name)).exists() else None)  # noqa: E731
+            rec = self.run(ctx, load, **{name: getattr(args, name) for name in self.options})
+        except (ParamsError, SettingsError, StepError, FileNotFoundError, json.JSONDecodeError) as exc:
+            print(f"{self.name}: {exc}", file=sys.stderr)
+            return 2
+        print(rec.model_dump_json(indent=2))
+        if isinstance(rec, GateRecord) and not rec.passed:   # a gate said no: fail, so scripts stop here
+            print(f"gate failed: {rec.why}", file=sys.stderr)
+            return 1
+        return 0
+
+
+def step(fn: Callable[..., Record] | None = None, *, record_as: str | None = None,
+         help: dict[str, str] | None = None) -> Any:
+    """Declare a step: `@step`, or `@step(record_as=..., help={"option": "CLI help"})`."""
+    if fn is None:
+        return lambda f: Step(f, record_as, help)
+    return Step(fn, record_as, help)
+
+
+def parse_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
+    """["train.epochs=5", "train.lr=1e-3"] -> {"train": {"epochs": 5, "lr": 0.001}} (values as YAML)."""
+    from tasks.core.params import _Loader
+
+    out: dict[str, dict[str, Any]] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        section, dot, name = key.partition(".")
+        if not sep or not dot or not section or not name:
+            raise ParamsError(f"--set {pair!r}: expected SECTION.KEY=VALUE, e.g. train.epochs=5")
+        out.setdefault(section, {})[name] = yaml.load(value, Loader=_Loader)
+    return out
+
+
+def run_airflow_task(ref: str, context: dict[str, Any], overrides: dict[str, dict[str, Any]] | None = None,
+                     **options: Any) -> Record:
+    """The body of a step's Airflow task: upstream records from XCom, the record back to XCom.
+
+    `ref` is "tasks.<module>" (its step of the same name) or "tasks.<module>:<step>"."""
+    import importlib
+
+    module, _, name = ref.partition(":")
+    the_step: Step = getattr(importlib.import_module(module), name or module.rsplit(".", 1)[-1])
+    ti = context["ti"]
+    ctx = StepContext.create(context["run_id"], overrides=overrides)
+    rec = the_step.run(ctx, lambda upstream: ti.xcom_pull(task_ids=upstream, key="result"), **options)
+    ti.xcom_push(key="result", value=json_safe(rec.model_dump(mode="json")))
+    return rec

@@ -17,6 +17,7 @@ See docs/datasets.md for adding one.
 """
 from __future__ import annotations
 
+import functools
 import importlib
 from types import ModuleType
 
@@ -29,11 +30,17 @@ class DatasetError(ValueError):
 
 
 def load_dataset(module: str | None = None) -> ModuleType:
-    """The dataset plug-in named by `module`, or by params.yaml `dataset.module`."""
+    """The dataset plug-in named by `module`, or by params.yaml `dataset.module` (steps pass
+    theirs from the params they were given)."""
     if module is None:
         from tasks.core.params import load_params
 
         module = load_params().dataset.module
+    return _load_plugin(module)
+
+
+@functools.lru_cache(maxsize=None)
+def _load_plugin(module: str) -> ModuleType:
     try:
         ds = importlib.import_module(module)
     except ImportError as exc:

@@ -9,7 +9,8 @@ import pytest
 import yaml
 
 from tasks.ingest import ingest
-from tasks.quarantine import quarantine_batch, readmit
+from tasks.core.steps import StepContext
+from tasks.quarantine import quarantine, readmit
 from tasks.registry import Registry
 from tasks.datasets.emails import GOLD_COLUMN
 from tasks.core.settings import REPO_ROOT
@@ -22,23 +23,24 @@ from tasks.weak_label import weak_label
 def through_data_gates(settings, batch, run=None):
     """Returns ("quarantined", gate, report) or ("snapshot", data_version, None)."""
     run = run or f"run-{batch}"
-    ing = ingest(run, settings, batch)
-    raw = validate_raw(run, settings, ing)
-    if not raw["passed"]:
-        quarantine_batch(run, settings, ing, "validate_raw", raw)
+    ctx = StepContext.create(run, settings)
+    ing = ingest(ctx, batch=batch)
+    raw = validate_raw(ctx, ingest=ing)
+    if not raw.passed:
+        assert quarantine(ctx, ingest=ing, validate_raw=raw).gate == "validate_raw"
         return "quarantined", "validate_raw", _report(settings, ing)
-    wl = weak_label(run, settings, ing)
-    lab = validate_labeled(run, settings, wl)
-    if not lab["passed"]:
-        quarantine_batch(run, settings, ing, "validate_labeled", lab)
+    wl = weak_label(ctx, ingest=ing)
+    lab = validate_labeled(ctx, weak_label=wl)
+    if not lab.passed:
+        assert quarantine(ctx, ingest=ing, validate_raw=raw, validate_labeled=lab).gate == "validate_labeled"
         return "quarantined", "validate_labeled", _report(settings, ing)
-    return "snapshot", snapshot(run, settings, ing, wl, raw, lab)["data_version"], None
+    return "snapshot", snapshot(ctx, ingest=ing, weak_label=wl, validate_raw=raw, validate_labeled=lab).data_version, None
 
 
 def _report(settings, ing):
-    folder = settings.layout.quarantine / ing["batch_id"]
+    folder = settings.layout.quarantine / ing.batch_id
     return {"json": json.loads((folder / "report.json").read_text()), "text": (folder / "report.txt").read_text(),
-            "kept": (folder / ing["source"].rsplit("/", 1)[-1]).read_bytes()}
+            "kept": (folder / ing.source.rsplit("/", 1)[-1]).read_bytes()}
 
 
 @pytest.fixture

@@ -1,0 +1,169 @@
+"""Step records: what each step returns, writes to runs/<run_id>/steps/<step>.json and
+pushes to XCom, as typed models. The one contract between steps: a step reads its
+upstream steps' records by these types, never by string keys.
+
+Records hold small references (paths, version tags) and small summaries, never data.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Quality = dict[str, float | None]     # classification_metrics: roc_auc, f1, precision, recall, accuracy, ...
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GateRecord(Record):
+    """A record whose step is a gate: `passed`, and the reasons when it did not."""
+    passed: bool
+
+    @property
+    def why(self) -> str:
+        return getattr(self, "summary", None) or "; ".join(getattr(self, "reasons", None) or [])
+
+
+class IngestRecord(Record):
+    status: Literal["staged", "unreadable", "no_batch"]
+    batch_id: str | None = None
+    source: str | None = None
+    bytes: int | None = None
+    staged: str | None = None
+    rows: int | None = None
+    error: str | None = None
+
+
+class ContractRecord(GateRecord):
+    """validate_raw and validate_labeled: a data contract's verdict and where its reports are."""
+    suite: str
+    suite_hash: str
+    evaluated: int
+    failed: int
+    rows: int | None
+    summary: str
+    report: str
+    report_json: str
+
+
+class WeakLabelRecord(Record):
+    labeled: str
+    rows: int
+    lf_module: str
+    lf_module_hash: str
+    labeling_stats: dict[str, Any]
+    drift: list[str]
+    drift_compared_with: str | None
+    n_lfs: int
+    coverage: float
+    abstained_rows: int
+    chosen: str
+    quality_dev: dict[str, Quality]
+    lf_table: list[dict[str, Any]]
+
+
+class QuarantineRecord(Record):
+    batch_id: str
+    gate: str
+    path: str
+    reason: str | None
+
+
+class SnapshotRecord(Record):
+    data_version: str
+    created: bool | None = None
+    parent: str | None = None
+    total_rows: int | None = None
+    partitions: int
+
+
+class TrainPlanRecord(Record):
+    """The kubernetes backend's plan: strings the pod templates render."""
+    name: str
+    run_id: str
+    data_version: str
+    params: str
+    out_uri: str
+    registry_url: str
+    init_from: str
+
+
+class TrainRecord(Record):
+    data_version: str
+    rows: int
+    partitions: int
+    epochs: int
+    world_size: int
+    device: str
+    final_loss: float
+    seconds: float
+    resumed_from_step: int | None
+    steps: int
+    n_parameters: int
+    warm_start: str | None
+    metrics: dict[str, Any]
+    model: str
+    outputs: str
+
+
+class EvaluateRecord(GateRecord):
+    reasons: list[str]
+    challenger: Quality
+    champion: Quality | None
+    champion_version: str | None
+    test_rows: int
+
+
+class CompressRecord(GateRecord):
+    reasons: list[str]
+    parity_max_abs: float
+    fp32: Quality
+    int8: Quality
+    torch_bytes: int
+    fp32_bytes: int
+    int8_bytes: int
+    int8_ops: dict[str, int]
+    fp32_path: str
+    int8_path: str
+
+
+class RejectRecord(Record):
+    gate: str
+    reasons: list[str]
+    prod_model: str | None
+    current_data: str | None
+    rolled_back: bool
+
+
+class RegisterRecord(Record):
+    model_version: str
+    created: bool | None = None
+    data_version: str
+    code_commit: str
+    params_hash: str
+    parent_model: str | None
+
+
+class DeployRecord(Record):
+    prod_model: str
+    previous: str | None
+    changed: bool
+    commit: str | None = None
+
+
+class ReportRecord(Record):
+    outcome: str
+    summary: str
+    data_version: str | None
+    prod_model: str | None
+
+
+# The record type of each step's record file (runs/<run_id>/steps/<name>.json).
+RECORDS: dict[str, type[Record]] = {
+    "ingest": IngestRecord, "validate_raw": ContractRecord, "weak_label": WeakLabelRecord,
+    "validate_labeled": ContractRecord, "quarantine": QuarantineRecord, "snapshot": SnapshotRecord,
+    "plan_train": TrainPlanRecord, "train": TrainRecord, "evaluate": EvaluateRecord, "compress": CompressRecord,
+    "reject_model": RejectRecord, "register": RegisterRecord, "deploy": DeployRecord, "report": ReportRecord,
+}

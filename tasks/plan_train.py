@@ -1,0 +1,20 @@
+"""plan_train: the Kubernetes backend's training plan for this run (what the pods get), at run time.
+
+The pod or Indexed Job operators' templated fields read this record from XCom
+(tasks/training/kubernetes.py); `train` (tasks.train.collect) then fetches the pods' outputs.
+"""
+from __future__ import annotations
+
+from tasks.core.records import SnapshotRecord, TrainPlanRecord
+from tasks.core.steps import StepContext, step
+
+
+@step
+def plan_train(ctx: StepContext, snapshot: SnapshotRecord) -> TrainPlanRecord:
+    from tasks.training.kubernetes import plan_training
+
+    return TrainPlanRecord(**plan_training(ctx.run_id, ctx.settings, snapshot.data_version, ctx.params.train.epochs))
+
+
+if __name__ == "__main__":
+    raise SystemExit(plan_train.main())
