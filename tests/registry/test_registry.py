@@ -1,3 +1,4 @@
+import hashlib
 import json
 import subprocess
 
@@ -129,7 +130,9 @@ def test_rollback_moves_data_model_and_serving_together_once(settings, tmp_path)
     assert r["changed"] and r["from"] == {"data_version": "data-v2", "model_version": "model-v2"}
     state = reg.state()
     assert (state["current_data"], state["prod_model"]) == ("data-v1", "model-v1")
-    assert state["serving"] == {"model_version": "model-v1", "artifact": "models/model-v1/model.int8.onnx"}
+    assert state["serving"] == {"champion": {"model_version": "model-v1", "artifact": "models/model-v1/model.int8.onnx",
+                                             "sha256": hashlib.sha256(b"onnx").hexdigest()},
+                                "challenger": None, "challenger_weight": 0, "mode": "split"}
     assert state["models"] == {"model-v1": {"stage": "prod"}, "model-v2": {"stage": "rolled_back"}}
     assert reg.tags("data") + reg.tags("model") == tags_before          # nothing deleted
     last = json.loads((reg.root / "audit.jsonl").read_text().splitlines()[-1])
@@ -195,6 +198,8 @@ def test_versions_are_mirrored_to_a_git_remote_that_pods_read_through(settings, 
 
 
 def test_nightly_model_rejection_rolls_data_back_to_prods_lineage(settings, tmp_path):
+    from tasks.core.records import EvaluateRecord
+    from tasks.core.steps import StepContext
     from tasks.reject_model import reject_model
 
     reg = Registry(settings)
@@ -205,21 +210,26 @@ def test_nightly_model_rejection_rolls_data_back_to_prods_lineage(settings, tmp_
     reg.promote(reg.register_model("r1", {"model.int8.onnx": art}, {"data_version": "data-v1"})["model_version"], "t")
     p2, df2 = partition(tmp_path, "b2", seed=2)
     reg.snapshot({"batch-0002": p2}, {"rows_by_batch": {"batch-0002": len(df2)}})   # tonight's data
-    out = reject_model("run-2", settings, "evaluate", {"reasons": ["test ROC AUC 0.61 is below the floor 0.70"]})
-    assert out["rolled_back"] and out["prod_model"] == "model-v1" and out["current_data"] == "data-v1"
+    gate = EvaluateRecord.model_construct(passed=False, reasons=["test ROC AUC 0.61 is below the floor 0.70"])
+    out = reject_model(StepContext.create("run-2", settings), evaluate=gate)
+    assert out.rolled_back and out.prod_model == "model-v1" and out.current_data == "data-v1" and out.gate == "evaluate"
     last = json.loads((reg.root / "audit.jsonl").read_text().splitlines()[-1])
     assert last["action"] == "rollback" and last["who"] == "nightly_pipeline" and "below the floor" in last["reason"]
     assert reg.tags("data") == ["data-v1", "data-v2"]                  # the rejected data version is kept
 
 
 def test_rejection_without_a_prod_model_changes_nothing(settings, tmp_path):
+    from tasks.core.records import CompressRecord, EvaluateRecord
+    from tasks.core.steps import StepContext
     from tasks.reject_model import reject_model
 
     reg = Registry(settings)
     p1, df1 = partition(tmp_path, "b1", seed=1)
     reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
-    out = reject_model("run-1", settings, "compress", {"reasons": ["int8 drop"]})
-    assert not out["rolled_back"] and out["prod_model"] is None and out["current_data"] == "data-v1"
+    passed = EvaluateRecord.model_construct(passed=True, reasons=[])
+    out = reject_model(StepContext.create("run-1", settings), evaluate=passed,
+                       compress=CompressRecord.model_construct(passed=False, reasons=["int8 drop"]))
+    assert not out.rolled_back and out.prod_model is None and out.current_data == "data-v1" and out.gate == "compress"
 
 
 def test_stale_git_lock_of_a_killed_command_is_cleared(settings, tmp_path):

@@ -52,7 +52,7 @@ def consistent(reg):
         info = reg.data_version_info(tag)
         assert len(reg.read_data_version(tag)) == sum(p["rows"] for p in info["partitions"])
     if state["prod_model"]:
-        assert state["serving"]["model_version"] == state["prod_model"]
+        assert state["serving"]["champion"]["model_version"] == state["prod_model"]
     return state
 
 

@@ -1,0 +1,123 @@
+"""Data versions: `data-vN` tags, each the parent's partitions plus the new ones.
+
+    data/<dataset>/<batch>.parquet   one partition per batch (DVC-tracked, hardlinked from the cache)
+    data/versions/data-vN.json       the partitions of that version (+ md5, rows), parent, lineage
+
+Readers take a version by tag through `DVCFileSystem`: from this workspace, or (with
+`repo_url`) from a clone of the registry's git repository, streaming from the DVC remote.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tasks.core.files import atomic_write_json
+from tasks.core.log import log
+from tasks.registry.repo import RegistryError, RepoBase, check_version
+
+BATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+DEFAULT_DATASET = "emails"     # the bundled dataset; the snapshot step names the active one
+
+
+class DataVersions(RepoBase):
+    def data_version_info(self, version: str) -> dict[str, Any]:
+        check_version("data", version)
+        if version not in self.tags("data"):
+            raise RegistryError(f"data version {version} does not exist (have: {self.tags('data') or 'none'})")
+        return json.loads(self.git("show", f"{version}:data/versions/{version}.json"))
+
+    def snapshot(self, partitions: dict[str, Path], meta: dict[str, Any], dataset: str = DEFAULT_DATASET) -> dict[str, Any]:
+        """Add labeled partitions ({batch_id: parquet file}) as a new data version: the current
+        version's partitions plus these. Only the new files are hashed and pushed.
+
+        Idempotent: if every batch is already in the current data version, that version is returned.
+        """
+        if not partitions:
+            raise RegistryError("a snapshot needs at least one partition")
+        if not BATCH_ID.match(dataset):
+            raise RegistryError(f"dataset name {dataset!r} is not a safe name")
+        for batch_id in partitions:
+            if not BATCH_ID.match(batch_id):
+                raise RegistryError(f"batch id {batch_id!r} is not a safe name")
+        with self.transaction():
+            state = self.state()
+            current = state["current_data"]
+            parent = self.data_version_info(current) if current else {"partitions": [], "dataset": dataset}
+            if parent["dataset"] != dataset:
+                raise RegistryError(f"this registry holds dataset {parent['dataset']!r}, not {dataset!r}: "
+                                    f"use another SLUICE_HOME for another dataset")
+            parts = parent["partitions"]
+            have = {p["batch_id"] for p in parts}
+            if set(partitions) <= have:
+                log(f"registry: {sorted(partitions)} already in {current}; nothing to add")
+                self._push()
+                return {"data_version": current, "created": False, **self.data_version_info(current)}
+            if set(partitions) & have:
+                raise RegistryError(f"batches {sorted(set(partitions) & have)} are already in {current}")
+
+            version = self._next_version("data")
+            targets = {}
+            for batch_id, src in partitions.items():
+                rel = Path("data") / dataset / f"{batch_id}.parquet"
+                dest = self.root / rel
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                dest.unlink(missing_ok=True)        # never write through a hardlink into the cache
+                shutil.copyfile(src, dest)
+                targets[batch_id] = rel
+            with self._dvc() as repo:
+                repo.add([str(self.root / rel) for rel in targets.values()])
+            rows = meta.get("rows_by_batch", {})
+            new = [{"batch_id": b, "path": str(rel), "md5": _dvc_md5(self.root / f"{rel}.dvc"), "rows": rows.get(b)}
+                   for b, rel in targets.items()]
+            info = {"version": version, "dataset": dataset, "parent": current, "partitions": [*parts, *new],
+                    "created_at": datetime.now(timezone.utc).isoformat(),
+                    **{k: v for k, v in meta.items() if k != "rows_by_batch"}}
+            info["total_rows"] = sum(p.get("rows") or 0 for p in info["partitions"])
+            atomic_write_json(self.root / "data" / "versions" / f"{version}.json", info)
+            state["current_data"] = version
+            self._write_state(state)
+            self._audit("snapshot", data_version=version, previous=current, batches=sorted(partitions))
+            commit = self._commit(f"{version}: add partition(s) {', '.join(sorted(partitions))}", tag=version)
+            self._push([str(self.root / rel) for rel in targets.values()])   # only what is new
+            log(f"registry: {version} tagged at {commit[:10]} with {len(info['partitions'])} partitions, pushed")
+            return {"data_version": version, "created": True, "commit": commit, **info}
+
+    def open_data_version(self, version: str, repo_url: str | None = None) -> tuple[Any, dict[str, Any]]:
+        """(a DVC filesystem at the version's tag, the version's metadata): read partitions with
+        `fs.open(part["path"], "rb")`, one at a time if need be.
+
+        From this registry's workspace and cache by default; with `repo_url` (a git URL or path
+        of the registry, as a training pod sees it) DVC clones the tag and streams the
+        partitions from the DVC remote: no disk shared with the pipeline.
+        """
+        from dvc.api import DVCFileSystem
+
+        check_version("data", version)
+        fs = DVCFileSystem(repo_url or str(self.root), rev=version)
+        try:
+            info = json.loads(fs.read_text(f"data/versions/{version}.json"))
+        except FileNotFoundError:
+            raise RegistryError(f"data version {version} has no metadata in {repo_url or self.root}") from None
+        return fs, info
+
+    def read_data_version(self, version: str, repo_url: str | None = None) -> "Any":
+        """All partitions of a data version as one DataFrame, read by tag through DVC."""
+        import pandas as pd
+
+        fs, info = self.open_data_version(version, repo_url)
+        frames = []
+        for part in info["partitions"]:
+            with fs.open(part["path"], "rb") as f:
+                frames.append(pd.read_parquet(f))
+        return pd.concat(frames, ignore_index=True)
+
+
+def _dvc_md5(dvc_file: Path) -> str:
+    import yaml
+
+    outs = yaml.safe_load(dvc_file.read_text())["outs"]
+    return outs[0]["md5"]

@@ -1,0 +1,191 @@
+"""Model versions, their stages, and the prod pointer.
+
+    models/model-vN/        the artifacts (DVC-tracked): model.pt, model.fp32.onnx, model.int8.onnx
+    models/model-vN.json    lineage (data version, code commit, params hash, metrics) and, per
+                            artifact, its sha256 and size: {"artifacts": {name: {"sha256", "bytes"}}}
+
+Stages (registry.json "models"): candidate (registered), canary (the serving challenger),
+prod (the champion), archived (replaced by a newer prod), rolled_back (replaced by a
+rollback, or a challenger retired by rollback_canary).
+
+`promote` and `rollback` also set the serving state (serving.py): the champion is the prod
+model and any challenger is cleared.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from tasks.core.files import atomic_write_json
+from tasks.core.log import log
+from tasks.registry.repo import RegistryError, RepoBase, check_version
+from tasks.registry.serving import SERVED_ARTIFACT, check_artifact_name, serving_state
+
+
+def file_digest(path: Path) -> dict[str, Any]:
+    """{"sha256": hex, "bytes": size} of a file, read in 1 MiB blocks."""
+    h, size = hashlib.sha256(), 0
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+            size += len(block)
+    return {"sha256": h.hexdigest(), "bytes": size}
+
+
+class ModelVersions(RepoBase):
+    def state(self) -> dict[str, Any]:
+        """registry.json, its serving value in the current shape (an old one is normalized)."""
+        state = super().state()
+        state["serving"] = serving_state(state)
+        return state
+
+    def model_version_info(self, version: str) -> dict[str, Any]:
+        check_version("model", version)
+        if version not in self.tags("model"):
+            raise RegistryError(f"model version {version} does not exist (have: {self.tags('model') or 'none'})")
+        return json.loads(self.git("show", f"{version}:models/{version}.json"))
+
+    def register_model(self, run_id: str, artifacts: dict[str, Path], lineage: dict[str, Any]) -> dict[str, Any]:
+        """New immutable model version (stage: candidate), each artifact's sha256 recorded.
+        Idempotent per run id."""
+        for name in artifacts:
+            check_artifact_name(name)
+        with self.transaction():
+            for existing in self.tags("model"):
+                info = self.model_version_info(existing)
+                if info.get("run_id") == run_id:
+                    log(f"registry: run {run_id} already registered as {existing}")
+                    self._push()
+                    return {"model_version": existing, "created": False, **info}
+            version = self._next_version("model")
+            folder = self.root / "models" / version
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, src in artifacts.items():
+                shutil.copyfile(src, folder / name)
+            digests = {name: file_digest(folder / name) for name in sorted(artifacts)}
+            with self._dvc() as repo:
+                repo.add(str(folder))
+            info = {"version": version, "run_id": run_id, "artifacts": digests,
+                    "created_at": datetime.now(timezone.utc).isoformat(), **lineage}
+            atomic_write_json(self.root / "models" / f"{version}.json", info)
+            state = self.state()
+            state["models"][version] = {"stage": "candidate"}
+            self._write_state(state)
+            self._audit("register", model_version=version, run_id=run_id, data_version=lineage.get("data_version"))
+            commit = self._commit(f"{version}: register from run {run_id}", tag=version)
+            self._push([str(folder)])
+            log(f"registry: {version} registered at {commit[:10]} (candidate)")
+            return {"model_version": version, "created": True, "commit": commit, **info}
+
+    def model_path(self, version: str, artifact: str) -> Path:
+        check_version("model", version)
+        return self.root / "models" / version / artifact
+
+    def read_model_artifact(self, version: str, artifact: str, repo_url: str | None = None) -> bytes:
+        """A registered model's file, read by tag through DVC (from the remote with `repo_url`)."""
+        from dvc.api import DVCFileSystem
+
+        check_version("model", version)
+        fs = DVCFileSystem(repo_url or str(self.root), rev=version)
+        try:
+            return fs.read_bytes(f"models/{version}/{artifact}")
+        except FileNotFoundError:
+            raise RegistryError(f"model version {version} has no {artifact} in {repo_url or self.root}") from None
+
+    def _pointer(self, version: str, artifact: str) -> dict[str, Any]:
+        """What the server loads for `version`: {"model_version", "artifact" (path in the registry), "sha256"}.
+        The sha256 comes from the model record; a record made before they were recorded has the
+        registered file hashed. Refused if the version has no such artifact."""
+        check_artifact_name(artifact)
+        recorded = self.model_version_info(version).get("artifacts")     # a dict; a list in old records
+        path = self.model_path(version, artifact)
+        if (recorded is not None and artifact not in recorded) or (not isinstance(recorded, dict) and not path.is_file()):
+            raise RegistryError(f"model version {version} has no artifact {artifact!r} "
+                                f"(has: {', '.join(sorted(recorded or [])) or 'none'})")
+        sha = recorded[artifact]["sha256"] if isinstance(recorded, dict) else file_digest(path)["sha256"]
+        return {"model_version": version, "artifact": f"models/{version}/{artifact}", "sha256": sha}
+
+    def promote(self, version: str, reason: str, artifact: str = SERVED_ARTIFACT,
+                who: str | None = None) -> dict[str, Any]:
+        """Move the prod pointer to `version`: the previous prod becomes archived, and the serving
+        state becomes champion=version, no challenger (a displaced challenger is archived).
+        Idempotent."""
+        check_version("model", version)
+        check_artifact_name(artifact)
+        with self.transaction():
+            if version not in self.tags("model"):
+                raise RegistryError(f"model version {version} does not exist")
+            state = self.state()
+            previous, before = state["prod_model"], state["serving"]
+            serving = serving_state({"serving": {"champion": self._pointer(version, artifact)}})
+            if previous == version and before == serving:
+                return {"prod_model": version, "previous": previous, "changed": False}
+            challenger = (before["challenger"] or {}).get("model_version")
+            for retired in {previous, challenger} - {None, version}:
+                state["models"].setdefault(retired, {})["stage"] = "archived"
+            state["models"].setdefault(version, {})["stage"] = "prod"
+            state["prod_model"], state["serving"] = version, serving
+            self._write_state(state)
+            self._audit("promote", who=who, model_version=version, previous=previous, challenger=challenger,
+                        artifact=artifact, reason=reason)
+            commit = self._commit(f"promote {version} to prod (was {previous}): {reason}")
+            log(f"registry: prod model {previous} -> {version}")
+            return {"prod_model": version, "previous": previous, "changed": True, "commit": commit,
+                    "serving": serving}
+
+    def rollback(self, data_version: str | None, model_version: str | None, reason: str,
+                 who: str | None = None, artifact: str | None = None) -> dict[str, Any]:
+        """Put the current-data pointer, the prod model and the serving state back, as one commit.
+
+        Either version may be None (that pointer stays). Both are validated before anything
+        changes; versions are never deleted. The champion becomes the prod model (`artifact`,
+        default: the champion's current one if the model stays, else SERVED_ARTIFACT) and any
+        challenger is retired (stage rolled_back). Running it again is a no-op (`changed: False`).
+        """
+        if data_version is None and model_version is None:
+            raise RegistryError("rollback needs a data version, a model version, or both")
+        if data_version is not None:
+            check_version("data", data_version)
+        if model_version is not None:
+            check_version("model", model_version)
+        if artifact is not None:
+            check_artifact_name(artifact)
+        if not reason or not reason.strip():
+            raise RegistryError("rollback needs a reason (it goes into the audit log)")
+        with self.transaction():
+            for kind, version in (("data", data_version), ("model", model_version)):
+                if version is not None and version not in self.tags(kind):
+                    raise RegistryError(f"cannot roll back to {version}: no such {kind} version "
+                                        f"(have: {', '.join(self.tags(kind)) or 'none'})")
+            state = self.state()
+            before = {"data_version": state["current_data"], "model_version": state["prod_model"]}
+            after = {"data_version": data_version or before["data_version"],
+                     "model_version": model_version or before["model_version"]}
+            champion = state["serving"]["champion"]
+            if artifact is None:
+                same = champion and champion["model_version"] == after["model_version"]
+                artifact = champion["artifact"].rsplit("/", 1)[-1] if same else SERVED_ARTIFACT
+            serving = serving_state({"serving": {
+                "champion": self._pointer(after["model_version"], artifact) if after["model_version"] else None}})
+            if before == after and state["serving"] == serving:
+                log(f"registry: already at {after}; nothing to roll back")
+                return {"changed": False, "from": before, "to": after}
+            challenger = (state["serving"]["challenger"] or {}).get("model_version")
+            if challenger and challenger != after["model_version"]:
+                state["models"].setdefault(challenger, {})["stage"] = "rolled_back"
+            state["current_data"] = after["data_version"]
+            if model_version and model_version != before["model_version"]:
+                if before["model_version"]:
+                    state["models"][before["model_version"]]["stage"] = "rolled_back"
+                state["models"].setdefault(model_version, {})["stage"] = "prod"
+            state["prod_model"], state["serving"] = after["model_version"], serving
+            self._write_state(state)
+            self._audit("rollback", who=who, reason=reason, challenger=challenger, **{"from": before, "to": after})
+            commit = self._commit(f"rollback to {after['data_version']} / {after['model_version']}: {reason}")
+            log(f"registry: rolled back {before} -> {after} ({reason})")
+            return {"changed": True, "from": before, "to": after, "commit": commit, "serving": serving,
+                    "retired_challenger": challenger if challenger != after["model_version"] else None}
