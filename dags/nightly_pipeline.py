@@ -6,10 +6,13 @@ through a gate at every step.
 
 `ingest` -> `validate_raw` (contract) -> `weak_label` (Snorkel) -> `validate_labeled`
 (contract) -> `snapshot` (DVC data version) -> `train` (torchrun) -> `evaluate`
-(vs prod) -> `compress` (ONNX int8) -> `register` -> `deploy` -> `report`.
+(vs prod) -> `compress` (ONNX int8) -> `register` -> `deploy_canary` (challenger beside the
+champion at the first canary weight) -> `canary_analysis` (live traffic, step by step) ->
+`promote` | `rollback_canary` -> `report`.
 
 A failed data gate quarantines the batch (kept, with its report) and keeps the
-current data version; a failed model gate keeps the prod model. Both end green on
+current data version; a failed model gate or canary keeps the prod model (and puts the
+data pointer back to its lineage). Both end green on
 their branch, and `report` says why. `run_failed` turns the run red only when a
 step itself failed.
 
@@ -138,8 +141,20 @@ def nightly_pipeline():
         return _run("tasks.register", context).model_version
 
     @task
-    def deploy(**context):
-        return _run("tasks.deploy", context).prod_model
+    def deploy_canary(**context):
+        return _run("tasks.deploy_canary", context).weight
+
+    @task.branch(execution_timeout=timedelta(minutes=30))
+    def canary_analysis(**context):
+        return "promote" if _run("tasks.canary_analysis", context).passed else "rollback_canary"
+
+    @task
+    def promote(**context):
+        return _run("tasks.promote", context).prod_model
+
+    @task
+    def rollback_canary(**context):
+        return _run("tasks.rollback_canary", context).champion
 
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
     def report(**context):
@@ -169,7 +184,8 @@ def nightly_pipeline():
         t_train = train()
         t_snap >> t_train
         train_steps = [t_train]
-    t_reg, t_deploy = register(), deploy()
+    t_reg, t_canary, t_analysis = register(), deploy_canary(), canary_analysis()
+    t_promote, t_back = promote(), rollback_canary()
     no_batch = EmptyOperator(task_id="no_batch")
     q_raw, q_lab = quarantine_raw(), quarantine_labeled()
     rej_eval, rej_comp = reject_model_evaluate(), reject_model_compress()
@@ -180,10 +196,10 @@ def nightly_pipeline():
     t_weak >> t_lab >> [t_snap, q_lab]
     t_train >> t_eval >> [t_comp, rej_eval]
     t_comp >> [t_reg, rej_comp]
-    t_reg >> t_deploy
-    [no_batch, q_raw, q_lab, rej_eval, rej_comp, t_deploy] >> t_report
-    [t_ingest, t_raw, t_weak, t_lab, t_snap, *train_steps, t_eval, t_comp, t_reg, t_deploy,
-     q_raw, q_lab, rej_eval, rej_comp, t_report] >> t_failed
+    t_reg >> t_canary >> t_analysis >> [t_promote, t_back]
+    [no_batch, q_raw, q_lab, rej_eval, rej_comp, t_promote, t_back] >> t_report
+    [t_ingest, t_raw, t_weak, t_lab, t_snap, *train_steps, t_eval, t_comp, t_reg, t_canary, t_analysis, t_promote,
+     t_back, q_raw, q_lab, rej_eval, rej_comp, t_report] >> t_failed
 
 
 nightly_pipeline()

@@ -1,6 +1,6 @@
 """Operate Sluice's local Airflow: `python -m ops {up,down,status,run}`.
 
-  up      start api-server, scheduler and dag-processor on 127.0.0.1, print the UI address and login
+  up      start api-server, scheduler, dag-processor and the model server on 127.0.0.1, print their addresses
   down    stop them (SIGTERM, then SIGKILL of each process group)
   status  say whether they are running
   run     run nightly_pipeline once through the scheduler (triggered via the REST API), print the summary
@@ -20,19 +20,21 @@ from tasks.core.settings import Settings
 DAG_ID = "nightly_pipeline"
 
 
-def _login_lines(settings: Settings, port: int) -> str:
+def _login_lines(settings: Settings, port: int, serve_port: int | None = None) -> str:
     password = ensure_secrets(settings.layout.airflow_home)["password"]
     return (f"Airflow UI and REST API: http://127.0.0.1:{port}\n"
-            f"  login: {ADMIN_USER} / {password}   (generated into {settings.layout.airflow_home / 'passwords.json'})")
+            f"  login: {ADMIN_USER} / {password}   (generated into {settings.layout.airflow_home / 'passwords.json'})"
+            + (f"\nModel server (Open Inference Protocol v2, /v1/predict): http://127.0.0.1:{serve_port}"
+               if serve_port else ""))
 
 
 def cmd_up(settings: Settings) -> int:
     running = AirflowServices.running(settings)
     if running:
-        print("already running.\n" + _login_lines(settings, running["port"]))
+        print("already running.\n" + _login_lines(settings, running["port"], running.get("serve_port")))
         return 0
     services = AirflowServices(settings).start()
-    print(_login_lines(settings, services.port))
+    print(_login_lines(settings, services.port, services.serve_port))
     print("stop with: make down")
     return 0
 
@@ -50,7 +52,8 @@ def cmd_down(settings: Settings) -> int:
 
 def cmd_status(settings: Settings) -> int:
     running = AirflowServices.running(settings)
-    print(("running.\n" + _login_lines(settings, running["port"])) if running else "not running")
+    print(("running.\n" + _login_lines(settings, running["port"], running.get("serve_port")))
+          if running else "not running")
     return 0 if running else 3
 
 
@@ -71,7 +74,8 @@ def cmd_run(settings: Settings, conf: dict, timeout_s: float) -> int:
         services = AirflowServices(settings, port=running["port"])
         run_id, state = run_pipeline(services.client(), settings, conf, timeout_s)
     else:
-        print("[sluice] starting Airflow (api-server, scheduler, dag-processor) on 127.0.0.1", flush=True)
+        print("[sluice] starting Airflow (api-server, scheduler, dag-processor) and the model server on 127.0.0.1",
+              flush=True)
         with AirflowServices(settings, nightly_schedule=False) as services:
             run_id, state = run_pipeline(services.client(), settings, conf, timeout_s)
     summary = settings.layout.run_dir(run_id) / "summary.txt"

@@ -100,7 +100,8 @@ class AirflowServices:
         self.settings = settings
         self.home = settings.layout.airflow_home
         self.state_file = self.home / "services.json"
-        self.port = port or int(os.environ.get("SLUICE_API_PORT") or 0) or free_port()
+        self.port = port or settings.api_port or free_port()
+        self.serve_port = free_port()
         self.env = airflow_env(settings, self.port)
         self.env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = str(nightly_schedule)
         self.pgids: dict[str, int] = {}
@@ -108,6 +109,10 @@ class AirflowServices:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def serve_url(self) -> str:
+        return f"http://127.0.0.1:{self.serve_port}"
 
     def migrate(self) -> None:
         self.home.mkdir(parents=True, exist_ok=True)
@@ -124,7 +129,14 @@ class AirflowServices:
             proc = subprocess.Popen(_airflow_cmd(*args), env=self.env, stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
             self.pgids[name] = proc.pid          # session leader: its pid is the group id
-        self.state_file.write_text(json.dumps({"port": self.port, "pgids": self.pgids}))
+        # The model server beside them: it follows the registry's serving state by itself.
+        out = open(logs / "model-server.log", "ab")
+        proc = subprocess.Popen([sys.executable, "-m", "tasks.serving", "--host", "127.0.0.1",
+                                 "--port", str(self.serve_port)], env={**self.env, "PYTHONUNBUFFERED": "1"},
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        self.pgids["model-server"] = proc.pid
+        self.state_file.write_text(json.dumps({"port": self.port, "serve_port": self.serve_port,
+                                               "pgids": self.pgids}))
         try:
             self._wait_healthy(timeout_s)
         except BaseException:
@@ -142,9 +154,11 @@ class AirflowServices:
             try:
                 health = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=2).json()
                 status = {k: v.get("status") for k, v in health.items() if isinstance(v, dict)}
+                serving = httpx.get(f"{self.serve_url}/v2/health/live", timeout=2).status_code == 200
                 if status.get("metadatabase") == "healthy" and status.get("scheduler") == "healthy" \
-                        and status.get("dag_processor", "healthy") == "healthy":
+                        and status.get("dag_processor", "healthy") == "healthy" and serving:
                     return
+                status["model_server"] = "live" if serving else "not live"
                 last = str(status)
             except (httpx.HTTPError, ValueError) as exc:
                 last = str(exc)

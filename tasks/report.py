@@ -18,8 +18,13 @@ from tasks.registry import Registry
 def outcome_of(steps: dict[str, Any], failed_steps: list[str]) -> str:
     if failed_steps:
         return f"FAILED at {', '.join(failed_steps)}"
-    if "deploy" in steps:
-        return f"deployed {steps['deploy'].prod_model}"
+    if "promote" in steps:
+        return f"deployed {steps['promote'].prod_model}"
+    if "rollback_canary" in steps:
+        r = steps["rollback_canary"]
+        back = f"; data pointer back to {r.current_data}" if r.data_rolled_back else ""
+        return (f"canary of {r.model_version} rolled back ({'; '.join(r.reasons)}); prod stays "
+                f"{r.champion or '(none)'}{back}")
     if "reject_model" in steps:
         r = steps["reject_model"]
         back = f"; data pointer back to {r.current_data}" if r.rolled_back else ""
@@ -50,7 +55,7 @@ def build_summary(run_id: str, steps: dict[str, Any], registry_state: dict[str, 
         "labeling": {**pick(wl, "coverage", "chosen", "quality_dev", "n_lfs", "lf_table", "drift",
                             "drift_compared_with"), "stats": wl.labeling_stats} if wl else None,
         "gates": {k: {"passed": steps[k].passed, "summary": steps[k].why}
-                  for k in ("validate_raw", "validate_labeled", "evaluate", "compress")
+                  for k in ("validate_raw", "validate_labeled", "evaluate", "compress", "canary_analysis")
                   if isinstance(steps.get(k), GateRecord)},
         "data_version": (snap.data_version if snap else None) or registry_state.get("current_data"),
         "data_version_rows": snap.total_rows if snap else None,
@@ -58,6 +63,7 @@ def build_summary(run_id: str, steps: dict[str, Any], registry_state: dict[str, 
         "test": pick(ev, "challenger", "champion", "champion_version"),
         "onnx": pick(cp, "fp32_bytes", "int8_bytes", "fp32", "int8", "parity_max_abs"),
         "registered": steps["register"].model_version if "register" in steps else None,
+        "canary": pick(steps.get("canary_analysis"), "passed", "reasons", "champion", "model_version", "steps"),
         "prod_model": registry_state.get("prod_model"),
         "quarantine": steps["quarantine"].model_dump() if "quarantine" in steps else None,
         "failed_steps": failed_steps,
@@ -111,6 +117,7 @@ def render_text(s: dict[str, Any]) -> str:
         lines.append(f"  onnx fp32      {o['fp32_bytes']:,} B  {fmt_quality(o['fp32'])}  (parity {o['parity_max_abs']:.1e})")
         lines.append(f"  onnx int8      {o['int8_bytes']:,} B  {fmt_quality(o['int8'])}")
     lines.append(f"  registered     {s['registered'] or '(none this run)'}")
+    lines += canary_lines(s.get("canary"))
     lines.append(f"  prod model     {s['prod_model'] or '(none)'}")
     if s["quarantine"]:
         lines.append(f"  quarantine     {s['quarantine']['path']}")
@@ -118,6 +125,27 @@ def render_text(s: dict[str, Any]) -> str:
 
 
 @step(help={"failed_steps": "comma-separated steps that failed in this run"})
+def canary_lines(c: dict[str, Any] | None) -> list[str]:
+    """The canary in the summary: per step the weight, requests per variant, what was compared, the verdict."""
+    if not c:
+        return []
+    if not c["steps"]:
+        return [f"  canary         {'none: first model, promoted directly' if c['passed'] else '; '.join(c['reasons'])}"]
+    out = [f"  canary         {c['model_version']} vs champion {c['champion']}: "
+           f"{'PROMOTE' if c['passed'] else 'ROLL BACK'}"]
+    for st in c["steps"]:
+        m = st["metrics"]
+        ch, cl = m.get("champion", {}), m.get("challenger", {})
+        auc = (m.get("quality") or {}).get("roc_auc") or {}
+        online = (f", online AUC {auc.get('challenger', 0):.3f} vs {auc.get('champion', 0):.3f} "
+                  f"(CI of diff [{auc.get('ci_low', 0):.3f}, {auc.get('ci_high', 0):.3f}])" if auc else "")
+        out.append(f"    at {st['weight']:>3}%  requests {ch.get('requests', 0)}/{cl.get('requests', 0)} "
+                   f"(champion/challenger), errors {cl.get('errors', 0)}, p99 {ch.get('p99_ms') or 0:.1f}/"
+                   f"{cl.get('p99_ms') or 0:.1f} ms, PSI {m.get('psi') or 0:.3f}{online}: "
+                   f"{'pass' if st['passed'] else 'FAIL: ' + '; '.join(st['reasons'])}")
+    return out
+
+
 def report(ctx: StepContext, *, failed_steps: str = "") -> ReportRecord:
     run_dir = ctx.run_dir
     failed = [s for s in failed_steps.split(",") if s]

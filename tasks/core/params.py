@@ -148,6 +148,8 @@ class CanaryParams(Section):
     """Requests per second of the replay client."""
     min_samples: StrictInt = Field(50, ge=1)
     """Requests per variant below which a step cannot judge (fails closed)."""
+    min_labeled: StrictInt = Field(200, ge=1)
+    """Labeled predictions per variant before online ROC AUC is judged (fewer: noted, not judged)."""
     max_error_rate: Unit = 0.01
     max_p99_ms: float = Field(250.0, gt=0)
     max_p99_ratio: float = Field(2.0, gt=1)

@@ -153,6 +153,30 @@ class DeployRecord(Record):
     commit: str | None = None
 
 
+class CanaryRecord(Record):
+    """deploy_canary: the challenger beside the champion at the first weight (or promoted directly)."""
+    model_version: str
+    champion: str | None
+    weight: int
+    promoted_directly: bool
+
+
+class CanaryAnalysisRecord(GateRecord):
+    reasons: list[str]
+    model_version: str
+    champion: str | None
+    steps: list[dict[str, Any]]
+    """Per step: weight, passed, reasons, the metrics compared, the traffic sent."""
+
+
+class RollbackCanaryRecord(Record):
+    model_version: str
+    champion: str | None
+    reasons: list[str]
+    current_data: str | None
+    data_rolled_back: bool
+
+
 class ReportRecord(Record):
     outcome: str
     summary: str
@@ -165,5 +189,7 @@ RECORDS: dict[str, type[Record]] = {
     "ingest": IngestRecord, "validate_raw": ContractRecord, "weak_label": WeakLabelRecord,
     "validate_labeled": ContractRecord, "quarantine": QuarantineRecord, "snapshot": SnapshotRecord,
     "plan_train": TrainPlanRecord, "train": TrainRecord, "evaluate": EvaluateRecord, "compress": CompressRecord,
-    "reject_model": RejectRecord, "register": RegisterRecord, "deploy": DeployRecord, "report": ReportRecord,
+    "reject_model": RejectRecord, "register": RegisterRecord, "deploy_canary": CanaryRecord,
+    "canary_analysis": CanaryAnalysisRecord, "promote": DeployRecord, "rollback_canary": RollbackCanaryRecord,
+    "report": ReportRecord,
 }

@@ -369,7 +369,7 @@ def judge(window: Iterable[Record], params: CanaryParams, baseline: Iterable[Rec
 
     `baseline`: champion records from elsewhere (e.g. the previous step's window; its
     feedback too) added to the champion's side, for a step at 100% challenger where the window has no champion
-    traffic in split mode. Without labels (or with fewer than `min_samples` labeled
+    traffic in split mode. Without labels (or with fewer than `min_labeled` labeled
     predictions in a variant) the ROC AUC check is not made and a note says so, unless
     `require_feedback`, which makes that a failure.
     """
@@ -411,7 +411,7 @@ def judge(window: Iterable[Record], params: CanaryParams, baseline: Iterable[Rec
     ids, arms = labeled_arms(window)
     labeled = {v: int(arms[v].scores.size) for v in VARIANTS}
     quality = None
-    if min(labeled.values()) >= p.min_samples:
+    if min(labeled.values()) >= p.min_labeled:
         quality = bootstrap_difference(arms, len(ids), p.bootstrap, p.confidence, p.seed)
         auc = quality["roc_auc"]
         bound = -p.max_auc_drop
@@ -421,7 +421,7 @@ def judge(window: Iterable[Record], params: CanaryParams, baseline: Iterable[Rec
                            f"lower bound {_fmt(auc['ci_low'])} is not above {bound:.3f}")
     else:
         why = (f"labeled predictions champion {labeled[CHAMPION]}, challenger {labeled[CHALLENGER]}: "
-               f"below the minimum sample {p.min_samples}")
+               f"below the minimum {p.min_labeled} for judging online quality")
         if require_feedback:
             reasons.append(f"online ROC AUC cannot be judged: {why}")
         else:
@@ -435,7 +435,7 @@ def judge(window: Iterable[Record], params: CanaryParams, baseline: Iterable[Rec
         "psi": score_psi,
         "psi_bins": PSI_BINS,
         "quality": quality,
-        "thresholds": {k: getattr(p, k) for k in ("min_samples", "max_error_rate", "max_p99_ms", "max_p99_ratio",
+        "thresholds": {k: getattr(p, k) for k in ("min_samples", "min_labeled", "max_error_rate", "max_p99_ms", "max_p99_ratio",
                                                    "max_psi", "max_auc_drop", "confidence", "bootstrap", "seed")},
         "notes": notes,
     }

@@ -81,6 +81,9 @@ def test_nightly_pipeline_wiring(dagbag):
     assert t["validate_labeled"]["down"] == ["quarantine_labeled", "snapshot"]
     assert t["evaluate"]["down"] == ["compress", "reject_model_evaluate"]
     assert t["compress"]["down"] == ["register", "reject_model_compress"]
+    assert t["register"]["down"] == ["deploy_canary"] and t["deploy_canary"]["down"] == ["canary_analysis"]
+    assert t["canary_analysis"]["down"] == ["promote", "rollback_canary"]
+    assert t["promote"]["down"] == ["report"] and t["rollback_canary"]["down"] == ["report"]
     assert t["report"]["trigger_rule"] == "all_done" and t["run_failed"]["trigger_rule"] == "one_failed"
     assert t["run_failed"]["down"] == [] and t["report"]["down"] == []
     assert dagbag["dags"]["nightly_pipeline"]["params"] == ["batch", "epochs"]

@@ -3,7 +3,10 @@ import json
 
 import pytest
 
+import httpx
+
 from tasks.registry import Registry
+from tests.serving.server import ServerProcess
 from tests.airflow_helpers import dags_test, migrate, task_states
 
 pytestmark = pytest.mark.slow
@@ -24,8 +27,11 @@ def test_two_nightly_batches_accumulate_versions(airflow_home):
     settings = airflow_home
     run1, state1, proc1 = dags_test(settings, FAST)
     assert state1 == "success", proc1.stdout[-3000:]
-    run2, state2, proc2 = dags_test(settings, FAST)
+    with ServerProcess(settings.home).start() as server:      # the canary needs a server (make run starts one)
+        run2, state2, proc2 = dags_test(settings, FAST)
+        served = httpx.get(server.url + "/v1/serving").json()
     assert state2 == "success", proc2.stdout[-3000:]
+    assert served["variants"]["champion"]["model_version"] == "model-v2" and "challenger" not in served["variants"]
 
     reg = Registry(settings)
     assert reg.tags("data") == ["data-v1", "data-v2"]
@@ -41,10 +47,11 @@ def test_two_nightly_batches_accumulate_versions(airflow_home):
 
     states = task_states(settings, run2)
     taken = ["ingest", "validate_raw", "weak_label", "validate_labeled", "snapshot", "train", "evaluate",
-             "compress", "register", "deploy", "report"]
+             "compress", "register", "deploy_canary", "canary_analysis", "promote", "report"]
     assert all(states[t] == "success" for t in taken), states
     assert all(states[t] == "skipped" for t in ("no_batch", "quarantine_raw", "quarantine_labeled",
-                                                  "reject_model_evaluate", "reject_model_compress", "run_failed"))
+                                                  "reject_model_evaluate", "reject_model_compress",
+                                                  "rollback_canary", "run_failed"))
     s = summary(settings, run2)
     assert s["outcome"] == "deployed model-v2"
     assert s["batch"]["rows_in"] == 500 and s["batch"]["rows_labeled"] + s["batch"]["rows_unlabeled"] == 500
@@ -56,6 +63,9 @@ def test_two_nightly_batches_accumulate_versions(airflow_home):
     assert m["median_samples_per_s"] > 0 and m["median_grad_var_relative"] >= 0 and m["peak_rss_mb"] > 0
     assert s["onnx"]["int8_bytes"] < s["onnx"]["fp32_bytes"]
     assert s["test"]["champion_version"] == "model-v1"
+    canary = s["canary"]                                      # real HTTP traffic, judged step by step
+    assert canary["passed"] and [st["weight"] for st in canary["steps"]] == [10, 50, 100], canary
+    assert canary["steps"][-1]["metrics"]["challenger"]["requests"] > canary["steps"][0]["metrics"]["challenger"]["requests"]
     text = (settings.layout.run_dir(run2) / "summary.txt").read_text()
     for needle in ("ROC AUC", "F1", "coverage", "data-v2", "final loss", "train metrics", "onnx int8", "model-v2"):
         assert needle in text

@@ -67,7 +67,7 @@ def test_trigger_with_conf_runs_to_success(services):
     seen = []
     state = client.wait_for_run(DAG, run_id, timeout_s=600, on_change=lambda t, s: seen.append((t, s)))
     assert state == "success", seen
-    assert ("deploy", "success") in seen and ("report", "success") in seen
+    assert ("promote", "success") in seen and ("report", "success") in seen
 
     summary = json.loads((services.settings.layout.run_dir(run_id) / "summary.json").read_text())
     assert summary["outcome"] == "deployed model-v1" and summary["train"]["epochs"] == 6

@@ -17,7 +17,9 @@ def cli(settings, module, *args):
 
 @pytest.mark.parametrize("module", ["tasks.ingest", "tasks.validate_raw", "tasks.weak_label", "tasks.snapshot",
                                     "tasks.train", "tasks.evaluate", "tasks.compress", "tasks.register",
-                                    "tasks.deploy", "tasks.report", "tasks.quarantine", "ops"])
+                                    "tasks.deploy_canary", "tasks.canary_analysis", "tasks.promote",
+                                    "tasks.rollback_canary", "tasks.report", "tasks.quarantine", "tasks.reject_model",
+                                    "tasks.plan_train", "ops"])
 def test_every_cli_has_help(settings, module):
     proc = cli(settings, module, "--help")
     assert proc.returncode == 0 and "usage" in proc.stdout.lower()
@@ -43,3 +45,24 @@ def test_unreadable_file_is_reported_not_crashed(settings, monkeypatch):
     gate = cli(settings, "tasks.validate_raw", "--run-id", "r1")
     assert json.loads(ingest.stdout)["status"] == "unreadable"
     assert gate.returncode == 1 and "file_is_readable" in gate.stderr and "UnicodeDecodeError" in gate.stderr
+
+
+def test_a_missing_upstream_record_is_one_line_naming_the_step(settings):
+    proc = cli(settings, "tasks.evaluate", "--run-id", "nothing-yet")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "needs the record of step 'train'" in proc.stderr and "run train first" in proc.stderr
+
+
+def test_a_bad_override_is_one_line_naming_the_key(settings):
+    proc = cli(settings, "tasks.ingest", "--run-id", "r1", "--set", "train.epochs=0")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "train.epochs" in proc.stderr and "greater than or equal to 1" in proc.stderr
+
+
+def test_step_declaration_reads_upstream_records_from_the_signature():
+    from tasks.core.records import EvaluateRecord
+    from tasks.register import register
+    from tasks.reject_model import reject_model
+
+    assert register.reads == {"train": True, "evaluate": True, "compress": True}
+    assert reject_model.reads == {"evaluate": False, "compress": False} and register.record_type is not EvaluateRecord
