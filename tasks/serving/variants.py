@@ -1,0 +1,289 @@
+"""The models being served: reading the serving state, loading and warming versions off the
+request path, and swapping them in atomically.
+
+The registry's `serving` value names what to serve (only the pipeline and the rollback DAG
+change it). A `Follower` thread polls it; when it changes, the new versions are read from the
+registry (never from anywhere else), checked against their recorded sha256, opened in
+onnxruntime and warmed, all before anything is swapped. The swap is one reference assignment
+of an immutable `Snapshot`: a request takes the snapshot once and finishes on it, so a promote,
+a weight change or a rollback drops no request. A version that fails to read, verify, load or
+warm is logged, counted (`sluice_model_load_failures_total`), and the previous snapshot keeps
+serving; the same state is retried after `retry_s`.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+
+from tasks.core.log import log
+from tasks.serving.split import CHALLENGER, CHAMPION
+
+MODES = ("split", "shadow")
+
+
+class StateError(ValueError):
+    """The registry's serving value is malformed."""
+
+
+class LoadError(RuntimeError):
+    """A model version could not be read, verified, loaded or warmed."""
+
+
+@dataclass(frozen=True)
+class VariantSpec:
+    model_version: str
+    artifact: str                    # path in the registry, e.g. models/model-v2/model.int8.onnx
+    sha256: str | None = None        # None: an older registry that recorded none (not checked)
+
+    @property
+    def artifact_name(self) -> str:
+        """The artifact's file name inside its version folder (what Registry.read_model_artifact takes)."""
+        prefix = f"models/{self.model_version}/"
+        return self.artifact[len(prefix):] if self.artifact.startswith(prefix) else self.artifact.rsplit("/", 1)[-1]
+
+
+@dataclass(frozen=True)
+class DesiredState:
+    """What the registry says to serve."""
+    champion: VariantSpec | None = None
+    challenger: VariantSpec | None = None
+    challenger_weight: float = 0.0
+    mode: str = "split"
+
+    def specs(self) -> dict[str, VariantSpec]:
+        return {v: s for v, s in ((CHAMPION, self.champion), (CHALLENGER, self.challenger)) if s is not None}
+
+
+def _spec(raw: Any, where: str) -> VariantSpec | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or not isinstance(raw.get("model_version"), str) \
+            or not isinstance(raw.get("artifact"), str):
+        raise StateError(f"serving.{where} must be null or {{model_version, artifact, sha256}}, got {raw!r}")
+    sha = raw.get("sha256")
+    if sha is not None and not (isinstance(sha, str) and len(sha) == 64):
+        raise StateError(f"serving.{where}.sha256 must be 64 hex digits, got {sha!r}")
+    return VariantSpec(raw["model_version"], raw["artifact"], sha.lower() if sha else None)
+
+
+def parse_serving(raw: Any) -> DesiredState:
+    """The registry's `serving` value -> DesiredState. Pure.
+
+    Accepts the current shape ({champion, challenger, challenger_weight, mode}), the older
+    champion-only pointer ({model_version, artifact}: no sha256 to check) and null."""
+    if raw is None:
+        return DesiredState()
+    if not isinstance(raw, dict):
+        raise StateError(f"serving must be a mapping or null, got {type(raw).__name__}")
+    if "model_version" in raw and "champion" not in raw:
+        return DesiredState(champion=_spec(raw, "champion"))
+    weight = raw.get("challenger_weight", 0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 100:
+        raise StateError(f"serving.challenger_weight must be a number in 0..100, got {weight!r}")
+    mode = raw.get("mode", "split")
+    if mode not in MODES:
+        raise StateError(f"serving.mode must be one of {MODES}, got {mode!r}")
+    return DesiredState(_spec(raw.get("champion"), "champion"), _spec(raw.get("challenger"), "challenger"),
+                        float(weight), mode)
+
+
+@dataclass
+class LoadedModel:
+    """An onnxruntime session of one verified, warmed model version."""
+    spec: VariantSpec
+    sha256: str
+    session: Any
+    input_name: str
+    output_name: str
+    n_features: int
+    loaded_at: float = field(default_factory=time.time)
+
+    def predict(self, x: np.ndarray) -> np.ndarray:
+        """float32 [n, n_features] -> scores float64 [n]."""
+        out = self.session.run([self.output_name], {self.input_name: x})[0]
+        return np.asarray(out, dtype=np.float64).reshape(len(x))
+
+
+def open_model(spec: VariantSpec, data: bytes, n_features: int, warm_rows: tuple[int, ...] = (1, 32)) -> LoadedModel:
+    """Verify `data` against the spec's sha256, open it, check its signature, warm it.
+
+    Raises LoadError naming what was wrong. Warming runs the shapes requests will use, so the
+    first request after a swap does not pay onnxruntime's first-run allocation."""
+    import onnxruntime as ort
+
+    digest = hashlib.sha256(data).hexdigest()
+    if spec.sha256 and digest != spec.sha256:
+        raise LoadError(f"{spec.model_version}: {spec.artifact} has sha256 {digest[:12]}..., "
+                        f"the registry recorded {spec.sha256[:12]}... (corrupt or replaced artifact)")
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types for a bad model
+        raise LoadError(f"{spec.model_version}: onnxruntime cannot load {spec.artifact}: "
+                        f"{type(exc).__name__}: {str(exc).strip()[:300]}") from None
+    inputs, outputs = sess.get_inputs(), sess.get_outputs()
+    if len(inputs) != 1 or len(outputs) < 1:
+        raise LoadError(f"{spec.model_version}: expected one input and an output, got "
+                        f"{[i.name for i in inputs]} -> {[o.name for o in outputs]}")
+    shape = inputs[0].shape
+    if inputs[0].type != "tensor(float)" or len(shape) != 2 or (isinstance(shape[1], int) and shape[1] != n_features):
+        raise LoadError(f"{spec.model_version}: input {inputs[0].name} is {inputs[0].type} {shape}, "
+                        f"the dataset has {n_features} features (float [batch, {n_features}])")
+    model = LoadedModel(spec, digest, sess, inputs[0].name, outputs[0].name, n_features)
+    rng = np.random.default_rng(0)
+    for n in warm_rows:
+        try:
+            scores = model.predict(rng.random((n, n_features), dtype=np.float32))
+        except Exception as exc:  # noqa: BLE001
+            raise LoadError(f"{spec.model_version}: warm-up on {n} rows failed: {type(exc).__name__}: {exc}") from None
+        if not np.all(np.isfinite(scores)) or scores.min() < 0 or scores.max() > 1:
+            raise LoadError(f"{spec.model_version}: warm-up scores are not probabilities "
+                            f"(range {scores.min():.3g}..{scores.max():.3g})")
+    return model
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What is served now: immutable, replaced whole."""
+    desired: DesiredState
+    models: dict[str, LoadedModel]
+
+    @property
+    def champion(self) -> LoadedModel | None:
+        return self.models.get(CHAMPION)
+
+    @property
+    def challenger(self) -> LoadedModel | None:
+        return self.models.get(CHALLENGER)
+
+    def by_version(self, version: str) -> tuple[str, LoadedModel] | None:
+        for variant, m in self.models.items():
+            if m.spec.model_version == version:
+                return variant, m
+        return None
+
+
+EMPTY = Snapshot(DesiredState(), {})
+
+
+class Variants:
+    """Holds the current Snapshot and applies serving states to it (one applier at a time)."""
+
+    def __init__(self, read_state: Callable[[], Any], read_artifact: Callable[[str, str], bytes], n_features: int,
+                 metrics: Any = None, retry_s: float = 30.0):
+        self.read_state = read_state
+        self.read_artifact = read_artifact
+        self.n_features = n_features
+        self.metrics = metrics
+        self.retry_s = retry_s
+        self.current: Snapshot = EMPTY
+        self.pending: DesiredState | None = None      # a state seen but not (yet) applied
+        self.last_error: str | None = None
+        self._failed: dict[DesiredState, float] = {}    # state -> monotonic time of its last failure
+        self._apply_lock = threading.Lock()
+
+    @property
+    def ready(self) -> bool:
+        """A complete serving state is loaded and warmed (see docs/serving.md for why a failed later
+        load does not make a serving replica unready)."""
+        return self.current.champion is not None
+
+    def poll(self) -> bool:
+        """Read the serving state once and apply it if it changed. True when a swap happened."""
+        try:
+            desired = parse_serving(self.read_state().get("serving"))
+        except Exception as exc:  # noqa: BLE001 - a bad read must not stop the follower
+            self._fail(None, f"cannot read the serving state: {type(exc).__name__}: {exc}")
+            return False
+        return self.apply(desired)
+
+    def apply(self, desired: DesiredState) -> bool:
+        with self._apply_lock:
+            if desired == self.current.desired:
+                self.pending = None
+                return False
+            failed_at = self._failed.get(desired)
+            if failed_at is not None and time.monotonic() - failed_at < self.retry_s:
+                return False
+            self.pending = desired
+            try:
+                models = self._load(desired)
+            except LoadError as exc:
+                self._failed[desired] = time.monotonic()
+                self._fail(str(exc).split(":", 1)[0], f"{exc}; still serving {self.describe()}")
+                return False
+            self._failed.pop(desired, None)
+            before = self.describe()
+            self.current = Snapshot(desired, models)          # the atomic swap
+            self.pending, self.last_error = None, None
+            if self.metrics is not None:
+                self.metrics.swaps.inc()
+                self.metrics.set_loaded({v: (m.spec.model_version, m.sha256) for v, m in models.items()})
+                self.metrics.ready.set(1 if self.ready else 0)
+            log(f"serving: {before} -> {self.describe()}")
+            return True
+
+    def _load(self, desired: DesiredState) -> dict[str, LoadedModel]:
+        """Every variant of `desired`, reusing sessions already loaded for the same artifact."""
+        have = {(m.spec.model_version, m.spec.artifact): m for m in self.current.models.values()}
+        models: dict[str, LoadedModel] = {}
+        for variant, spec in desired.specs().items():
+            reuse = have.get((spec.model_version, spec.artifact))
+            if reuse is not None and (spec.sha256 is None or spec.sha256 == reuse.sha256):
+                models[variant] = LoadedModel(spec, reuse.sha256, reuse.session, reuse.input_name,
+                                              reuse.output_name, reuse.n_features, reuse.loaded_at)
+                continue
+            t0 = time.perf_counter()
+            try:
+                data = self.read_artifact(spec.model_version, spec.artifact_name)
+            except Exception as exc:  # noqa: BLE001 - registry/DVC errors of any kind
+                raise LoadError(f"{spec.model_version}: cannot read {spec.artifact} from the registry: "
+                                f"{type(exc).__name__}: {exc}") from None
+            models[variant] = open_model(spec, data, self.n_features)
+            log(f"serving: loaded {variant} {spec.model_version} ({len(data):,} B, sha256 "
+                f"{models[variant].sha256[:12]}) in {time.perf_counter() - t0:.2f} s")
+        return models
+
+    def _fail(self, version: str | None, message: str) -> None:
+        self.last_error = message
+        log(f"serving: LOAD FAILED: {message}")
+        if self.metrics is not None:
+            self.metrics.load_failures.labels(version or "unknown").inc()
+
+    def describe(self) -> str:
+        snap = self.current
+        if not snap.models:
+            return "nothing"
+        parts = [f"{v} {m.spec.model_version}" for v, m in snap.models.items()]
+        if snap.challenger is not None:
+            parts.append(f"{snap.desired.mode} {snap.desired.challenger_weight:g}%")
+        return ", ".join(parts)
+
+
+class Follower(threading.Thread):
+    """Polls the serving state every `poll_s` seconds, off the request path."""
+
+    def __init__(self, variants: Variants, poll_s: float):
+        super().__init__(name="serving-follower", daemon=True)
+        self.variants = variants
+        self.poll_s = poll_s
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop_event.is_set():
+            try:
+                self.variants.poll()
+            except Exception as exc:  # noqa: BLE001 - the follower must survive anything
+                log(f"serving: follower error: {type(exc).__name__}: {exc}")
+            self.stop_event.wait(self.poll_s)
+
+    def stop(self) -> None:
+        self.stop_event.set()
