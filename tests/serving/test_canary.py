@@ -13,7 +13,8 @@ from tasks.core.params import CanaryParams
 from tasks.serving import canary
 from tasks.serving.canary import CHALLENGER, CHAMPION, Verdict, judge
 
-PARAMS = CanaryParams()          # the defaults: min_samples 50, max_p99_ms 250, max_psi 0.25, ...
+PARAMS = CanaryParams()          # the defaults: min_samples 50, min_labeled 200, max_p99_ms 250, max_psi 0.25, ...
+FEW_LABELS = PARAMS.replace(min_labeled=50)     # online quality judged from 50 labeled rows per variant
 
 
 def _sigmoid(x):
@@ -163,6 +164,14 @@ def test_no_feedback_is_noted_not_judged_unless_required():
     assert not strict.passed and any("cannot be judged" in r for r in strict.reasons)
 
 
+def test_online_quality_waits_for_min_labeled():
+    window = make_window(n=120, seed=12)               # enough requests, too few labels for the default 200
+    v = judge(window, PARAMS)
+    assert v.passed and v.metrics["quality"] is None, _reasons(v)
+    assert any("not judged" in n and str(PARAMS.min_labeled) in n for n in v.metrics["notes"])
+    assert judge(window, FEW_LABELS).metrics["quality"]["roc_auc"]["resamples"] == PARAMS.bootstrap
+
+
 def test_baseline_supplies_the_champion_at_full_weight():
     earlier = make_window(seed=5)
     full = [r for r in make_window(seed=6) if r.get("variant") != CHAMPION]   # 100%: challenger only
@@ -176,7 +185,7 @@ def test_baseline_supplies_the_champion_at_full_weight():
 
 def test_bootstrap_is_reproducible_with_the_seed():
     window = make_window(n=300, mode="split", seed=7, challenger_score=lambda c, y, rng: c)
-    params = PARAMS.replace(bootstrap=300)
+    params = FEW_LABELS.replace(bootstrap=300)
     a = judge(window, params).metrics["quality"]
     b = judge(window, params).metrics["quality"]
     c = judge(window, params.replace(seed=8)).metrics["quality"]
@@ -296,7 +305,7 @@ def test_records_without_kind_or_row_are_read_from_their_fields():
             recs.append({"request_id": f"r{i}", "time": float(i), "variant": v, "model_version": v,
                          "latency_ms": 10.0, "score": 0.9 if i % 3 == 0 else 0.1})
         recs.append({"request_id": f"r{i}", "label": int(i % 3 == 0)})
-    v = judge(recs, PARAMS)
+    v = judge(recs, FEW_LABELS)
     assert v.passed, _reasons(v)
     assert v.metrics["quality"]["roc_auc"][CHALLENGER] == 1.0
 
@@ -311,7 +320,7 @@ def test_multi_row_requests_count_once_for_requests_and_latency():
                  for j in range(3)]
     recs.append({"kind": "prediction", "request_id": "bad", "ts": 0.0, "variant": CHALLENGER,
                  "model_version": CHALLENGER, "latency_ms": 1.0, "error": "rows could not be featurized"})
-    m = judge(recs, PARAMS).metrics
+    m = judge(recs, FEW_LABELS).metrics
     assert (m[CHAMPION]["requests"], m[CHAMPION]["rows"]) == (60, 180)
     assert (m[CHALLENGER]["requests"], m[CHALLENGER]["errors"]) == (61, 1)
     assert m[CHAMPION]["p50_ms"] == pytest.approx(39.5)
@@ -331,7 +340,7 @@ def test_the_servers_own_records_are_understood():
     recs = json.loads(json.dumps(recs))
     t0 = canary.record_time(recs[0])
     assert t0 is not None and abs(t0 - __import__("time").time()) < 60
-    v = judge(canary.select_window(recs, start=t0 - 1), PARAMS)
+    v = judge(canary.select_window(recs, start=t0 - 1), FEW_LABELS)
     assert v.passed, _reasons(v)
     assert v.metrics[CHALLENGER]["labeled"] == 80 and v.metrics["quality"]["roc_auc"]["difference"] == 0.0
 
