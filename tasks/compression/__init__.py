@@ -1,5 +1,19 @@
 """Model compression: ONNX export, the compression techniques, their search and gate.
 
-Today the `compress` step (tasks/compress.py) exports ONNX and quantizes it to int8;
-the techniques and their search land here (issue: compression).
+Today the `compress` step (tasks/compress.py) exports ONNX and quantizes it to int8; this
+package holds the library the step will call (issue: compression):
+
+    config.py     validated technique configs (frozen pydantic), short forms ("prune(0.5)"),
+                  chain order, CompressionSearchConfig (ready to be params.yaml's `compress`)
+    chain.py      apply_chain(model, chain, CompressionData, workdir) -> Candidate; export_baseline
+    export.py     dynamo ONNX export (dynamic batch), onnxruntime offline optimization,
+                  metadata (`sluice.compression`), sessions (unknown ops named)
+    quantize.py   dynamic int8 and static QDQ per-channel int8 (calibration checked)
+    fp16.py       float16 (onnxconverter-common, keep_io_types)
+    pruning.py    unstructured magnitude pruning; structured neuron removal
+    lowrank.py    truncated-SVD factorization of Linear layers
+    distil.py     knowledge distillation into a smaller MLP
+    finetune.py   training on soft targets (recovery fine-tune, distillation)
+    search.py     measure, pareto_front, choose, gate, run_search
+    slices.py     the emails dataset's slices of gold rows
 """

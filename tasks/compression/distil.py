@@ -1,0 +1,34 @@
+"""Knowledge distillation: a smaller SpamMLP trained on the teacher's scores over unlabeled rows.
+
+The student copies the teacher's input scaling (its `mean`/`std` buffers), so it takes the
+same raw features, and learns sigmoid(teacher logit / T) with a soft binary cross-entropy.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tasks.compression.config import DistilConfig
+from tasks.compression.errors import CompressionError
+from tasks.compression.finetune import fit_soft_targets, teacher_logits
+from tasks.compression.mlp import layer_shapes, param_count
+
+
+def distil(teacher, cfg: DistilConfig, X: np.ndarray) -> tuple[Any, dict[str, Any]]:
+    import torch
+
+    from tasks.training.model import SpamMLP
+
+    if len(X) < 2:
+        raise CompressionError(f"distil needs rows to learn the teacher's scores on; got {len(X)}")
+    torch.manual_seed(cfg.seed)
+    student = SpamMLP(teacher.mean.numel(), list(cfg.hidden))
+    student.mean.copy_(teacher.mean)
+    student.std.copy_(teacher.std)
+    target = teacher_logits(teacher, X)
+    losses = fit_soft_targets(student, X, target, epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size,
+                              seed=cfg.seed, temperature=cfg.temperature)
+    return student.eval(), {"hidden": list(cfg.hidden), "params": param_count(student),
+                            "params_teacher": param_count(teacher), "layer_shapes": layer_shapes(student),
+                            "final_loss": losses[-1]}

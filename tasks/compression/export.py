@@ -1,0 +1,131 @@
+"""ONNX export (dynamo exporter, dynamic batch axis, one self-contained file), onnxruntime's
+offline graph optimization, the metadata every artifact carries, and opening sessions.
+
+Optimization levels: "basic" keeps standard ONNX ops (constant folding, redundant nodes
+removed): the input every ONNX-side technique gets, since quantizers and the fp16
+converter know only standard ops. "extended" also fuses Gemm+Relu into com.microsoft
+FusedGemm: fine for an fp32 model served by onnxruntime, so it is used when no ONNX-side
+technique follows. Layout optimizations (ORT_ENABLE_ALL) are machine-specific and never
+saved offline.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from tasks.compression.errors import CompressionError
+
+INPUT, OUTPUT = "features", "p_spam"
+METADATA_KEY = "sluice.compression"
+Optimization = Literal["none", "basic", "extended"]
+
+
+def export_onnx(model, path: Path, optimization: Optimization = "basic",
+                metadata: dict[str, Any] | None = None) -> Path:
+    """Export raw features -> P(spam) of `model` (a SpamMLP) to `path`; batch axis dynamic."""
+    import torch
+
+    from tasks.training.model import SpamProbability
+
+    path = Path(path)
+    raw = path.with_name(f".{path.name}.raw")
+    wrapped = SpamProbability(model).eval()
+    example = torch.zeros(4, model.mean.numel())
+    torch.onnx.export(wrapped, (example,), str(raw), input_names=[INPUT], output_names=[OUTPUT], dynamo=True,
+                      external_data=False, dynamic_shapes=({0: torch.export.Dim("batch")},), verbose=False)
+    try:
+        optimize(raw, path, optimization, metadata)
+    finally:
+        raw.unlink(missing_ok=True)
+    return path
+
+
+def optimize(src: Path, dst: Path, level: Optimization, metadata: dict[str, Any] | None = None) -> Path:
+    """onnxruntime's offline optimizer (SessionOptions.optimized_model_filepath) at `level`."""
+    import onnxruntime as ort
+
+    tmp = Path(dst).with_name(f".{Path(dst).name}.tmp")
+    if level == "none":
+        tmp.write_bytes(Path(src).read_bytes())
+    else:
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                                         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED}[level]
+        opts.optimized_model_filepath = str(tmp)
+        opts.intra_op_num_threads = 1
+        ort.InferenceSession(str(src), opts, providers=["CPUExecutionProvider"])
+    write_metadata(tmp, {**(metadata or {}), "optimization": level})
+    tmp.replace(dst)
+    return Path(dst)
+
+
+def write_metadata(path: Path, metadata: dict[str, Any]) -> None:
+    """Store `metadata` (JSON) under METADATA_KEY in the model's metadata_props, replacing an earlier one;
+    drop the exporter's per-node debug records (source stack traces of the build machine, fx node text),
+    which are most of a small model's file and nothing a served artifact needs."""
+    import onnx
+
+    model = onnx.load(str(path))
+    for node in model.graph.node:
+        del node.metadata_props[:]
+        node.doc_string = ""
+    for value in [*model.graph.value_info, *model.graph.initializer, *model.graph.input, *model.graph.output]:
+        del value.metadata_props[:]
+    kept = [p for p in model.metadata_props if p.key != METADATA_KEY]
+    del model.metadata_props[:]
+    model.metadata_props.extend(kept)
+    model.metadata_props.add(key=METADATA_KEY, value=json.dumps(metadata, sort_keys=True, default=str))
+    onnx.save(model, str(path))
+
+
+def read_metadata(path: Path) -> dict[str, Any]:
+    import onnx
+
+    for p in onnx.load(str(path), load_external_data=False).metadata_props:
+        if p.key == METADATA_KEY:
+            return json.loads(p.value)
+    return {}
+
+
+def count_ops(path: Path) -> dict[str, int]:
+    import onnx
+
+    counts: dict[str, int] = {}
+    for node in onnx.load(str(path)).graph.node:
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return counts
+
+
+def unknown_ops(path: Path) -> list[str]:
+    """Ops of the default ONNX domain that the ONNX standard does not define (onnxruntime cannot run them)."""
+    import onnx
+    from onnx import defs
+
+    model = onnx.load(str(path), load_external_data=False)
+    return sorted({f"{n.domain or 'ai.onnx'}::{n.op_type}" for n in model.graph.node
+                   if n.domain in ("", "ai.onnx") and not defs.has(n.op_type)})
+
+
+def open_session(path: Path, threads: int = 1):
+    """An onnxruntime CPU session with `threads` intra-op threads; CompressionError naming the cause if it cannot load."""
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.log_severity_level = 3
+    try:
+        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # noqa: BLE001 - ORT raises several types; all mean "cannot run this model"
+        bad = unknown_ops(Path(path))
+        cause = f"unknown operator(s) {bad}" if bad else f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+        raise CompressionError(f"onnxruntime cannot run {Path(path).name}: {cause}") from exc
+
+
+def predict(session, X: np.ndarray) -> np.ndarray:
+    """P(spam) for rows X (float32 [n, features]) as float64 [n]."""
+    name = session.get_inputs()[0].name
+    return session.run(None, {name: np.ascontiguousarray(X, dtype=np.float32)})[0].reshape(-1).astype(np.float64)

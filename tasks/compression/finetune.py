@@ -1,0 +1,46 @@
+"""Training on a teacher's soft targets: the recovery fine-tune of pruning and low-rank, and distillation.
+
+The target is the parent model's own score, not the label: what the compress gate checks
+is that the compressed model keeps the uncompressed one's quality, and matching its
+scores needs no labels (the rows may be unlabeled).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def teacher_logits(model, X: np.ndarray):
+    import torch
+
+    with torch.no_grad():
+        return model.eval()(torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))).detach().clone()
+
+
+def fit_soft_targets(student, X: np.ndarray, target_logits, *, epochs: int, lr: float, batch_size: int,
+                     seed: int, temperature: float = 1.0) -> list[float]:
+    """Train `student` (in place) so sigmoid(student/T) matches sigmoid(target/T); mean loss per epoch."""
+    import torch
+    import torch.nn.functional as F
+
+    if epochs == 0 or len(X) == 0:
+        return []
+    x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
+    soft = torch.sigmoid(target_logits / temperature)
+    params = [p for p in student.parameters() if p.requires_grad]
+    opt = torch.optim.Adam(params, lr=lr)
+    gen = torch.Generator().manual_seed(seed)
+    losses = []
+    student.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(x), generator=gen)
+        total = 0.0
+        for start in range(0, len(x), batch_size):
+            idx = order[start:start + batch_size]
+            loss = F.binary_cross_entropy_with_logits(student(x[idx]) / temperature, soft[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+        losses.append(total / len(x))
+    student.eval()
+    return losses

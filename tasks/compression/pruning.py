@@ -1,0 +1,87 @@
+"""Pruning: unstructured magnitude pruning (torch.nn.utils.prune) and structured neuron removal.
+
+Unstructured: each Linear weight loses exactly round(ratio x numel) of its smallest-|w|
+entries; the mask stays on during the fine-tune (pruned weights stay 0), then the
+reparametrization is removed so the model is a plain one with zeros in it. The ONNX file
+stays dense: this saves nothing by itself (sparse kernels would); it is a step of a chain.
+
+Structured: whole hidden neurons go. Per hidden layer, neurons are ranked by the L2 norm of
+their incoming weights and the top k = width - round(ratio x width) (at least 1) are kept;
+the layer's rows and the next layer's columns are sliced, so the model is really smaller
+and faster.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from tasks.compression.config import PruneConfig, PruneStructuredConfig
+from tasks.compression.finetune import fit_soft_targets, teacher_logits
+from tasks.compression.mlp import all_linears, layer_shapes, param_count, plain_linears
+
+
+def sparsity(model) -> dict[str, Any]:
+    """Fraction of exact zeros in the Linear weights: overall and per layer."""
+    per_layer = []
+    zeros = total = 0
+    for m in all_linears(model):
+        w = m.weight.detach()
+        z = int((w == 0).sum())
+        per_layer.append(z / w.numel())
+        zeros, total = zeros + z, total + w.numel()
+    return {"overall": zeros / total if total else 0.0, "per_layer": per_layer}
+
+
+def prune_unstructured(model, cfg: PruneConfig, X: np.ndarray) -> tuple[Any, dict[str, Any]]:
+    """Magnitude-prune every Linear weight of `model` (in place) to `cfg.ratio`, fine-tune, make permanent."""
+    import torch
+    from torch.nn.utils import prune
+
+    target = teacher_logits(model, X)
+    torch.manual_seed(cfg.seed)
+    layers = all_linears(model)
+    for m in layers:
+        prune.l1_unstructured(m, name="weight", amount=cfg.ratio)
+    losses = fit_soft_targets(model, X, target, epochs=cfg.fine_tune_epochs, lr=cfg.fine_tune_lr,
+                              batch_size=cfg.batch_size, seed=cfg.seed)
+    for m in layers:
+        prune.remove(m, "weight")
+    return model.eval(), {"sparsity": sparsity(model)["overall"], "params": param_count(model),
+                          "fine_tune_loss": losses[-1:] or None}
+
+
+def prune_structured(model, cfg: PruneStructuredConfig, X: np.ndarray) -> tuple[Any, dict[str, Any]]:
+    """A new, narrower SpamMLP keeping the strongest neurons of each hidden layer, fine-tuned."""
+    import torch
+
+    from tasks.training.model import SpamMLP
+
+    linears = plain_linears(model)
+    target = teacher_logits(model, X)
+    keep_idx = []
+    for lin in linears[:-1]:
+        width = lin.out_features
+        k = max(1, width - int(round(cfg.ratio * width)))
+        norms = lin.weight.detach().norm(dim=1)
+        keep_idx.append(torch.sort(torch.topk(norms, k).indices).values)   # sorted: stable neuron order
+    student = SpamMLP(linears[0].in_features, [len(i) for i in keep_idx])
+    student.mean.copy_(model.mean)
+    student.std.copy_(model.std)
+    new = plain_linears(student)
+    with torch.no_grad():
+        prev = None
+        for i, (old, lin) in enumerate(zip(linears, new)):
+            w, b = old.weight.detach(), old.bias.detach()
+            if prev is not None:
+                w = w[:, prev]
+            if i < len(keep_idx):
+                w, b = w[keep_idx[i]], b[keep_idx[i]]
+                prev = keep_idx[i]
+            lin.weight.copy_(w)
+            lin.bias.copy_(b)
+    before = param_count(model)
+    losses = fit_soft_targets(student, X, target, epochs=cfg.fine_tune_epochs, lr=cfg.fine_tune_lr,
+                              batch_size=cfg.batch_size, seed=cfg.seed)
+    return student.eval(), {"hidden": student.arch["hidden"], "params": param_count(student), "params_before": before,
+                            "layer_shapes": layer_shapes(student), "fine_tune_loss": losses[-1:] or None}
