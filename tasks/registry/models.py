@@ -103,7 +103,8 @@ class ModelVersions(RepoBase):
         check_artifact_name(artifact)
         recorded = self.model_version_info(version).get("artifacts")     # a dict; a list in old records
         path = self.model_path(version, artifact)
-        if (recorded is not None and artifact not in recorded) or (not isinstance(recorded, dict) and not path.is_file()):
+        listed = recorded is None or artifact in recorded                 # no list at all: trust the folder
+        if not listed or (not isinstance(recorded, dict) and not path.is_file()):
             raise RegistryError(f"model version {version} has no artifact {artifact!r} "
                                 f"(has: {', '.join(sorted(recorded or [])) or 'none'})")
         sha = recorded[artifact]["sha256"] if isinstance(recorded, dict) else file_digest(path)["sha256"]
