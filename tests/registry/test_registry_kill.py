@@ -130,3 +130,32 @@ print(Registry(Settings.from_env()).snapshot({sys.argv[1]: Path(sys.argv[2])},
     assert outs == ["data-v1", "data-v2"] and all(p.returncode == 0 for p in procs)
     assert len(reg.data_version_info("data-v2")["partitions"]) == 2
     consistent(reg)
+
+
+START_CANARY = """
+from tasks.registry import Registry
+from tasks.core.settings import Settings
+print(Registry(Settings.from_env()).start_canary("model-v2", 10, reason="kill test")["changed"])
+"""
+
+
+def test_killed_canary_starts_leave_old_or_new_serving_state(settings, tmp_path):
+    reg = Registry(settings)
+    p1, df1 = partition(tmp_path, "b1", seed=1)
+    reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
+    for i in (1, 2):
+        art = tmp_path / f"m{i}.onnx"
+        art.write_bytes(f"onnx-{i}".encode())
+        reg.register_model(f"r{i}", {"model.int8.onnx": art}, {"data_version": "data-v1"})
+    reg.promote("model-v1", "t")
+    for delay in kill_points(settings, START_CANARY, [], tmp_path, n=8):
+        run_and_kill(settings, START_CANARY, [], delay)
+        serving = consistent(reg)["serving"]
+        pair = ((serving["challenger"] or {}).get("model_version"), serving["challenger_weight"])
+        assert pair in ((None, 0), ("model-v2", 10)), pair          # the whole canary, or none of it
+        assert (reg.state()["models"]["model-v2"]["stage"] == "canary") == (pair[0] is not None)
+        if pair[0]:
+            break
+    reg.start_canary("model-v2", 10, reason="finish")
+    audit = [json.loads(line) for line in (reg.root / "audit.jsonl").read_text().splitlines()]
+    assert sum(a["action"] == "start_canary" for a in audit) == 1
