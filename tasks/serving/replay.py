@@ -130,8 +130,12 @@ def _explain(resp: Any) -> str:
 
 async def replay_async(url: str, rows: Sequence[dict], labels: Sequence[int] | None, keys: Sequence[str] | None = None,
                        *, count: int, rate: float, max_seconds: float, feedback_delay_s: float = 0.5,
-                       concurrency: int = 16, timeout_s: float = 10.0, transport: Any = None) -> ReplayResult:
+                       concurrency: int = 16, timeout_s: float = 10.0, offset: int = 0,
+                       transport: Any = None) -> ReplayResult:
     """Send `count` one-row requests at `rate`/s (see the module doc); labels None: no feedback.
+
+    Request i sends row (offset + i) mod len(rows): successive calls with offset = the rows
+    already sent walk on through the set instead of repeating its first rows.
 
     Time is bounded: no request starts after `max_seconds`, and the feedback still due then
     gets `feedback_delay_s + timeout_s` more before it is given up (counted as failed)."""
@@ -170,7 +174,7 @@ async def replay_async(url: str, rows: Sequence[dict], labels: Sequence[int] | N
             result.feedback_failed += 1
 
         async def predict(i: int) -> None:
-            j = i % len(rows)
+            j = (offset + i) % len(rows)
             body: dict[str, Any] = {"rows": [rows[j]]}
             if keys is not None:
                 body["key"] = keys[j]

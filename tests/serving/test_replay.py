@@ -123,6 +123,14 @@ def test_replays_rows_at_the_rate_with_sticky_keys_and_delayed_feedback(serve):
     assert first_fb - bodies[0]["t"] >= 0.2
 
 
+def test_offset_walks_on_through_the_rows(serve):
+    rec = Recorder()
+    url = serve(rec)
+    result = rp.replay(url, ROWS, None, KEYS, count=5, rate=500.0, max_seconds=10, offset=18)
+    assert result.ok == 5
+    assert sorted(p["body"]["key"] for p in rec.predicts) == sorted(["19", "20", "1", "2", "3"])
+
+
 def test_failed_requests_are_counted_and_get_no_feedback(serve):
     rec = Recorder(refuse=frozenset({3, 7}))
     url = serve(rec)
