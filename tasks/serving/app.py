@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, Response
 
 from tasks.core.log import log
 from tasks.serving.metrics import ServerMetrics
-from tasks.serving.predlog import PredictionLog, feedback_records, prediction_records
+from tasks.serving.predlog import PredictionLog, error_record, feedback_records, prediction_records
 from tasks.serving.schema import FeedbackRequest, predict_request_model
 from tasks.serving.split import CHALLENGER, CHAMPION, choose_variant
 from tasks.serving.variants import LoadedModel, Snapshot, Variants
@@ -277,9 +277,16 @@ def create_app(ctx: ServingContext) -> FastAPI:
 
     def serve(x: np.ndarray, variant: str, model: LoadedModel, shadow: Optional[LoadedModel], endpoint: str,
               t0: float) -> tuple[str, np.ndarray]:
-        scores = model.predict(x)
-        seconds = time.perf_counter() - t0
         request_id = uuid.uuid4().hex
+        try:
+            scores = model.predict(x)
+        except Exception as exc:  # noqa: BLE001 - logged against the variant, answered as a 500
+            message = f"{type(exc).__name__}: {str(exc)[:300]}"
+            ctx.predlog.append([error_record(request_id, variant, model.spec.model_version,
+                                             (time.perf_counter() - t0) * 1000, False, endpoint, message)])
+            log(f"serving: {variant} {model.spec.model_version} failed: {message}")
+            raise ApiError(500, f"model {model.spec.model_version} failed to score the request", variant)
+        seconds = time.perf_counter() - t0
         m.observe(endpoint, variant, seconds, scores)
         ctx.predlog.append(prediction_records(request_id, scores, variant, model.spec.model_version,
                                               seconds * 1000, False, endpoint))
@@ -410,7 +417,6 @@ def create_app(ctx: ServingContext) -> FastAPI:
                                               "variant": variant, "request_id": request_id} for s in scores]},
                             headers={"X-Request-Id": request_id, "X-Sluice-Variant": variant})
 
-    predict.__annotations__["body"] = PredictRequest
     app.post("/v1/predict", tags=["v1"], summary="Score raw rows of the dataset")(predict)
 
     @app.post("/v1/feedback", tags=["v1"], summary="A delayed label for a served request")
@@ -455,11 +461,12 @@ def shadow_worker(ctx: ServingContext, stop: threading.Event) -> None:
             scores = model.predict(x)
             seconds = time.perf_counter() - t0
             ctx.metrics.shadow.inc()
-            ctx.metrics.score.labels(CHALLENGER)
             for s in scores:
                 ctx.metrics.score.labels(CHALLENGER).observe(float(s))
             ctx.predlog.append(prediction_records(request_id, scores, CHALLENGER, model.spec.model_version,
                                                   seconds * 1000, True, endpoint))
         except Exception as exc:  # noqa: BLE001 - a failing shadow must not affect serving
             ctx.metrics.errors.labels(endpoint, CHALLENGER, "shadow").inc()
+            ctx.predlog.append([error_record(request_id, CHALLENGER, model.spec.model_version, 0.0, True, endpoint,
+                                             f"{type(exc).__name__}: {exc}")])
             log(f"serving: shadow scoring failed: {type(exc).__name__}: {exc}")

@@ -7,6 +7,7 @@ first), so its records are the contract between the server and the analysis:
     {"kind": "prediction", "request_id", "row", "at" (ISO UTC), "ts" (unix s), "variant",
      "model_version", "latency_ms", "score", "shadow" (bool), "endpoint" ("predict" | "infer")}
     {"kind": "feedback", "request_id", "row", "at", "ts", "label" (0 | 1)}
+    {"kind": "prediction", ..., "error": "<message>"} (no score): the variant's model failed
 
 Appends are serialized by a lock and flushed per request (no fsync: a crash may lose the last
 lines, never tear earlier ones). Rotation renames files, so a reader holding an open file keeps
@@ -42,6 +43,14 @@ def prediction_records(request_id: str, scores: Iterable[float], variant: str, m
     return [{"kind": "prediction", "request_id": request_id, "row": i, **stamp, "variant": variant,
              "model_version": model_version, "latency_ms": round(latency_ms, 3), "score": float(s),
              "shadow": shadow, "endpoint": endpoint} for i, s in enumerate(scores)]
+
+
+def error_record(request_id: str, variant: str, model_version: str, latency_ms: float, shadow: bool,
+                 endpoint: str, error: str) -> dict[str, Any]:
+    """A failed scoring (the model raised): counts against its variant in the canary analysis."""
+    return {"kind": "prediction", "request_id": request_id, "row": 0, **now_fields(), "variant": variant,
+            "model_version": model_version, "latency_ms": round(latency_ms, 3), "shadow": shadow,
+            "endpoint": endpoint, "error": error[:500]}
 
 
 def feedback_records(request_id: str, labels: list[int]) -> list[dict[str, Any]]:

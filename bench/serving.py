@@ -1,0 +1,216 @@
+"""The model server: serve_cold_start_s, serve_vs_raw_ort, serve_p99_ms (with p50 beside it).
+
+One registry with one registered model (an MLP shaped like the trained one: 21 -> 32 -> 16 -> 1,
+real ONNX), served by `python -m tasks.serving` on loopback.
+
+  serve_cold_start_s  process start -> GET /v2/health/ready is 200 (imports, bind, registry
+                      read, sha256 check, onnxruntime load and warm-up), median of 5 starts.
+  serve_vs_raw_ort    requests/s of the server (OIP v2 JSON infer, batch 32, 2 client threads
+                      on keep-alive connections) over batches/s of a raw onnxruntime session loop
+                      on the same model and inputs in one process: the price of HTTP, JSON,
+                      routing, metrics and the prediction log around a tiny model.
+  serve_p99_ms        latency at a fixed open-loop rate (a quarter of the measured saturation, capped
+                      at 100/s): requests are sent on a schedule and timed from their scheduled
+                      send time, so a stall counts against every request it delays.
+"""
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+from bench.record import Record
+from bench.registry_data import settings_at
+from ops.services import stop_groups
+from tasks.core.settings import REPO_ROOT
+
+BATCH = 32
+
+
+def write_mlp_onnx(path: Path, widths: tuple[int, ...] = (21, 32, 16, 1), seed: int = 0) -> Path:
+    """A real ONNX MLP with the served signature: features FP32 [batch, 21] -> p_spam FP32 [batch]."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(seed)
+    nodes, inits, prev = [], [], "features"
+    for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+        inits += [numpy_helper.from_array((rng.normal(0, 1 / np.sqrt(a), (a, b))).astype(np.float32), f"w{i}"),
+                  numpy_helper.from_array(np.zeros(b, np.float32), f"b{i}")]
+        nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"z{i}"])]
+        prev = f"z{i}"
+        if i < len(widths) - 2:
+            nodes.append(helper.make_node("Relu", [prev], [f"r{i}"]))
+            prev = f"r{i}"
+    inits.append(numpy_helper.from_array(np.array([1], np.int64), "axes"))
+    nodes += [helper.make_node("Sigmoid", [prev], ["p"]), helper.make_node("Squeeze", ["p", "axes"], ["p_spam"])]
+    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("features", TensorProto.FLOAT,
+                                                                          ["batch", widths[0]])],
+                              [helper.make_tensor_value_info("p_spam", TensorProto.FLOAT, ["batch"])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(model, str(path))
+    return path
+
+
+def start_server(home: Path, timeout_s: float = 60) -> tuple[subprocess.Popen, str, float]:
+    """(process, url, seconds from Popen to ready)."""
+    address = home / "serving" / "address.json"
+    address.unlink(missing_ok=True)
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")},
+           "SLUICE_HOME": str(home), "DVC_NO_ANALYTICS": "1"}
+    t0 = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-m", "tasks.serving"], cwd=REPO_ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = ""
+    try:
+        while time.monotonic() - t0 < timeout_s:
+            if proc.poll() is not None:
+                raise RuntimeError(f"server exited with {proc.returncode}")
+            if not url:
+                try:
+                    info = json.loads(address.read_text())
+                    url = info["url"] if info.get("pid") == proc.pid else ""
+                except (OSError, ValueError):
+                    pass
+            if url:
+                try:
+                    if httpx.get(url + "/v2/health/ready", timeout=2).status_code == 200:
+                        return proc, url, time.monotonic() - t0
+                except httpx.HTTPError:
+                    pass
+            time.sleep(0.01)
+        raise TimeoutError("server not ready")
+    except BaseException:
+        stop_groups({"model-server": proc.pid}, grace_s=5)
+        raise
+
+
+def infer_body(x: np.ndarray) -> bytes:
+    return json.dumps({"inputs": [{"name": "features", "datatype": "FP32", "shape": list(x.shape),
+                                   "data": x.reshape(-1).tolist()}]}).encode()
+
+
+def raw_ort_rate(model: Path, x: np.ndarray, seconds: float = 2.0) -> float:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1        # as the server runs it
+    sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
+    for _ in range(50):
+        sess.run(None, {"features": x})
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        sess.run(None, {"features": x})
+        n += 1
+    return n / (time.perf_counter() - t0)
+
+
+def server_rate(url: str, body: bytes, seconds: float = 4.0, threads: int = 2) -> float:
+    counts, stop = [0] * threads, threading.Event()
+    headers = {"content-type": "application/json"}
+
+    def loop(i: int) -> None:
+        with httpx.Client(base_url=url, timeout=10) as c:
+            while not stop.is_set():
+                assert c.post("/v2/models/emails/infer", content=body, headers=headers).status_code == 200
+                counts[i] += 1
+    workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
+    for w in workers:
+        w.start()
+    time.sleep(0.5)                                   # warm
+    start = sum(counts)
+    t0 = time.perf_counter()
+    time.sleep(seconds)
+    done = sum(counts) - start
+    elapsed = time.perf_counter() - t0
+    stop.set()
+    for w in workers:
+        w.join()
+    return done / elapsed
+
+
+def fixed_rate_latencies(url: str, body: bytes, rate: float, seconds: float = 5.0, threads: int = 4) -> list[float]:
+    """Open loop: request k is due at t0 + k/rate; latency counts from when it was due."""
+    total = int(rate * seconds)
+    lock, nxt, out = threading.Lock(), [0], []
+    headers = {"content-type": "application/json"}
+    t0 = time.perf_counter() + 0.2
+
+    def loop() -> None:
+        with httpx.Client(base_url=url, timeout=10) as c:
+            c.get("/v2/health/live")
+            while True:
+                with lock:
+                    k = nxt[0]
+                    nxt[0] += 1
+                if k >= total:
+                    return
+                due = t0 + k / rate
+                delay = due - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                r = c.post("/v2/models/emails/infer", content=body, headers=headers)
+                took = (time.perf_counter() - due) * 1000
+                assert r.status_code == 200
+                with lock:
+                    out.append(took)
+    workers = [threading.Thread(target=loop) for _ in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return out
+
+
+def run(starts: int = 5) -> list[Record]:
+    from tasks.registry import Registry
+
+    with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
+        tmp = Path(tmp)
+        home = tmp / "home"
+        model = write_mlp_onnx(tmp / "model.int8.onnx")
+        reg = Registry(settings_at(home))
+        reg.promote(reg.register_model("bench", {"model.int8.onnx": model}, {"data_version": "data-v1"})
+                    ["model_version"], "bench")
+        cold = []
+        for _ in range(starts):
+            proc, url, seconds = start_server(home)
+            cold.append(seconds)
+            stop_groups({"model-server": proc.pid}, grace_s=10)
+        x = np.random.default_rng(1).random((BATCH, 21), dtype=np.float32)
+        body = infer_body(x)
+        raw = raw_ort_rate(model, x)
+        proc, url, _ = start_server(home)
+        try:
+            served = server_rate(url, body)
+            rate = min(100.0, served / 4)
+            lat = sorted(fixed_rate_latencies(url, body, rate))
+        finally:
+            stop_groups({"model-server": proc.pid}, grace_s=10)
+    p50, p99 = float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+    return [
+        Record("serve_cold_start_s", statistics.median(cold), "s", "<= 10",
+               {"starts_s": [round(c, 3) for c in cold]}),
+        Record("serve_vs_raw_ort", served / raw, "ratio", ">= 0.005",
+               {"server_requests_per_s": round(served, 1), "raw_ort_batches_per_s": round(raw, 1), "batch": BATCH,
+                "client_threads": 2, "protocol": "OIP v2 JSON"}),
+        Record("serve_p99_ms", p99, "ms", "<= 100",
+               {"p50_ms": round(p50, 3), "rate_per_s": round(rate, 1), "requests": len(lat), "batch": BATCH}),
+    ]
+
+
+if __name__ == "__main__":
+    for r in run():
+        print(json.dumps(r.to_dict()))
