@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import json
 import math
-import shutil
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -379,7 +380,6 @@ def test_unloadable_or_corrupt_artifact_keeps_the_previous_version_serving(world
     assert "model-v4" in serving(world)["last_error"]
     # Bytes in the registry's store that no longer match the recorded sha256.
     reg.promote("model-v1", "test")
-    dvc = yaml.safe_load((reg.root / "models" / "model-v3.dvc").read_text()) if (reg.root / "models" / "model-v3.dvc").exists() else None
     cache = _cached_object(reg, "model-v3")
     original = cache.read_bytes()
     cache.chmod(0o644)
@@ -395,12 +395,13 @@ def test_unloadable_or_corrupt_artifact_keeps_the_previous_version_serving(world
     finally:
         cache.write_bytes(original)
         reg.rollback_canary("test")
-    del dvc
 
 
 def _cached_object(reg: Registry, version: str) -> Path:
     """The DVC cache file holding `version`'s model.int8.onnx."""
-    want = __import__("hashlib").md5((reg.root / "models" / version / "model.int8.onnx").read_bytes()).hexdigest()
+    import hashlib
+
+    want = hashlib.md5((reg.root / "models" / version / "model.int8.onnx").read_bytes()).hexdigest()
     found = [p for p in (reg.root / ".dvc" / "cache").rglob("*") if p.is_file() and p.name == want[2:]]
     assert found, f"no cache object {want}"
     return found[0]
@@ -424,8 +425,6 @@ def test_starts_fast_and_stops_cleanly_on_sigterm(world):
         server.start(timeout_s=60)
         assert server.started_at and json.loads(server.address_file.read_text())["url"] == server.url
         pid = server.proc.pid
-        import os
-        import signal
         os.killpg(pid, signal.SIGTERM)
         server.proc.wait(timeout=15)
         assert server.proc.returncode == 0, server.output()
