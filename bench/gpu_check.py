@@ -45,14 +45,13 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store_dir: str, out
     from tasks.training.engine import autocast_for, init_process_group, pick_device
     from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
 
-    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
-                       "SLUICE_DIST_STORE_DIR": store_dir})
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
     torch.set_num_threads(1)
     p = TrainParams(hidden=BENCH_HIDDEN, nproc=world, batch_size=args.batch * world, device=args.device,
                     precision="auto")
     device = pick_device(p)
     if world > 1:
-        init_process_group(device)
+        init_process_group(device, store_dir)
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, N_FEATURES, generator=g).to(device)
     y = (torch.rand(args.batch, generator=g) < 0.1).float().to(device)

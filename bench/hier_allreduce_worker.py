@@ -1,6 +1,7 @@
 """Run under torchrun on 2 (simulated) nodes: hierarchical hook vs flat hook vs DDP's own allreduce.
 
-Writes rank<N>.json into the folder given: gradient differences against DDP's
+Arguments: the output folder, the process group's file-store folder. Writes rank<N>.json
+into the output folder: gradient differences against DDP's
 allreduce, the bytes each rank handed to collectives spanning several nodes, and
 mean step times. Used by tests/test_hierarchical_allreduce.py and bench/hier_allreduce.py.
 """
@@ -27,8 +28,8 @@ def model():
                                torch.nn.ReLU(), torch.nn.Linear(WIDTH, 1))
 
 
-def main(out):
-    init_process_group(torch.device("cpu"))      # gloo: 2 simulated nodes on one machine
+def main(out, store_dir):
+    init_process_group(torch.device("cpu"), store_dir)      # gloo: 2 simulated nodes on one machine
     rank, local = dist.get_rank(), int(os.environ["LOCAL_WORLD_SIZE"])
     torch.manual_seed(100 + rank)                    # every rank its own data
     x, y = torch.randn(16, 32), torch.randn(16, 1)
@@ -69,4 +70,4 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

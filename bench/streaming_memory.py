@@ -18,7 +18,7 @@ from pathlib import Path
 
 from bench.record import Record
 from tasks.core.params import load_params
-from tasks.training.local import params_json
+from tasks.training.local import engine_args, params_json
 from tasks.registry import Registry
 from tasks.core.settings import Settings
 
@@ -78,8 +78,7 @@ def run() -> list[Record]:
         small, large = _versions(tmp / "home")
         peak, whole = {}, {}
         for name, version in (("1x", small), ("10x", large)):
-            engine = [sys.executable, "-m", "tasks.training.engine", "--data-version", version,
-                      "--out", str(tmp / f"out-{name}"), "--params", params_json(p)]
+            engine = [sys.executable, *engine_args(version, str(tmp / f"out-{name}"), params_json(p))]
             peak[name] = _peak_rss_mb(engine, env)
             whole[name] = _peak_rss_mb([sys.executable, "-c", _WHOLE, version], env)
             m = json.loads((tmp / f"out-{name}" / "train_metrics.json").read_text())

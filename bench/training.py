@@ -6,7 +6,8 @@
   thread pool); steady state (the median of the metrics windows after the first),
   1-2-1-2 alternated, the median of the two ratios. Goal >= 0.85.
 - balance_static_vs_ideal / balance_balanced_vs_ideal: rank 1 costs 2x per sample
-  (simulated work proportional to its micro-batch); mean step time over the ideal
+  (simulated work proportional to its micro-batch, injected by `bench/slow_engine.py`,
+  the workers' entry module here); mean step time over the ideal
   (the batch split in proportion to speed). Goal: balanced <= 1.1 (static ~1.5).
 - checkpoint_overhead: extra training time from checkpointing every 50 steps, the
   bench model with its AdamW state, asynchronous saving. Goal <= 0.03.
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from bench.gpu_check import BENCH_HIDDEN     # the bench model profile: ~9.6M parameters
 from bench.record import Record
+from bench.slow_engine import MODULE as SLOW_ENGINE, slowed
 from tasks.core.params import load_params
 from tasks.registry import Registry
 from tasks.core.settings import Settings
@@ -75,6 +77,23 @@ def _steady_throughput(out: Path) -> float:
     return statistics.median(s["samples_per_s"] for s in _steps(out)[1:])
 
 
+def balance(version: str, tmp: Path, demo) -> list[Record]:
+    """Rank 1 costs 2x per sample: mean step time over the ideal, static split then balanced."""
+    slow = slowed("0:0.002,1:0.004")
+    run_torchrun(version, tmp / "static", demo, **slow)
+    run_torchrun(version, tmp / "balanced", demo.replace(balance_every=4), **slow)
+    ideal = demo.batch_size / (1 / 0.002 + 1 / 0.004)
+    records = []
+    for name in ("static", "balanced"):
+        times = [b["time"] - a["time"] for a, b in zip(_steps(tmp / name), _steps(tmp / name)[1:])]
+        step = statistics.median(times[len(times) // 2:])          # after balancing settled
+        records.append(Record(f"balance_{name}_vs_ideal", step / ideal, "ratio",
+                              "<= 1.1" if name == "balanced" else ">= 1.0",
+                              {"median_step_s": step, "ideal_step_s": ideal,
+                               "final_splits": read_json(tmp / name / "train_metrics.json")["final_splits"]}))
+    return records
+
+
 def run() -> list[Record]:
     base = load_params().train
     records = []
@@ -114,32 +133,20 @@ def run() -> list[Record]:
                                    "checkpoints": len(list((tmp / "c0" / "checkpoints").glob("*.pt")))}))
 
             # Load balancing on the demo model: rank 1 costs 2x per sample.
-            os.environ["SLUICE_SIMULATE_SLOW"] = "0:0.002,1:0.004"
             demo = base.replace(epochs=4, log_every=1, checkpoint_every=10_000, warm_start=False)
-            run_torchrun(version, tmp / "static", demo)
-            run_torchrun(version, tmp / "balanced", demo.replace(balance_every=4))
-            del os.environ["SLUICE_SIMULATE_SLOW"]
-            ideal = base.batch_size / (1 / 0.002 + 1 / 0.004)
-            for name in ("static", "balanced"):
-                times = [b["time"] - a["time"] for a, b in zip(_steps(tmp / name), _steps(tmp / name)[1:])]
-                step = statistics.median(times[len(times) // 2:])          # after balancing settled
-                records.append(Record(f"balance_{name}_vs_ideal", step / ideal, "ratio",
-                                      "<= 1.1" if name == "balanced" else ">= 1.0",
-                                      {"median_step_s": step, "ideal_step_s": ideal,
-                                       "final_splits": read_json(tmp / name / "train_metrics.json")["final_splits"]}))
+            records += balance(version, tmp, demo)
 
             # Recovery: SIGKILL one worker of a run checkpointing every 20 steps.
-            os.environ["SLUICE_SIMULATE_SLOW"] = "*:0.0005"
-            rec = demo.replace(epochs=12, checkpoint_every=20)
+            rec, slow = demo.replace(epochs=12, checkpoint_every=20), slowed("*:0.0005")
             redo, seconds = [], []
             for k, kill_at in enumerate((37, 55, 71)):
                 out = tmp / f"kill{k}"
-                proc = start_torchrun(version, out, rec)
+                proc = start_torchrun(version, out, rec, **slow)
                 at = _wait_step(out, kill_at, proc)
                 import psutil
 
                 workers = [c for c in psutil.Process(proc.pid).children()
-                           if "tasks.training.engine" in " ".join(c.cmdline())]
+                           if SLOW_ENGINE in " ".join(c.cmdline())]
                 killed = time.time()
                 workers[-1].kill()
                 if proc.wait(timeout=300) != 0:
@@ -155,18 +162,16 @@ def run() -> list[Record]:
 
             # Preemption: SIGTERM to the launcher, then the re-run.
             out = tmp / "preempt"
-            proc = start_torchrun(version, out, rec)
+            proc = start_torchrun(version, out, rec, **slow)
             _wait_step(out, 45, proc)
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=300)
             stopped = _steps(out)[-1]["step"]
-            run_torchrun(version, out, rec)
+            run_torchrun(version, out, rec, **slow)
             resumed = read_json(out / "train_metrics.json")["resumed_from_step"]
-            del os.environ["SLUICE_SIMULATE_SLOW"]
             records.append(Record("preempt_redo_steps", stopped - resumed, "steps", "<= 0",
                                   {"stopped_at": stopped, "resumed_from": resumed}))
         finally:
-            os.environ.pop("SLUICE_SIMULATE_SLOW", None)
             if old_home is None:
                 os.environ.pop("SLUICE_HOME", None)
             else:

@@ -9,36 +9,46 @@ Streams the data version's partitions from the registry by tag (through DVC; see
 step by step: each step one global batch, split into per-rank micro-batches
 (re-split by throughput when balancing), gradients accumulated and averaged exactly.
 Checkpoints every `checkpoint_every` steps (asynchronously) and on SIGTERM; resumes
-from the newest valid checkpoint of the same training. Only rank 0 logs and writes
-files; with `--out` a URI (a pod), rank 0 publishes them there (`outputs.py`).
+from the newest valid checkpoint of the same training (`state.py`). Only rank 0 logs
+and writes files; with `--out` a URI (a pod), rank 0 publishes them there (`outputs.py`).
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
+import io
 import json
 import os
 import signal
 import time
+from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel
 
-from tasks.core.params import TrainParams
 from tasks.core.files import atomic_write_json
 from tasks.core.log import log
+from tasks.core.params import TrainParams
+from tasks.core.settings import Settings
+from tasks.core.versions import is_model_version
 from tasks.training.batching import equal_splits, rank_slice, rebalance
 from tasks.training.checkpoint import AsyncCheckpointer, latest_valid_checkpoint
 from tasks.training.data import StreamingVersion
 from tasks.training.hierarchical import HierarchicalState, hierarchical_allreduce_hook
 from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
-from tasks.training.telemetry import TrainingMetrics
 from tasks.training.model import save_model
 from tasks.training.outputs import CHECKPOINTS, OUTPUTS, OutputStore
 from tasks.training.spread import SpreadState, measured_hook
+from tasks.training.state import TrainState, rng_state, training_fingerprint
+from tasks.training.telemetry import TrainingMetrics
+
+# Called each step with (rank, rows of this rank's micro-batch) just before its forward-backward;
+# its time counts as this rank's compute, as load balancing measures it (benchmarks slow ranks this way).
+MicroBatchHook = Callable[[int, int], None]
 
 
 def pick_device(p: TrainParams) -> torch.device:
@@ -60,16 +70,13 @@ def autocast_for(p: TrainParams, device: torch.device):
     return lambda: torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
-def init_process_group(device: torch.device) -> None:
-    """NCCL on GPU, gloo on CPU. On one machine the local backend names a FileStore
-    (SLUICE_DIST_STORE_DIR): torch's TCPStore server always listens on every interface, a
-    file store on none. Across machines (Kubernetes) the launcher's env:// rendezvous is used."""
-    from datetime import timedelta
-
+def init_process_group(device: torch.device, store_dir: str | Path | None = None, timeout_s: int = 300) -> None:
+    """NCCL on GPU, gloo on CPU. On one machine the local backend names a FileStore folder
+    (`--store-dir`): torch's TCPStore server always listens on every interface, a file store on
+    none. Across machines (Kubernetes) the launcher's env:// rendezvous is used."""
     backend = "nccl" if device.type == "cuda" else "gloo"
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
-    store_dir = os.environ.get("SLUICE_DIST_STORE_DIR")
-    timeout = timedelta(seconds=int(os.environ.get("SLUICE_DIST_TIMEOUT_S", "300")))
+    timeout = timedelta(seconds=timeout_s)
     if store_dir:
         # One store per restart: a restarted group must not read the dead group's keys.
         attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
@@ -79,15 +86,38 @@ def init_process_group(device: torch.device) -> None:
         dist.init_process_group(backend, timeout=timeout)
 
 
+@dataclass(frozen=True)
+class Ranks:
+    """This process's place in the job (torchrun's RANK, WORLD_SIZE, LOCAL_*)."""
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    local_world: int = 1
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    @property
+    def master(self) -> bool:
+        return self.rank == 0
+
+
+def join_process_group(device: torch.device, store_dir: str | Path | None, timeout_s: int) -> Ranks:
+    """Join the job's process group when there is more than one process."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return Ranks()
+    init_process_group(device, store_dir, timeout_s)
+    world = dist.get_world_size()
+    return Ranks(dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", "0")),
+                 int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+
+
 def read_init_model(init_from: str, registry_url: str | None) -> dict:
     """A previous model's blob: a registered version (model-vN, read by tag through DVC, as a
     pod does) or a model.pt path."""
-    import io
-    import re
-
-    if re.match(r"^model-v[1-9][0-9]*$", init_from):
+    if is_model_version(init_from):
         from tasks.registry import Registry
-        from tasks.core.settings import Settings
 
         data = Registry(Settings.from_env()).read_model_artifact(init_from, "model.pt", repo_url=registry_url)
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
@@ -106,15 +136,72 @@ def warm_start(model, init_from: str | None, registry_url: str | None = None) ->
     return init_from
 
 
-def rng_state(device: torch.device) -> dict:
-    return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+def resume_or_warm_start(state: TrainState, store: OutputStore, ranks: Ranks, device: torch.device,
+                         init_from: str | None, registry_url: str | None) -> str | None:
+    """Continue from the newest valid checkpoint of this same training (its fingerprint), else
+    start from `init_from`'s weights when the architecture matches. Returns the warm start used."""
+    if ranks.local_rank == 0:
+        store.fetch_checkpoints()              # one fetch per node: each pod has its own disk
+    if ranks.distributed:
+        dist.barrier()                         # fetched before anyone reads the folder
+    found = latest_valid_checkpoint(store.local / CHECKPOINTS)
+    if found and found[1].get("fingerprint") != state.fingerprint:
+        if ranks.master:
+            log(f"ignoring {found[0].name}: it belongs to another data version, other params or world size")
+        found = None
+    if found:
+        state.load_dict(found[1], ranks.rank, device)
+        if ranks.master:
+            log(f"resumed from {found[0].name} at step {state.step}")
+        return None
+    warm = warm_start(state.model, init_from, registry_url)
+    if warm and ranks.master:
+        log(f"warm start from {warm}")
+    return warm
 
 
-def set_rng_state(state: dict, device: torch.device) -> None:
-    torch.set_rng_state(state["torch"])
-    if state["cuda"] is not None and device.type == "cuda":
-        torch.cuda.set_rng_state(state["cuda"], device)
+@dataclass
+class Wrapped:
+    """The model as the step runs it: DDP (or the model itself in one process), DDP's `no_sync`
+    for accumulation chunks, and the comm hook's state that measures gradient spread."""
+    module: torch.nn.Module
+    no_sync: Callable
+    spread: SpreadState
+
+
+def wrap_for_ddp(model: torch.nn.Module, p: TrainParams, device: torch.device, ranks: Ranks) -> Wrapped:
+    """DDP with a comm hook that measures each rank's gradient around the allreduce, flat or
+    hierarchical (`train.allreduce`)."""
+    spread = SpreadState()
+    if not ranks.distributed:
+        return Wrapped(model, contextlib.nullcontext, spread)
+    # The only buffers are the input scaling, identical on every rank: no sync each forward
+    # (it would also make fast ranks wait for slow ones before their compute, blinding the balancer).
+    ddp = DistributedDataParallel(model, forward_sync_buffers=False,
+                                  device_ids=[device.index] if device.type == "cuda" else None)
+    if p.allreduce == "hierarchical":
+        spread.inner, spread.inner_state = hierarchical_allreduce_hook, HierarchicalState.build(ranks.local_world)
+    ddp.register_comm_hook(spread, measured_hook)
+    return Wrapped(ddp, ddp.no_sync, spread)
+
+
+@dataclass(frozen=True)
+class StepStats:
+    """What one rank tells the others after each step."""
+    loss_sum: float                 # summed over its micro-batch
+    stop: bool                      # it was told to stop (SIGTERM)
+    seconds_per_sample: float       # its own compute time per row (load balancing)
+    local_grad_sq: float            # ||its own gradient||^2, on logging steps (gradient variance)
+
+
+def exchange_step_stats(mine: StepStats, ranks: Ranks, device: torch.device) -> list[StepStats]:
+    """Every rank's StepStats, in rank order: one small all_gather per step."""
+    shared = torch.tensor([mine.loss_sum, float(mine.stop), mine.seconds_per_sample, mine.local_grad_sq],
+                          dtype=torch.float64, device=device)
+    per_rank = [shared.clone() for _ in range(ranks.world)]
+    if ranks.distributed:
+        dist.all_gather(per_rank, shared)
+    return [StepStats(loss, bool(stop), sps, sq) for loss, stop, sps, sq in (t.tolist() for t in per_rank)]
 
 
 class StopSignal:
@@ -128,172 +215,125 @@ class StopSignal:
         self.requested = True
 
 
-def simulated_delay(rank: int) -> float:
-    """Seconds per sample to add on this rank: SLUICE_SIMULATE_SLOW="RANK:SECONDS[,RANK:SECONDS]" ("*" for all).
-    A test and benchmark knob that makes a rank slow in proportion to its micro-batch."""
-    for part in filter(None, os.environ.get("SLUICE_SIMULATE_SLOW", "").split(",")):
-        who, seconds = part.split(":")
-        if who in ("*", str(rank)):
-            return float(seconds)
-    return 0.0
+def checkpoint(state: TrainState, checkpointer: AsyncCheckpointer | None, ranks: Ranks, device: torch.device,
+               wait: bool = False) -> None:
+    """Every rank calls this at the same steps: the RNG states of all ranks are gathered (no layer
+    draws random numbers today, but a resumed run must not depend on that staying true)."""
+    rng = [rng_state(device)] * ranks.world
+    if ranks.distributed:
+        dist.all_gather_object(rng, rng_state(device))
+    if checkpointer is not None:
+        checkpointer.save(state.step, state.to_dict(rng), wait=wait)
 
 
-def train(data_version: str, out: str, p: TrainParams, registry_url: str | None = None,
-          init_from: str | None = None, workdir: Path | None = None) -> dict:
-    device = pick_device(p)
-    distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    if distributed:
-        init_process_group(device)
-    rank, world = (dist.get_rank(), dist.get_world_size()) if distributed else (0, 1)
-    master = rank == 0
-    stop = StopSignal()
-    store = OutputStore(out, workdir)
-    data = StreamingVersion(data_version, registry_url, cache_mb=p.stream_cache_mb, seed=p.seed)
-    model = make_model(data.stats, p)          # same seed and data on every rank: same start, same scaling
-    n, batch = len(data), min(p.batch_size, len(data))
-    steps_per_epoch = max(1, n // batch)       # full global batches only; the order changes each epoch
-    total_steps = p.epochs * steps_per_epoch
-    splits = equal_splits(batch, world)
-    ckpt_dir = store.local / CHECKPOINTS
-    step, losses, epoch_loss = 0, [], [0.0, 0]
-    # A checkpoint resumes only the same training: same data version, hyperparameters and start.
-    fingerprint = hashlib.sha256(json.dumps([data_version, p.model_dump(mode="json"), init_from, world],
-                                            sort_keys=True).encode()).hexdigest()
-    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        store.fetch_checkpoints()              # one fetch per node: each pod has its own disk
-    if distributed:
-        dist.barrier()                         # fetched before anyone reads the folder
-    found = latest_valid_checkpoint(ckpt_dir)
-    if found and found[1].get("fingerprint") != fingerprint:
-        if master:
-            log(f"ignoring {found[0].name}: it belongs to another data version, other params or world size")
-        found = None
-    warm = None
-    if found:
-        path, state = found
-        model.load_state_dict(state["model"])
-        step, losses, epoch_loss, splits = state["step"], state["losses"], state["epoch_loss"], state["splits"]
-        set_rng_state(state["rng"][rank], device)
-        if master:
-            log(f"resumed from {path.name} at step {step}/{total_steps}")
-    else:
-        warm = warm_start(model, init_from, registry_url)
-        if warm and master:
-            log(f"warm start from {warm}")
-    model.to(device)
-    opt = make_optimizer(model, p)
-    if found:
-        opt.load_state_dict(found[1]["optimizer"])
-    resumed_from = step
-    if master:
-        log(f"{n} rows in {len(data.counts)} partition(s), {world} process(es) on {device.type}, "
-            f"steps {step}->{total_steps}")
+def make_checkpointer(store: OutputStore) -> AsyncCheckpointer:
+    """Rank 0's background checkpoint writer; with a URI, each checkpoint is published once written."""
+    folder = store.local / CHECKPOINTS
 
-    # The only buffers are the input scaling, identical on every rank: no sync each forward
-    # (it would also make fast ranks wait for slow ones before their compute, blinding the balancer).
-    spread = SpreadState()
-    if distributed:
-        ddp = DistributedDataParallel(model, forward_sync_buffers=False,
-                                      device_ids=[device.index] if device.type == "cuda" else None)
-        if p.allreduce == "hierarchical":
-            local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-            spread.inner, spread.inner_state = hierarchical_allreduce_hook, HierarchicalState.build(local)
-        ddp.register_comm_hook(spread, measured_hook)
-    else:
-        ddp = model
-    no_sync = ddp.no_sync if distributed else contextlib.nullcontext
-    autocast = autocast_for(p, device)
-    loss_fn = make_loss(data.stats.spam_share).to(device)
-
-    def publish_checkpoint(path: Path) -> None:
+    def publish(path: Path) -> None:
         store.publish(path, path.with_suffix(".sha256"))      # the checksum last: it marks it complete
-        store.prune_checkpoints({f.name for f in ckpt_dir.glob("ckpt-*")})
+        store.prune_checkpoints({f.name for f in folder.glob("ckpt-*")})
         if (store.local / "metrics.jsonl").exists():
             store.publish(store.local / "metrics.jsonl")
 
-    checkpointer = AsyncCheckpointer(ckpt_dir, on_saved=publish_checkpoint if store.uri else None) if master else None
-    metrics = TrainingMetrics(store.local / "metrics.jsonl", enabled=master)
-    delay = simulated_delay(rank)
-    compute_s, t0 = 0.0, time.time()
+    return AsyncCheckpointer(folder, on_saved=publish if store.uri else None)
 
-    def checkpoint(at: int, wait: bool = False) -> None:
-        """Every rank calls this at the same steps: the RNG states of all ranks are gathered (no layer
-        draws random numbers today, but a resumed run must not depend on that staying true)."""
-        rng = [rng_state(device)] * world
-        if distributed:
-            dist.all_gather_object(rng, rng_state(device))
-        if master:
-            checkpointer.save(at, {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": at,
-                                   "losses": losses, "epoch_loss": epoch_loss, "splits": splits, "rng": rng,
-                                   "fingerprint": fingerprint}, wait=wait)
 
-    while step < total_steps:
-        epoch, s = divmod(step, steps_per_epoch)
-        lo, hi = rank_slice(splits, rank)
-        xb, yb = data.rows(epoch, s * batch + lo, s * batch + hi)
-        xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
-        logging = metrics.due(step, p.log_every)
+def run_training(data_version: str, out: str, p: TrainParams, registry_url: str | None = None,
+                 init_from: str | None = None, workdir: Path | None = None, *, store_dir: str | Path | None = None,
+                 dist_timeout_s: int = 300, on_micro_batch: MicroBatchHook | None = None) -> dict:
+    """Train `p.epochs` epochs of `data_version` into `out` (resuming if a checkpoint of this same
+    training is there); returns what train_metrics.json holds."""
+    device = pick_device(p)
+    ranks = join_process_group(device, store_dir, dist_timeout_s)
+    stop, store = StopSignal(), OutputStore(out, workdir)
+    data = StreamingVersion(data_version, registry_url, cache_mb=p.stream_cache_mb, seed=p.seed)
+    batch = min(p.batch_size, len(data))
+    steps_per_epoch = max(1, len(data) // batch)     # full global batches only; the order changes each epoch
+    total_steps = p.epochs * steps_per_epoch
+    model = make_model(data.stats, p).to(device)     # same seed and data on every rank: same start, same scaling
+    state = TrainState(model, make_optimizer(model, p), equal_splits(batch, ranks.world),
+                       training_fingerprint(data_version, p, init_from, ranks.world))
+    warm = resume_or_warm_start(state, store, ranks, device, init_from, registry_url)
+    resumed_from = state.step
+    if ranks.master:
+        log(f"{len(data)} rows in {len(data.counts)} partition(s), {ranks.world} process(es) on {device.type}, "
+            f"steps {state.step}->{total_steps}")
+    net = wrap_for_ddp(model, p, device, ranks)
+    autocast, loss_fn = autocast_for(p, device), make_loss(data.stats.spam_share).to(device)
+    checkpointer = make_checkpointer(store) if ranks.master else None
+    metrics = TrainingMetrics(store.local / "metrics.jsonl", enabled=ranks.master)
+    t0 = time.time()
+
+    while state.step < total_steps:
+        epoch, s = state.position(steps_per_epoch)
+        lo, hi = rank_slice(state.splits, ranks.rank)
+        xb, yb = (t.to(device, non_blocking=True) for t in data.rows(epoch, s * batch + lo, s * batch + hi))
+        logging = metrics.due(state.step, p.log_every)
         before = [t.detach().clone() for t in model.parameters()] if logging else None
-        spread.start(logging)
+        net.spread.start(logging)
         started = time.perf_counter()
-        if delay:
-            time.sleep(delay * len(xb))
-        opt.zero_grad(set_to_none=True)
+        if on_micro_batch is not None:         # e.g. a benchmark's simulated slow rank: timed as compute
+            on_micro_batch(ranks.rank, len(xb))
+        state.optimizer.zero_grad(set_to_none=True)
         # Scaled so that DDP's mean over ranks is the mean over the global batch, whatever the split.
-        loss_sum, ready = accumulate_gradients(ddp, loss_fn, xb, yb, world / batch, p.micro_batch_size,
-                                               no_sync, autocast)
-        opt.step()
-        compute_s = ready - started           # this rank's own time (the backward below waits for the others)
-        # One small collective per step: the global loss, whether anyone was told to stop, timing, and
-        # (on logging steps) the squared norm of each rank's own gradient.
-        shared = torch.tensor([loss_sum, float(stop.requested), compute_s / max(1, len(xb)), spread.local_sq],
-                              dtype=torch.float64, device=device)
-        per_rank = [shared.clone() for _ in range(world)]
-        if distributed:
-            dist.all_gather(per_rank, shared)
-        per_rank = [t.tolist() for t in per_rank]
-        step += 1
-        step_loss = sum(t[0] for t in per_rank) / batch
-        epoch_loss = [epoch_loss[0] + step_loss * batch, epoch_loss[1] + batch]
+        loss_sum, ready = accumulate_gradients(net.module, loss_fn, xb, yb, ranks.world / batch,
+                                               p.micro_batch_size, net.no_sync, autocast)
+        state.optimizer.step()
+        compute_s = ready - started           # this rank's own time (the last backward waits for the others)
+        stats = exchange_step_stats(StepStats(loss_sum, stop.requested, compute_s / max(1, len(xb)),
+                                              net.spread.local_sq), ranks, device)
+        step_loss = sum(r.loss_sum for r in stats) / batch
+        epoch_done = state.finish_step(step_loss, batch, steps_per_epoch)
         metrics.observe(step_loss)
         if before is not None:
-            metrics.record(step, epoch, step_loss, model, before, splits, batch, compute_s,
-                           local_grad_sq=[t[3] for t in per_rank] if distributed else None)
-        if step % steps_per_epoch == 0:
-            losses.append(epoch_loss[0] / epoch_loss[1])
-            epoch_loss = [0.0, 0]
-            if master and (step // steps_per_epoch) % max(1, p.epochs // 10) == 0:
-                log(f"epoch {step // steps_per_epoch}/{p.epochs} loss {losses[-1]:.4f} splits {splits}")
-        if p.balance_every and step % p.balance_every == 0 and world > 1:
-            splits = rebalance(splits, [t[2] for t in per_rank], batch)
-        if any(t[1] for t in per_rank):
-            checkpoint(step, wait=True)
-            if master:
-                log(f"stopping on SIGTERM at step {step}: checkpoint written")
-            if distributed:
-                dist.barrier()
-            raise SystemExit(143)
-        if step % p.checkpoint_every == 0 and step < total_steps:
-            checkpoint(step)
-    if master:
-        checkpointer.close()
-    result = {"data_version": data_version, "rows": int(n), "partitions": len(data.counts), "epochs": p.epochs,
-              "world_size": world, "device": device.type, "steps": total_steps, "resumed_from_step": resumed_from,
-              "warm_started_from": warm, "losses": losses, "final_loss": losses[-1], "final_splits": splits,
-              "partition_loads": data.cache.loads, "seconds": time.time() - t0,
-              "n_parameters": sum(t.numel() for t in model.parameters())}
-    if master:
-        save_model(model.cpu(), str(store.local / "model.pt"), {"data_version": data_version})
-        atomic_write_json(store.local / "train_metrics.json", result)
-        store.publish(*(store.local / name for name in OUTPUTS if (store.local / name).exists()))
-        log(f"trained on {n} rows x {world} processes: final loss {losses[-1]:.4f}")
-    if distributed:
-        dist.barrier()
-        dist.destroy_process_group()
+            metrics.record(state.step, epoch, step_loss, model, before, state.splits, batch, compute_s,
+                           local_grad_sq=[r.local_grad_sq for r in stats] if ranks.distributed else None)
+        if epoch_done and ranks.master and (state.step // steps_per_epoch) % max(1, p.epochs // 10) == 0:
+            log(f"epoch {state.step // steps_per_epoch}/{p.epochs} loss {state.losses[-1]:.4f} "
+                f"splits {state.splits}")
+        if p.balance_every and state.step % p.balance_every == 0 and ranks.distributed:
+            state.splits = rebalance(state.splits, [r.seconds_per_sample for r in stats], batch)
+        if any(r.stop for r in stats):
+            stop_with_checkpoint(state, checkpointer, ranks, device)
+        if state.step % p.checkpoint_every == 0 and state.step < total_steps:
+            checkpoint(state, checkpointer, ranks, device)
+    if checkpointer is not None:
+        checkpointer.close()                          # the last write is part of the run's time
+
+    result = {"data_version": data_version, "rows": int(len(data)), "partitions": len(data.counts),
+              "epochs": p.epochs, "world_size": ranks.world, "device": device.type, "steps": total_steps,
+              "resumed_from_step": resumed_from, "warm_started_from": warm, "losses": state.losses,
+              "final_loss": state.losses[-1], "final_splits": state.splits, "partition_loads": data.cache.loads,
+              "seconds": time.time() - t0, "n_parameters": sum(t.numel() for t in model.parameters())}
+    finish(result, model, store, ranks)
     return result
 
 
-def main(argv: list[str] | None = None) -> int:
+def stop_with_checkpoint(state: TrainState, checkpointer: AsyncCheckpointer | None, ranks: Ranks,
+                         device: torch.device) -> None:
+    """A rank was told to stop: checkpoint this very step (waiting for the write), then exit 143."""
+    checkpoint(state, checkpointer, ranks, device, wait=True)
+    if ranks.master:
+        log(f"stopping on SIGTERM at step {state.step}: checkpoint written")
+    if ranks.distributed:
+        dist.barrier()
+    raise SystemExit(143)
+
+
+def finish(result: dict, model: torch.nn.Module, store: OutputStore, ranks: Ranks) -> None:
+    """Rank 0 writes (and publishes) the model and the run's metrics; every rank leaves the group."""
+    if ranks.master:
+        save_model(model.cpu(), str(store.local / "model.pt"), {"data_version": result["data_version"]})
+        atomic_write_json(store.local / "train_metrics.json", result)
+        store.publish(*(store.local / name for name in OUTPUTS if (store.local / name).exists()))
+        log(f"trained on {result['rows']} rows x {ranks.world} processes: final loss {result['final_loss']:.4f}")
+    if ranks.distributed:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Train the spam model on a data version (run under torchrun).")
     parser.add_argument("--data-version", required=True)
     parser.add_argument("--out", required=True,
@@ -302,12 +342,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--params", required=True, help="JSON of the train section of params.yaml")
     parser.add_argument("--init-from", help="model version (model-vN) or model.pt to warm-start from, "
                                             "used when the architecture matches")
-    parser.add_argument("--registry-url", default=os.environ.get("SLUICE_REGISTRY_URL"),
-                        help="git URL of the registry to read the data version from (default: the local one)")
-    args = parser.parse_args(argv)
+    parser.add_argument("--registry-url", help="git URL of the registry to read the data version from "
+                                               "(default: SLUICE_REGISTRY_URL, else the local registry)")
+    parser.add_argument("--store-dir", type=Path, help="a folder for the process group's file store, "
+                                                       "on one machine (default: torchrun's env:// rendezvous)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None, on_micro_batch: MicroBatchHook | None = None) -> int:
+    """The torchrun worker: arguments and settings in, `run_training` (`on_micro_batch`: see
+    MicroBatchHook; bench/slow_engine.py passes one)."""
+    args = parse_args(argv)
+    settings = Settings.from_env()
     raw = json.loads(args.params)
     raw["hidden"] = tuple(raw["hidden"])
-    train(args.data_version, args.out, TrainParams.model_validate(raw), args.registry_url, args.init_from or None, args.workdir)
+    run_training(args.data_version, args.out, TrainParams.model_validate(raw),
+                 args.registry_url or settings.registry_url or None, args.init_from or None, args.workdir,
+                 store_dir=args.store_dir, dist_timeout_s=settings.dist_timeout_s, on_micro_batch=on_micro_batch)
     return 0
 
 

@@ -7,9 +7,12 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Sequence
 
 from tasks.core.params import TrainParams
 from tasks.core.log import log
+
+ENGINE_MODULE = "tasks.training.engine"          # the torchrun workers' entry module
 
 
 def params_json(p: TrainParams) -> str:
@@ -17,44 +20,53 @@ def params_json(p: TrainParams) -> str:
 
 
 def engine_args(data_version: str, out: str, params: str, init_from: str | None = None,
-                registry_url: str | None = None, workdir: str | None = None) -> list[str]:
+                registry_url: str | None = None, workdir: str | None = None, store_dir: str | None = None,
+                module: str = ENGINE_MODULE, module_args: Sequence[str] = ()) -> list[str]:
     """The engine's part of the command: the same locally, in a Kubernetes pod, in dvc.yaml.
-    `params` is `params_json(p)` (or, in a pod spec, a template that renders to it)."""
+    `params` is `params_json(p)` (or, in a pod spec, a template that renders to it). `module` is
+    the worker's entry module: another one (a benchmark's) takes `module_args` and then the
+    engine's arguments."""
     return [
-        "-m", "tasks.training.engine",
+        "-m", module, *module_args,
         "--data-version", data_version, "--out", out, "--params", params,
         *(["--init-from", init_from] if init_from is not None else []),
         *(["--registry-url", registry_url] if registry_url else []),
         *(["--workdir", workdir] if workdir else []),
+        *(["--store-dir", store_dir] if store_dir else []),
     ]
 
 
 def torchrun_command(data_version: str, out: str, p: TrainParams, store_dir: Path,
-                     max_restarts: int = 1, init_from: str | None = None, workdir: Path | None = None) -> list[str]:
+                     max_restarts: int = 1, init_from: str | None = None, workdir: Path | None = None,
+                     module: str = ENGINE_MODULE, module_args: Sequence[str] = ()) -> list[str]:
     """The local backend's command. On one machine the rendezvous uses a file store: torch's
     TCPStore server listens on every interface, and Sluice's processes listen on loopback only.
+    The workers' process group uses another file store in the same folder (`--store-dir`).
     (Across machines, Kubernetes pods use the c10d TCP rendezvous instead.)"""
     return [
         sys.executable, "-m", "torch.distributed.run",
         "--nnodes=1", f"--nproc-per-node={p.nproc}", f"--max-restarts={max_restarts}",
         "--rdzv-backend=c10d", f"--rdzv-endpoint={store_dir / 'rendezvous'}", "--rdzv-conf=store_type=file",
         "--local-addr=127.0.0.1",
-        *engine_args(data_version, str(out), params_json(p), init_from, workdir=str(workdir) if workdir else None),
+        *engine_args(data_version, str(out), params_json(p), init_from, workdir=str(workdir) if workdir else None,
+                     store_dir=str(store_dir), module=module, module_args=module_args),
     ]
 
 
 def start_torchrun(data_version: str, out: Path | str, p: TrainParams, init_from: str | None = None,
-                   max_restarts: int = 1, workdir: Path | None = None) -> subprocess.Popen:
+                   max_restarts: int = 1, workdir: Path | None = None, module: str = ENGINE_MODULE,
+                   module_args: Sequence[str] = ()) -> subprocess.Popen:
     """Start the local launcher in its own process group (returns at once). `out` may be an
-    fsspec URI, as in a pod; the engine then works in `workdir` and publishes to `out`."""
+    fsspec URI, as in a pod; the engine then works in `workdir` and publishes to `out`.
+    `module` / `module_args`: another worker entry module (see `engine_args`)."""
     local = workdir or Path(out)
     local.mkdir(parents=True, exist_ok=True)
     store_dir = local / "dist-store"
     shutil.rmtree(store_dir, ignore_errors=True)        # a previous attempt's keys must not leak in
     store_dir.mkdir(parents=True)
-    cmd = torchrun_command(data_version, str(out), p, store_dir, max_restarts, init_from, workdir)
+    cmd = torchrun_command(data_version, str(out), p, store_dir, max_restarts, init_from, workdir, module,
+                           module_args)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1",
-           "SLUICE_DIST_STORE_DIR": str(store_dir),
            # Otherwise the launcher opens a TCPStore server (all interfaces) to share with workers.
            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     log(f"launching: {' '.join(cmd[:9])} ...")
@@ -62,9 +74,10 @@ def start_torchrun(data_version: str, out: Path | str, p: TrainParams, init_from
 
 
 def run_torchrun(data_version: str, out: Path | str, p: TrainParams, timeout_s: float = 3600,
-                 init_from: str | None = None, workdir: Path | None = None) -> None:
+                 init_from: str | None = None, workdir: Path | None = None, module: str = ENGINE_MODULE,
+                 module_args: Sequence[str] = ()) -> None:
     """Train to the end; a worker that dies is restarted once from the newest checkpoint."""
-    proc = start_torchrun(data_version, out, p, init_from, workdir=workdir)
+    proc = start_torchrun(data_version, out, p, init_from, workdir=workdir, module=module, module_args=module_args)
     try:
         rc = proc.wait(timeout=timeout_s)
     except BaseException:

@@ -5,10 +5,13 @@ raw features and the serving side needs no separate scaler.
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
+
+from tasks.core.files import atomic_write_with
 
 
 CLIP_STD = 5.0
@@ -52,8 +55,10 @@ class SpamProbability(nn.Module):
         return torch.sigmoid(self.model(features))
 
 
-def save_model(model: SpamMLP, path: str, extra: dict[str, Any] | None = None) -> None:
-    torch.save({"arch": model.arch, "state_dict": model.state_dict(), **(extra or {})}, path)
+def save_model(model: SpamMLP, path: str | Path, extra: dict[str, Any] | None = None) -> None:
+    """Architecture, weights and `extra` (provenance) in one file, written atomically."""
+    blob = {"arch": model.arch, "state_dict": model.state_dict(), **(extra or {})}
+    atomic_write_with(Path(path), lambda tmp: torch.save(blob, tmp))
 
 
 def load_model(path: str) -> SpamMLP:

@@ -12,10 +12,10 @@ uploads leaves a checkpoint without a checksum, which is skipped on resume.
 """
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from tasks.core.log import log
+from tasks.core.settings import Settings
 
 CHECKPOINTS = "checkpoints"
 OUTPUTS = ("model.pt", "train_metrics.json", "metrics.jsonl")   # what a finished run publishes
@@ -30,7 +30,7 @@ def _filesystem(uri: str):
     import fsspec
 
     options = {}
-    endpoint = os.environ.get("SLUICE_S3_ENDPOINT_URL")
+    endpoint = Settings.from_env().s3_endpoint_url
     if uri.startswith("s3://") and endpoint:
         options["client_kwargs"] = {"endpoint_url": endpoint}
     return fsspec.core.url_to_fs(uri, **options)

@@ -8,6 +8,7 @@ from tasks.core.params import load_params
 from tasks.registry import Registry
 from tasks.core.files import read_json
 from tasks.training.checkpoint import latest_valid_checkpoint, save_checkpoint
+from bench.slow_engine import MODULE as SLOW_ENGINE, slowed
 from tasks.training.local import run_torchrun, start_torchrun
 
 
@@ -95,15 +96,15 @@ def test_gradient_accumulation_gives_the_update_of_the_whole_batch(settings, dat
 
 
 @pytest.mark.slow
-def test_sigkill_of_a_worker_resumes_bit_identical(settings, data_version, tmp_path, monkeypatch):
+def test_sigkill_of_a_worker_resumes_bit_identical(settings, data_version, tmp_path):
     import psutil
 
-    monkeypatch.setenv("SLUICE_SIMULATE_SLOW", "*:0.002")        # ~64 ms a step, time to aim the kill
+    slow = slowed("*:0.002")                                     # ~64 ms a step, time to aim the kill
     p = params()
     run_torchrun(data_version, tmp_path / "clean", p)
-    proc = start_torchrun(data_version, tmp_path / "killed", p)
+    proc = start_torchrun(data_version, tmp_path / "killed", p, **slow)
     killed_at = wait_for_step(tmp_path / "killed", 25, proc)
-    workers = [c for c in psutil.Process(proc.pid).children() if "tasks.training.engine" in " ".join(c.cmdline())]
+    workers = [c for c in psutil.Process(proc.pid).children() if SLOW_ENGINE in " ".join(c.cmdline())]
     workers[-1].kill()                                           # SIGKILL one rank, mid-run
     assert proc.wait(timeout=120) == 0                           # restarted once, finished
     m = read_json(tmp_path / "killed" / "train_metrics.json")
@@ -117,13 +118,12 @@ def test_sigkill_of_a_worker_resumes_bit_identical(settings, data_version, tmp_p
 
 
 @pytest.mark.slow
-def test_sigterm_checkpoints_then_a_rerun_redoes_nothing(settings, data_version, tmp_path, monkeypatch):
+def test_sigterm_checkpoints_then_a_rerun_redoes_nothing(settings, data_version, tmp_path):
     import signal
 
-    monkeypatch.setenv("SLUICE_SIMULATE_SLOW", "*:0.002")
     p = params()
     run_torchrun(data_version, tmp_path / "clean", p)
-    proc = start_torchrun(data_version, tmp_path / "preempted", p)
+    proc = start_torchrun(data_version, tmp_path / "preempted", p, **slowed("*:0.002"))
     wait_for_step(tmp_path / "preempted", 23, proc)
     proc.send_signal(signal.SIGTERM)                             # what a node drain or `kill` sends
     assert proc.wait(timeout=120) != 0
@@ -139,16 +139,47 @@ def test_sigterm_checkpoints_then_a_rerun_redoes_nothing(settings, data_version,
 
 
 @pytest.mark.slow
-def test_balancing_moves_rows_off_a_slow_rank_without_changing_the_update(settings, data_version, tmp_path,
-                                                                           monkeypatch):
-    monkeypatch.setenv("SLUICE_SIMULATE_SLOW", "1:0.002")        # rank 1 is slow per sample
-    run_torchrun(data_version, tmp_path / "static", params(epochs=3))
-    run_torchrun(data_version, tmp_path / "balanced", params(epochs=3, balance_every=4))
+def test_balancing_moves_rows_off_a_slow_rank_without_changing_the_update(settings, data_version, tmp_path):
+    slow = slowed("1:0.002")                                     # rank 1 is slow per sample
+    run_torchrun(data_version, tmp_path / "static", params(epochs=3), **slow)
+    run_torchrun(data_version, tmp_path / "balanced", params(epochs=3, balance_every=4), **slow)
     splits = read_json(tmp_path / "balanced" / "train_metrics.json")["final_splits"]
     assert sum(splits) == 64 and splits[1] < splits[0] / 3      # most rows moved to the fast rank
     assert read_json(tmp_path / "static" / "train_metrics.json")["final_splits"] == [32, 32]
     assert_same_weights(weights(tmp_path / "static" / "model.pt"), weights(tmp_path / "balanced" / "model.pt"),
                         atol=1e-5)
+
+
+def test_the_micro_batch_hook_runs_each_step_inside_the_timed_compute(settings, data_version, tmp_path,
+                                                                     monkeypatch):
+    """The engine's only slowdown is the one a caller injects (bench/slow_engine.py): called once a
+    step with the micro-batch's rows, and its time is the rank's compute that balancing measures."""
+    import signal
+    import time
+
+    from tasks.training.engine import run_training
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)              # one process, in this one
+    monkeypatch.setattr(signal, "signal", lambda *a: None)       # keep pytest's SIGTERM handler
+    calls = []
+
+    def hook(rank, rows):
+        calls.append((rank, rows))
+        time.sleep(0.05)
+
+    result = run_training(data_version, str(tmp_path / "out"), params(nproc=1, epochs=1, log_every=2),
+                          on_micro_batch=hook)
+    assert calls == [(0, 64)] * result["steps"] and result["steps"] == 570 // 64
+    lines = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    assert lines and all(m["rank0_compute_s"] >= 0.05 for m in lines)
+
+
+def test_slow_engine_spec():
+    from bench.slow_engine import seconds_per_row
+
+    assert [seconds_per_row("0:0.002,1:0.004", r) for r in (0, 1, 2)] == [0.002, 0.004, 0.0]
+    assert seconds_per_row("*:0.5,1:0.1", 1) == 0.1 and seconds_per_row("*:0.5", 3) == 0.5
+    assert seconds_per_row("", 0) == 0.0
 
 
 @pytest.mark.slow

@@ -1,0 +1,59 @@
+"""TrainState: a checkpoint dict holds everything the next step depends on, and puts it back."""
+import io
+
+import torch
+
+from tasks.core.params import load_params
+from tasks.training.data import FeatureStats
+from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
+from tasks.training.state import TrainState, rng_state, training_fingerprint
+
+CPU = torch.device("cpu")
+
+
+def new_state(p, stats):
+    model = make_model(stats, p)
+    return TrainState(model, make_optimizer(model, p), [32, 32], training_fingerprint("data-v1", p, None, 2))
+
+
+def step(state, x, y, loss_fn):
+    state.optimizer.zero_grad(set_to_none=True)
+    loss = accumulate_gradients(state.model, loss_fn, x, y, 1 / len(x))[0] / len(x)
+    state.optimizer.step()
+    state.finish_step(loss, len(x), steps_per_epoch=3)
+
+
+def test_to_dict_then_load_dict_continues_bit_identical():
+    p = load_params().train.replace(hidden=(8,))
+    g = torch.Generator().manual_seed(0)
+    x, y = torch.randn(64, 5, generator=g), (torch.rand(64, generator=g) < 0.3).float()
+    stats = FeatureStats.of([(x, y)])
+    loss_fn = make_loss(stats.spam_share)
+    a = new_state(p, stats)
+    for _ in range(4):
+        step(a, x, y, loss_fn)
+    assert a.step == 4 and len(a.losses) == 1 and a.position(3) == (1, 1)
+    a.splits = [40, 24]
+    buf = io.BytesIO()
+    torch.save(a.to_dict([rng_state(CPU), rng_state(CPU)]), buf)       # as a checkpoint file holds it
+    blob = torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
+
+    b = new_state(p.replace(seed=p.seed + 1), stats)              # other weights, fresh optimizer
+    b.load_dict(blob, rank=1, device=CPU)
+    assert (b.step, b.losses, b.epoch_loss, b.splits, b.fingerprint) == \
+        (a.step, a.losses, a.epoch_loss, a.splits, a.fingerprint)
+    for _ in range(2):
+        step(a, x, y, loss_fn)
+        step(b, x, y, loss_fn)
+    for k, v in a.model.state_dict().items():
+        assert torch.equal(v, b.model.state_dict()[k]), k
+    assert a.losses == b.losses
+
+
+def test_the_fingerprint_names_the_training():
+    p = load_params().train
+    base = training_fingerprint("data-v1", p, None, 2)
+    assert base == training_fingerprint("data-v1", p, None, 2)
+    assert len({base, training_fingerprint("data-v2", p, None, 2), training_fingerprint("data-v1", p, None, 1),
+                training_fingerprint("data-v1", p.replace(lr=p.lr / 2), None, 2),
+                training_fingerprint("data-v1", p, "model-v1", 2)}) == 5
