@@ -1,7 +1,9 @@
 """The model server: serve_cold_start_s, serve_vs_raw_ort, serve_p99_ms (with p50 beside it).
 
-One registry with one registered model (an MLP shaped like the trained one: 21 -> 32 -> 16 -> 1,
-real ONNX), served by `python -m tasks.serving` on loopback.
+Two registries, each with one registered model: the demo-size MLP (21 -> 32 -> 16 -> 1) and the
+bench profile (21 -> params scaling.bench_hidden -> 1, ~9.6M parameters), both real fp32 ONNX,
+served by `python -m tasks.serving` on loopback. The goals are judged on the bench profile;
+the demo model's figures stand beside them (there HTTP and JSON dominate a ~1,200-parameter model).
 
   serve_cold_start_s  process start -> GET /v2/health/ready is 200 (imports, bind, registry
                       read, sha256 check, onnxruntime load and warm-up), median of 5 starts.
@@ -174,40 +176,57 @@ def fixed_rate_latencies(url: str, body: bytes, rate: float, seconds: float = 5.
     return out
 
 
-def run(starts: int = 5) -> list[Record]:
+def measure(home: Path, model: Path, version_tag: str, starts: int) -> dict:
+    """Cold starts, saturation, raw onnxruntime and fixed-rate latency of one model in its own registry."""
     from tasks.registry import Registry
 
+    reg = Registry(settings_at(home))
+    reg.promote(reg.register_model(version_tag, {"model.int8.onnx": model}, {"data_version": "data-v1"})
+                ["model_version"], "bench")
+    cold = []
+    for _ in range(starts):
+        proc, url, seconds = start_server(home)
+        cold.append(seconds)
+        stop_groups({"model-server": proc.pid}, grace_s=10)
+    x = np.random.default_rng(1).random((BATCH, 21), dtype=np.float32)
+    body = infer_body(x)
+    raw = raw_ort_rate(model, x)
+    proc, url, _ = start_server(home)
+    try:
+        served = server_rate(url, body)
+        rate = min(100.0, served / 4)
+        lat = sorted(fixed_rate_latencies(url, body, rate))
+    finally:
+        stop_groups({"model-server": proc.pid}, grace_s=10)
+    return {"cold": cold, "raw": raw, "served": served, "rate": rate, "lat": lat,
+            "model_bytes": model.stat().st_size}
+
+
+def run(starts: int = 5) -> list[Record]:
+    """The demo-size model (21 -> 32 -> 16 -> 1) and the bench profile (params scaling.bench_hidden)."""
+    from tasks.core.params import load_params
+
+    bench_widths = (21, *load_params().scaling.bench_hidden, 1)
     with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
         tmp = Path(tmp)
-        home = tmp / "home"
-        model = write_mlp_onnx(tmp / "model.int8.onnx")
-        reg = Registry(settings_at(home))
-        reg.promote(reg.register_model("bench", {"model.int8.onnx": model}, {"data_version": "data-v1"})
-                    ["model_version"], "bench")
-        cold = []
-        for _ in range(starts):
-            proc, url, seconds = start_server(home)
-            cold.append(seconds)
-            stop_groups({"model-server": proc.pid}, grace_s=10)
-        x = np.random.default_rng(1).random((BATCH, 21), dtype=np.float32)
-        body = infer_body(x)
-        raw = raw_ort_rate(model, x)
-        proc, url, _ = start_server(home)
-        try:
-            served = server_rate(url, body)
-            rate = min(100.0, served / 4)
-            lat = sorted(fixed_rate_latencies(url, body, rate))
-        finally:
-            stop_groups({"model-server": proc.pid}, grace_s=10)
-    p50, p99 = float(np.percentile(lat, 50)), float(np.percentile(lat, 99))
+        demo = measure(tmp / "demo", write_mlp_onnx(tmp / "demo.onnx"), "demo", starts)
+        big = measure(tmp / "bench", write_mlp_onnx(tmp / "bench.onnx", bench_widths), "bench", starts)
+    p50, p99 = float(np.percentile(big["lat"], 50)), float(np.percentile(big["lat"], 99))
     return [
-        Record("serve_cold_start_s", statistics.median(cold), "s", "<= 10",
-               {"starts_s": [round(c, 3) for c in cold]}),
-        Record("serve_vs_raw_ort", served / raw, "ratio", ">= 0.005",
-               {"server_requests_per_s": round(served, 1), "raw_ort_batches_per_s": round(raw, 1), "batch": BATCH,
-                "client_threads": 2, "protocol": "OIP v2 JSON"}),
+        Record("serve_cold_start_s", statistics.median(big["cold"]), "s", "<= 1.0",
+               {"bench_model_starts_s": [round(c, 3) for c in big["cold"]],
+                "demo_model_median_s": round(statistics.median(demo["cold"]), 3),
+                "bench_model_bytes": big["model_bytes"]}),
+        Record("serve_vs_raw_ort", big["served"] / big["raw"], "ratio", ">= 0.7",
+               {"server_requests_per_s": round(big["served"], 1), "raw_ort_batches_per_s": round(big["raw"], 1),
+                "demo_model_ratio": round(demo["served"] / demo["raw"], 4),
+                "demo_server_requests_per_s": round(demo["served"], 1),
+                "demo_raw_ort_batches_per_s": round(demo["raw"], 1),
+                "batch": BATCH, "client_threads": 2, "protocol": "OIP v2 JSON", "widths": list(bench_widths)}),
         Record("serve_p99_ms", p99, "ms", "<= 100",
-               {"p50_ms": round(p50, 3), "rate_per_s": round(rate, 1), "requests": len(lat), "batch": BATCH}),
+               {"p50_ms": round(p50, 3), "rate_per_s": round(big["rate"], 1), "requests": len(big["lat"]),
+                "batch": BATCH, "demo_p50_ms": round(float(np.percentile(demo["lat"], 50)), 3),
+                "demo_p99_ms": round(float(np.percentile(demo["lat"], 99)), 3)}),
     ]
 
 

@@ -41,18 +41,13 @@ from tasks.core.versions import DATA_VERSION_PATTERN, MODEL_VERSION_PATTERN   # 
 )
 def rollback():
     @task
-    def rollback_versions(params=None, dag_run=None):
-        from airflow.sdk.exceptions import AirflowFailException
+    def rollback_versions(**context):
+        from tasks.core.steps import run_airflow_task
 
-        from tasks.registry import RegistryError
-        from tasks.rollback import rollback as run
-        from tasks.core.settings import Settings
-
-        who = getattr(dag_run, "triggering_user_name", None) or "airflow"
-        try:
-            return run(Settings.from_env(), params["data_version"], params["model_version"], params["reason"], who)
-        except RegistryError as exc:       # a bad version: say so and change nothing (no retry)
-            raise AirflowFailException(str(exc)) from exc
+        params, who = context["params"], getattr(context["dag_run"], "triggering_user_name", None) or "airflow"
+        # A bad version is refused (RegistryError) and fails the task at once: nothing changed, no retry.
+        return run_airflow_task("tasks.rollback", context, data_version=params["data_version"],
+                                model_version=params["model_version"], reason=params["reason"], who=who).after
 
     rollback_versions()
 

@@ -1,5 +1,5 @@
 """reject_model: a challenger that failed a gate is not deployed; prod stays, and the data
-pointer goes back to the version prod was trained on (tasks.rollback), so data and
+pointer goes back to the version prod was trained on (Registry.rollback_to_prod_lineage), so data and
 model stay together. The gate is the one whose record says it did not pass.
 """
 from __future__ import annotations
@@ -21,10 +21,8 @@ def failed_gate(**gates: GateRecord | None) -> tuple[str, list[str]]:
 @step
 def reject_model(ctx: StepContext, evaluate: EvaluateRecord | None = None,
                  compress: CompressRecord | None = None) -> RejectRecord:
-    from tasks.rollback import rollback_to_prod_lineage
-
     gate, reasons = failed_gate(evaluate=evaluate, compress=compress)
-    rolled = rollback_to_prod_lineage(ctx.settings, f"nightly run {ctx.run_id}: challenger rejected at {gate}: "
+    rolled = Registry(ctx.settings).rollback_to_prod_lineage(f"nightly run {ctx.run_id}: challenger rejected at {gate}: "
                                                     f"{'; '.join(reasons)}", who="nightly_pipeline")
     state = Registry(ctx.settings).state()
     log(f"challenger rejected at {gate}: {'; '.join(reasons)}; prod stays {state['prod_model'] or '(none)'}, "

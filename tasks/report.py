@@ -124,7 +124,6 @@ def render_text(s: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-@step(help={"failed_steps": "comma-separated steps that failed in this run"})
 def canary_lines(c: dict[str, Any] | None) -> list[str]:
     """The canary in the summary: per step the weight, requests per variant, what was compared, the verdict."""
     if not c:
@@ -146,6 +145,7 @@ def canary_lines(c: dict[str, Any] | None) -> list[str]:
     return out
 
 
+@step(help={"failed_steps": "comma-separated steps that failed in this run"})
 def report(ctx: StepContext, *, failed_steps: str = "") -> ReportRecord:
     run_dir = ctx.run_dir
     failed = [s for s in failed_steps.split(",") if s]

@@ -12,12 +12,10 @@ from tasks.registry import Registry
 
 @step
 def rollback_canary(ctx: StepContext, canary_analysis: CanaryAnalysisRecord) -> RollbackCanaryRecord:
-    from tasks.rollback import rollback_to_prod_lineage
-
     a = canary_analysis
     why = f"nightly run {ctx.run_id}: canary of {a.model_version} failed: {'; '.join(a.reasons) or 'unknown'}"
     Registry(ctx.settings).rollback_canary(reason=why, who="nightly_pipeline")
-    rolled = rollback_to_prod_lineage(ctx.settings, why, who="nightly_pipeline")
+    rolled = Registry(ctx.settings).rollback_to_prod_lineage(why, who="nightly_pipeline")
     state = Registry(ctx.settings).state()
     log(f"canary rolled back: {a.model_version} retired, {state['prod_model']} serves 100%, "
         f"data pointer {state['current_data']}")

@@ -177,6 +177,15 @@ class RollbackCanaryRecord(Record):
     data_rolled_back: bool
 
 
+class RollbackRecord(Record):
+    """The operator's rollback (the rollback DAG): data and model pointers before and after."""
+    changed: bool
+    before: dict[str, str | None]
+    after: dict[str, str | None]
+    commit: str | None = None
+    retired_challenger: str | None = None
+
+
 class ReportRecord(Record):
     outcome: str
     summary: str
@@ -191,5 +200,5 @@ RECORDS: dict[str, type[Record]] = {
     "plan_train": TrainPlanRecord, "train": TrainRecord, "evaluate": EvaluateRecord, "compress": CompressRecord,
     "reject_model": RejectRecord, "register": RegisterRecord, "deploy_canary": CanaryRecord,
     "canary_analysis": CanaryAnalysisRecord, "promote": DeployRecord, "rollback_canary": RollbackCanaryRecord,
-    "report": ReportRecord,
+    "rollback": RollbackRecord, "report": ReportRecord,
 }

@@ -18,11 +18,13 @@ import json
 import sys
 import typing
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
 import yaml
 
+from tasks.core.errors import RefusedError
 from tasks.core.files import atomic_write_json, json_safe, read_json
 from tasks.core.params import Params, ParamsError, load_params
 from tasks.core.records import RECORDS, GateRecord, Record
@@ -115,7 +117,9 @@ class Step:
         """`python -m tasks.<step> --run-id ID [--set section.key=value] [options]`."""
         parser = argparse.ArgumentParser(prog=f"python -m {self.fn.__module__}", description=self.doc,
                                          formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.add_argument("--run-id", required=True, help="pipeline run id (names runs/<run_id>/)")
+        default_run = f"manual__{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
+        parser.add_argument("--run-id", default=default_run,
+                            help="pipeline run id (names runs/<run_id>/; default: a new manual__<time> run)")
         parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
                             help="override a params.yaml value for this run (repeatable), e.g. train.epochs=5")
         for name, p in self.options.items():
@@ -128,7 +132,7 @@ class Step:
             ctx = StepContext.create(args.run_id, overrides=parse_overrides(args.set))
             load = lambda name: (read_json(path) if (path := record_path(ctx.run_dir, name)).exists() else None)  # noqa: E731
             rec = self.run(ctx, load, **{name: getattr(args, name) for name in self.options})
-        except (ParamsError, SettingsError, StepError, FileNotFoundError, json.JSONDecodeError) as exc:
+        except (ParamsError, SettingsError, StepError, RefusedError, FileNotFoundError, json.JSONDecodeError) as exc:
             print(f"{self.name}: {exc}", file=sys.stderr)
             return 2
         print(rec.model_dump_json(indent=2))
@@ -171,6 +175,11 @@ def run_airflow_task(ref: str, context: dict[str, Any], overrides: dict[str, dic
     the_step: Step = getattr(importlib.import_module(module), name or module.rsplit(".", 1)[-1])
     ti = context["ti"]
     ctx = StepContext.create(context["run_id"], overrides=overrides)
-    rec = the_step.run(ctx, lambda upstream: ti.xcom_pull(task_ids=upstream, key="result"), **options)
+    try:
+        rec = the_step.run(ctx, lambda upstream: ti.xcom_pull(task_ids=upstream, key="result"), **options)
+    except RefusedError as exc:                       # refused, nothing changed: a retry cannot help
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(str(exc)) from exc
     ti.xcom_push(key="result", value=json_safe(rec.model_dump(mode="json")))
     return rec

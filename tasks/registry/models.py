@@ -138,6 +138,14 @@ class ModelVersions(RepoBase):
             return {"prod_model": version, "previous": previous, "changed": True, "commit": commit,
                     "serving": serving}
 
+    def rollback_to_prod_lineage(self, reason: str, who: str | None = None) -> dict[str, Any]:
+        """After a rejected challenger: prod stays, and the data pointer returns to the version
+        prod was trained on, so data and model move back together. No prod yet: nothing changes."""
+        prod = self.state()["prod_model"]
+        if prod is None:
+            return {"changed": False, "reason": "no prod model yet: nothing to roll back to"}
+        return self.rollback(self.model_version_info(prod)["data_version"], prod, reason, who=who)
+
     def rollback(self, data_version: str | None, model_version: str | None, reason: str,
                  who: str | None = None, artifact: str | None = None) -> dict[str, Any]:
         """Put the current-data pointer, the prod model and the serving state back, as one commit.

@@ -18,6 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from tasks.core.errors import RefusedError
 from tasks.core.files import atomic_write_json
 from tasks.core.log import log
 from tasks.core.settings import REPO_ROOT, Settings
@@ -29,7 +30,7 @@ from tasks.core.versions import is_data_version, is_model_version, version_numbe
 EMPTY_STATE: dict[str, Any] = {"current_data": None, "prod_model": None, "serving": None, "models": {}}
 
 
-class RegistryError(RuntimeError):
+class RegistryError(RefusedError):
     """A registry operation was refused; nothing was changed."""
 
 

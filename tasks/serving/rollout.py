@@ -99,7 +99,7 @@ def run_canary(settings: Settings, params: Params, champion: str, challenger: st
         wait_until_served(url, champion, challenger, weight, timeout_s=max(30.0, params.serving.poll_s * 20))
         t0 = time.time()
         traffic = replay_gold(url, count=c.requests_per_step, rate=c.replay_rate, home=settings.home,
-                              dataset=dataset, feedback_delay_s=0.0)
+                              dataset=dataset, feedback_delay_s=0.0, offset=i * c.requests_per_step)
         time.sleep(0.2)                                   # the last feedback lines reach the log
         # Each step is judged on all the canary's traffic so far: the champion's earlier traffic is
         # the comparison at 100%, and online quality needs every label there is.

@@ -103,7 +103,7 @@ def test_rollback_dag_over_rest(services):
     assert client.wait_for_run("rollback", run_id, timeout_s=300) == "success"
     state = reg.state()
     assert (state["current_data"], state["prod_model"]) == ("data-v1", "model-v1")
-    assert state["serving"]["model_version"] == "model-v1"
+    assert state["serving"]["champion"]["model_version"] == "model-v1"
     audit = json.loads((reg.root / "audit.jsonl").read_text().splitlines()[-1])
     assert audit["action"] == "rollback" and audit["who"] == "admin"
     assert audit["from"] == {"data_version": "data-v2", "model_version": "model-v2"}

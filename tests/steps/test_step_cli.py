@@ -66,3 +66,16 @@ def test_step_declaration_reads_upstream_records_from_the_signature():
 
     assert register.reads == {"train": True, "evaluate": True, "compress": True}
     assert reject_model.reads == {"evaluate": False, "compress": False} and register.record_type is not EvaluateRecord
+
+
+def test_every_module_in_tasks_is_a_declared_step():
+    """The folder tells a step from a subsystem: each module directly in tasks/ declares its step."""
+    import importlib
+
+    from tasks.core.steps import Step
+
+    modules = sorted(p.stem for p in (REPO_ROOT / "tasks").glob("*.py") if p.stem != "__init__")
+    assert "ingest" in modules and "report" in modules
+    for name in modules:
+        module = importlib.import_module(f"tasks.{name}")
+        assert isinstance(getattr(module, name, None), Step), f"tasks/{name}.py does not declare a step {name!r}"
