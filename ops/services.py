@@ -22,6 +22,7 @@ import httpx
 
 from ops.airflow_env import ADMIN_USER, airflow_env, ensure_secrets
 from tasks.core.settings import Settings
+from tasks.core.wait import wait_until
 
 COMPONENTS = {
     "api-server": ["api-server", "--host", "127.0.0.1"],
@@ -145,25 +146,22 @@ class AirflowServices:
         return self
 
     def _wait_healthy(self, timeout_s: float) -> None:
-        deadline = time.monotonic() + timeout_s
-        last = ""
-        while time.monotonic() < deadline:
+        def healthy() -> dict | None:
             dead = [n for n, p in self.pgids.items() if not _group_alive(p)]
             if dead:
-                raise ServiceError(f"Airflow {dead} exited at start: see {self.home / 'logs' / 'services'}")
-            try:
-                health = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=2).json()
-                status = {k: v.get("status") for k, v in health.items() if isinstance(v, dict)}
-                serving = httpx.get(f"{self.serve_url}/v2/health/live", timeout=2).status_code == 200
-                if status.get("metadatabase") == "healthy" and status.get("scheduler") == "healthy" \
-                        and status.get("dag_processor", "healthy") == "healthy" and serving:
-                    return
-                status["model_server"] = "live" if serving else "not live"
-                last = str(status)
-            except (httpx.HTTPError, ValueError) as exc:
-                last = str(exc)
-            time.sleep(0.5)
-        raise ServiceError(f"Airflow not healthy after {timeout_s:.0f}s (last: {last})")
+                raise ServiceError(f"{dead} exited at start: see {self.home / 'logs' / 'services'}")
+            health = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=2).json()
+            status = {k: v.get("status") for k, v in health.items() if isinstance(v, dict)}
+            status["model_server"] = "healthy" if httpx.get(f"{self.serve_url}/v2/health/live",
+                                                            timeout=2).status_code == 200 else "not live"
+            wanted = ("metadatabase", "scheduler", "dag_processor", "model_server")
+            return status if all(status.get(k, "healthy") == "healthy" for k in wanted) else None
+
+        try:
+            wait_until(healthy, timeout_s=timeout_s, interval_s=0.5, what="Airflow and the model server healthy",
+                       retry_on=(httpx.HTTPError, ValueError))
+        except TimeoutError as exc:
+            raise ServiceError(str(exc)) from None
 
     def stop(self) -> None:
         stop_groups(self.pgids)
@@ -219,12 +217,11 @@ class ApiClient:
         return r.json() if r.content else None
 
     def wait_for_dag(self, dag_id: str, timeout_s: float = 120) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.request("GET", f"/dags/{dag_id}").status_code == 200:
-                return
-            time.sleep(1)
-        raise ServiceError(f"DAG {dag_id} was not parsed within {timeout_s:.0f}s (see dag-processor log)")
+        try:
+            wait_until(lambda: self.request("GET", f"/dags/{dag_id}").status_code == 200, timeout_s=timeout_s,
+                       interval_s=1, what=f"DAG {dag_id} parsed (see the dag-processor log)")
+        except TimeoutError as exc:
+            raise ServiceError(str(exc)) from None
 
     def unpause(self, dag_id: str) -> None:
         self._ok(self.request("PATCH", f"/dags/{dag_id}", params={"update_mask": "is_paused"},

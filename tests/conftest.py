@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 
 import pandas as pd
 import pytest
 
 from tasks.core.settings import Settings
+from tasks.core.wait import wait_until
 
 S3_BUCKET = "sluice-registry"      # created empty in the S3 test server
 
@@ -60,15 +60,8 @@ def s3_server(monkeypatch):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(url, timeout=1)
-                break
-            except httpx.HTTPError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.2)
+        wait_until(lambda: httpx.get(url, timeout=1), timeout_s=30, what=f"the S3 test server at {url}",
+                   retry_on=(httpx.HTTPError,))
         # Credentials come from the environment only (the registry never writes them down).
         for k, v in {"AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret",
                      "AWS_DEFAULT_REGION": "us-east-1"}.items():

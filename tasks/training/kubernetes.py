@@ -241,13 +241,11 @@ def build_manifests(cfg: KubernetesTraining, plan: dict[str, str], operator=None
         return [api.sanitize_for_serialization(job), rendezvous_service(cfg, plan["name"])]
 
 
-_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$")
-
-
 def validate_manifests(manifests: list[dict[str, Any]], version: str = K8S_SCHEMA_VERSION) -> None:
     """Kubernetes API schema (types, required fields, unknown keys) plus what the schema does not
     check: resource quantities, integral GPU counts, and that the restart policy is Never."""
     import kubernetes_validate
+    from kubernetes.utils import parse_quantity
 
     for m in manifests:
         kubernetes_validate.validate(m, version, strict=True)
@@ -255,8 +253,10 @@ def validate_manifests(manifests: list[dict[str, Any]], version: str = K8S_SCHEM
         for c in spec.get("containers", []):
             for kind in ("requests", "limits"):
                 for res, qty in (c.get("resources", {}).get(kind) or {}).items():
-                    if not _QUANTITY.match(str(qty)):
-                        raise ValueError(f"{m['kind']} {c['name']}: {kind}[{res}] = {qty!r} is not a quantity")
+                    try:
+                        parse_quantity(qty)
+                    except ValueError:
+                        raise ValueError(f"{m['kind']} {c['name']}: {kind}[{res}] = {qty!r} is not a quantity") from None
                     if res == "nvidia.com/gpu" and not str(qty).isdigit():
                         raise ValueError(f"{m['kind']} {c['name']}: GPU count {qty!r} must be a whole number")
         if m["kind"] in ("Pod", "Job") and spec.get("restartPolicy") != "Never":
