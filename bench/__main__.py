@@ -26,6 +26,7 @@ BENCHMARKS = {
     "bench.training": ["ddp_scaling_efficiency", "checkpoint_overhead", "balance_static_vs_ideal",
                        "balance_balanced_vs_ideal", "recovery_redo_ratio", "recovery_seconds", "preempt_redo_steps"],
     "bench.streaming_memory": ["streaming_memory_ratio"],
+    "bench.compression": [f"compress_{m}{s}" for s in ("", "_demo") for m in ("size_ratio", "quality_kept", "speedup_b1")],
     "bench.serving": ["serve_cold_start_s", "serve_vs_raw_ort", "serve_p99_ms"],
 }
 

@@ -184,13 +184,15 @@ def run_search(model, config: CompressionSearchConfig, data: CompressionData, go
     rows = [measure(base, gold_dev_X, gold_dev_y, slices, config.latency_repeats)]
     errors = {}
     for chain in config.chains():
+        t0 = time.perf_counter()
         try:
             cand = apply_chain(model, chain, data, workdir, parent=base)
         except CompressionError as exc:
             errors["+".join(c.label for c in chain)] = str(exc)
             continue
         cands[cand.name] = cand
-        rows.append(measure(cand, gold_dev_X, gold_dev_y, slices, config.latency_repeats))
+        rows.append({**measure(cand, gold_dev_X, gold_dev_y, slices, config.latency_repeats),
+                     "apply_s": time.perf_counter() - t0})
     chosen_row, reasons = choose(rows, config.floor_ratio, config.latency_budget_ms)
     reasons.update(errors)
     gate_out = (gate(cands[chosen_row["name"]], chosen_row, rows[0], data.X, atol=config.parity_atol,
