@@ -78,6 +78,9 @@ def nightly_pipeline():
     def ingest(**context):
         from airflow.sdk.exceptions import AirflowFailException
 
+        unknown = sorted(set(context["dag_run"].conf or {}) - set(context["params"]))
+        if unknown:           # a typo such as {"epoch": 5} would otherwise run silently with the defaults
+            raise AirflowFailException(f"unknown run conf key(s) {unknown}; known: {sorted(context['params'])}")
         try:
             r = _run("tasks.ingest", context, batch=context["params"]["batch"])
         except (FileNotFoundError, ValueError) as exc:   # a bad `batch` param: retrying cannot help

@@ -26,6 +26,7 @@ from tasks.core.versions import DATA_VERSION_PATTERN, MODEL_VERSION_PATTERN   # 
     dag_id="rollback",
     schedule=None,
     catchup=False,
+    is_paused_upon_creation=False,      # an emergency operation must not wait for someone to unpause it
     max_active_runs=1,
     # Idempotent, so a retry after a crash is safe; a bad version fails at once (no retry).
     default_args={"retries": 1, "retry_delay": timedelta(seconds=10), "owner": "sluice"},

@@ -155,16 +155,21 @@ class ModelVersions(RepoBase):
         default: the champion's current one if the model stays, else SERVED_ARTIFACT) and any
         challenger is retired (stage rolled_back). Running it again is a no-op (`changed: False`).
         """
+        problems = []                      # every problem at once: a missing reason must not hide a bad version
         if data_version is None and model_version is None:
-            raise RegistryError("rollback needs a data version, a model version, or both")
-        if data_version is not None:
-            check_version("data", data_version)
-        if model_version is not None:
-            check_version("model", model_version)
+            problems.append("rollback needs a data version, a model version, or both")
+        for kind, version in (("data", data_version), ("model", model_version)):
+            if version is not None:
+                try:
+                    check_version(kind, version)
+                except RegistryError as exc:
+                    problems.append(str(exc))
+        if not reason or not reason.strip():
+            problems.append("rollback needs a reason (it goes into the audit log)")
+        if problems:
+            raise RegistryError("; ".join(problems))
         if artifact is not None:
             check_artifact_name(artifact)
-        if not reason or not reason.strip():
-            raise RegistryError("rollback needs a reason (it goes into the audit log)")
         with self.transaction():
             for kind, version in (("data", data_version), ("model", model_version)):
                 if version is not None and version not in self.tags(kind):

@@ -17,7 +17,7 @@ for dag_id, dag in bag.dags.items():
     out["dags"][dag_id] = {
         "file": dag.fileloc.rsplit("/", 1)[-1], "tags": sorted(dag.tags), "catchup": dag.catchup,
         "max_active_runs": dag.max_active_runs, "doc": bool(dag.doc_md),
-        "params": sorted(dag.params.keys()),
+        "params": sorted(dag.params.keys()), "paused_on_creation": dag.is_paused_upon_creation,
         "tasks": {t.task_id: {"retries": t.retries, "down": sorted(t.downstream_task_ids),
                               "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule)} for t in dag.tasks},
     }
@@ -93,3 +93,4 @@ def test_rollback_dag(dagbag):
     d = dagbag["dags"]["rollback"]
     assert list(d["tasks"]) == ["rollback_versions"]
     assert d["params"] == ["data_version", "model_version", "reason"]
+    assert d["paused_on_creation"] is False         # an emergency rollback must not wait in `queued`

@@ -99,6 +99,14 @@ def test_contract_breaking_batch_is_quarantined(airflow_home, emails):
     assert "quarantined at validate_raw" in summary(settings, run_id)["outcome"]
 
 
+def test_unknown_conf_key_fails_the_first_task_naming_it(airflow_home):
+    settings = airflow_home
+    run_id, state, proc = dags_test(settings, {"epoch": 5})          # a typo of "epochs"
+    assert state == "failed" and task_states(settings, run_id)["ingest"] == "failed"
+    assert "unknown run conf key(s) ['epoch']; known: ['batch', 'epochs']" in proc.stdout + proc.stderr
+    assert summary(settings, run_id)["outcome"] == "FAILED at ingest"
+
+
 def test_unknown_batch_param_fails_the_run_but_reports(airflow_home):
     settings = airflow_home
     run_id, state, _ = dags_test(settings, {"batch": "no-such-batch"})

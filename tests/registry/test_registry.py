@@ -241,3 +241,13 @@ def test_stale_git_lock_of_a_killed_command_is_cleared(settings, tmp_path):
     p2, df2 = partition(tmp_path, "b2", seed=2)
     assert reg.snapshot({"batch-0002": p2}, {"rows_by_batch": {"batch-0002": len(df2)}})["data_version"] == "data-v2"
     assert not (reg.root / ".git" / "index.lock").exists()
+
+
+def test_a_rollback_reports_every_problem_at_once(settings):
+    from tasks.registry import RegistryError
+
+    with pytest.raises(RegistryError) as err:
+        Registry(settings).rollback("data-x", "model-0", "  ")
+    msg = str(err.value)
+    assert "'data-x' is not a data version" in msg and "'model-0' is not a model version" in msg
+    assert "needs a reason" in msg
