@@ -135,6 +135,8 @@ def test_the_rendered_pod_command_trains_here_and_the_pipeline_collects_it(setti
     from tasks.registry import Registry
     from tasks.core.settings import Settings
     from tasks.core.files import read_json
+    from tasks.core.records import TrainPlanRecord
+    from tasks.core.steps import StepContext
     from tasks.train import collect
     from tests.conftest import S3_BUCKET
     from tests.training.test_training import three_partitions
@@ -156,8 +158,8 @@ def test_the_rendered_pod_command_trains_here_and_the_pipeline_collects_it(setti
     engine[engine.index("--workdir") + 1] = str(tmp_path / "pod-disk")
     env = {**os.environ, **{e["name"]: e["value"] for e in c["env"]}}
     subprocess.run([sys.executable, *engine], env=env, check=True, timeout=600)
-    result = collect(RUN, settings, plan["out_uri"])                  # the train task
-    assert result["data_version"] == version and result["outputs"] == plan["out_uri"]
+    result = collect(StepContext.create(RUN, settings), plan_train=TrainPlanRecord(**plan))   # the train task
+    assert result.data_version == version and result.outputs == plan["out_uri"]
     assert (settings.layout.run_dir(RUN) / "train" / "model.pt").exists()
     assert read_json(settings.layout.run_dir(RUN) / "train" / "train_metrics.json")["partitions"] == 3
 

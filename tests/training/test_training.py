@@ -279,6 +279,8 @@ def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(settings, emails
     import boto3
 
     from tasks.core.settings import Settings
+    from tasks.core.records import TrainPlanRecord
+    from tasks.core.steps import StepContext
     from tasks.train import collect
     from tests.conftest import S3_BUCKET
 
@@ -302,8 +304,10 @@ def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(settings, emails
     assert "runs/r1/train/checkpoints/ckpt-000020.sha256" in keys, keys
     run_torchrun(version, uri, p, workdir=tmp_path / "pod2")          # a fresh disk
     assert read_json(tmp_path / "pod2" / "train_metrics.json")["resumed_from_step"] >= 20
-    collect("r1", settings, uri)                          # the pipeline side: fetch and record
-    collect("clean", settings, clean_uri)
+    for run, out_uri in (("r1", uri), ("clean", clean_uri)):          # the pipeline side: fetch and record
+        plan = TrainPlanRecord(name="t", run_id=run, data_version=version, params="{}", out_uri=out_uri,
+                               registry_url="", init_from="")
+        collect(StepContext.create(run, settings), plan_train=plan)
     trained = settings.layout.run_dir("r1") / "train" / "model.pt"
     assert_same_weights(weights(trained), weights(settings.layout.run_dir("clean") / "train" / "model.pt"))
     assert read_json(settings.layout.run_dir("r1") / "steps" / "train.json")["outputs"] == uri
