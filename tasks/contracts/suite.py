@@ -16,6 +16,7 @@ from typing import Any
 
 import pandas as pd
 
+from tasks.core.files import json_safe
 from tasks.core.settings import REPO_ROOT
 
 CONTRACTS_DIR = REPO_ROOT / "data_contracts"
@@ -130,7 +131,7 @@ def resolve_relative(expectation: dict[str, Any], reference: pd.DataFrame) -> di
         counts = ref.value_counts()
         values = sorted(set(counts.index) | set(rule.get("values", [])), key=str)
         weights = [(counts.get(v, 0) + 1) / (len(ref) + len(values)) for v in values]
-        kwargs.update(partition_object={"values": [_plain(v) for v in values], "weights": weights},
+        kwargs.update(partition_object={"values": [json_safe(v) for v in values], "weights": weights},
                       threshold=rule["categorical_kl"])
     else:
         stat = {"expect_column_mean_to_be_between": ref.mean,
@@ -177,11 +178,11 @@ def validate_frame(df: pd.DataFrame, name: str, reference: pd.DataFrame | None =
         exc = r.exception_info or {}
         failures.append(Failure(
             expectation=cfg.type, column=kwargs.get("column"), guards=guards.get(_key(cfg.type, kwargs), ""),
-            observed=_plain(res.get("observed_value", res.get("unexpected_percent"))),
+            observed=json_safe(res.get("observed_value", res.get("unexpected_percent"))),
             expected={k: v for k, v in kwargs.items() if k != "column"},
             unexpected_count=res.get("unexpected_count"),
-            sample_values=_plain(res.get("partial_unexpected_list", []))[:10],
-            sample_rows=_plain(res.get("partial_unexpected_index_list", []))[:10],
+            sample_values=json_safe(res.get("partial_unexpected_list", []))[:10],
+            sample_rows=json_safe(res.get("partial_unexpected_index_list", []))[:10],
             rows=_sample_rows(df, res.get("partial_unexpected_index_list", [])),
             error=exc.get("exception_message") if exc.get("raised_exception") else None,
         ))
@@ -193,7 +194,7 @@ def validate_frame(df: pd.DataFrame, name: str, reference: pd.DataFrame | None =
 def _sample_rows(df: pd.DataFrame, index: list, n: int = 5) -> list[dict[str, Any]]:
     """The first offending rows, whole, so a person sees the record and not only the value."""
     idx = [i for i in index[:n] if i in df.index]
-    return _plain(df.loc[idx].to_dict("records")) if idx else []
+    return json_safe(df.loc[idx].to_dict("records")) if idx else []
 
 
 def _key(etype: str, kwargs: dict[str, Any]) -> str:
@@ -201,9 +202,6 @@ def _key(etype: str, kwargs: dict[str, Any]) -> str:
     return f"{etype}:{kwargs.get('column', '')}"
 
 
-def _plain(value: Any) -> Any:
-    """numpy scalars and containers -> JSON-friendly Python values."""
-    return json.loads(json.dumps(value, default=lambda o: o.item() if hasattr(o, "item") else str(o)))
 
 
 def write_gate_report(run_dir: Path, result: ContractResult) -> dict[str, Any]:

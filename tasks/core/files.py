@@ -55,13 +55,18 @@ def read_json(path: Path) -> Any:
 
 
 def json_safe(obj: Any) -> Any:
-    """NaN and infinities -> None (strict JSON, as Airflow's XCom demands); numpy scalars -> Python."""
+    """Strict JSON values (as Airflow's XCom demands): NaN and infinities -> None, numpy scalars and
+    arrays -> Python, anything else JSON cannot hold (timestamps, paths) -> its str."""
     if isinstance(obj, dict):
-        return {k: json_safe(v) for k, v in obj.items()}
+        return {str(k): json_safe(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [json_safe(v) for v in obj]
-    if hasattr(obj, "item") and not isinstance(obj, (str, bytes)):
-        obj = obj.item()
+    if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
+        obj = obj.tolist()                      # numpy scalars and arrays
+        if isinstance(obj, list):
+            return json_safe(obj)
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
-    return obj
+    if obj is None or isinstance(obj, (str, int, float, bool)):
+        return obj
+    return str(obj)
