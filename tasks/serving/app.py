@@ -31,7 +31,7 @@ from tasks.serving.metrics import ServerMetrics
 from tasks.serving.predlog import PredictionLog, error_record, feedback_records, prediction_records
 from tasks.serving.schema import FeedbackRequest, predict_request_model
 from tasks.serving.split import CHALLENGER, CHAMPION, choose_variant
-from tasks.serving.variants import LoadedModel, Snapshot, Variants
+from tasks.serving.variants import LoadedModel, ScoreError, Snapshot, Variants
 
 PLATFORM = "onnxruntime_onnx"
 KEY_HEADER = "x-sluice-key"
@@ -279,13 +279,14 @@ def create_app(ctx: ServingContext) -> FastAPI:
               t0: float) -> tuple[str, np.ndarray]:
         request_id = uuid.uuid4().hex
         try:
-            scores = model.predict(x)
+            scores = model.predict(x)       # a NaN or infinite score raises ScoreError: never served
         except Exception as exc:  # noqa: BLE001 - logged against the variant, answered as a 500
             message = f"{type(exc).__name__}: {str(exc)[:300]}"
             ctx.predlog.append([error_record(request_id, variant, model.spec.model_version,
                                              (time.perf_counter() - t0) * 1000, False, endpoint, message)])
             log(f"serving: {variant} {model.spec.model_version} failed: {message}")
-            raise ApiError(500, f"model {model.spec.model_version} failed to score the request", variant)
+            what = "gave a non-finite score" if isinstance(exc, ScoreError) else "failed to score the request"
+            raise ApiError(500, f"model {model.spec.model_version} {what}", variant)
         seconds = time.perf_counter() - t0
         m.observe(endpoint, variant, seconds, scores)
         ctx.predlog.append(prediction_records(request_id, scores, variant, model.spec.model_version,

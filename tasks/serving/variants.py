@@ -34,6 +34,12 @@ class LoadError(RuntimeError):
     """A model version could not be read, verified, loaded or warmed."""
 
 
+class ScoreError(ValueError):
+    """A model answered with a score that is not a number (NaN or infinite): a model defect.
+    The request fails (a 5xx), an error record goes to the prediction log against the variant,
+    and the canary counts it in the variant's error rate; a NaN is never served as an answer."""
+
+
 @dataclass(frozen=True)
 class VariantSpec:
     model_version: str
@@ -104,9 +110,15 @@ class LoadedModel:
     loaded_at: float = field(default_factory=time.time)
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """float32 [n, n_features] -> scores float64 [n]."""
+        """float32 [n, n_features] -> scores float64 [n]; ScoreError if any score is NaN or infinite."""
         out = self.session.run([self.output_name], {self.input_name: x})[0]
-        return np.asarray(out, dtype=np.float64).reshape(len(x))
+        scores = np.asarray(out, dtype=np.float64).reshape(len(x))
+        bad = ~np.isfinite(scores)
+        if bad.any():
+            first = int(np.argmax(bad))
+            raise ScoreError(f"{self.spec.model_version} gave a non-finite score ({scores[first]}) for "
+                             f"{int(bad.sum())} of {len(scores)} rows (first: row {first})")
+        return scores
 
 
 def open_model(spec: VariantSpec, data: bytes, n_features: int, warm_rows: tuple[int, ...] = (1, 32)) -> LoadedModel:

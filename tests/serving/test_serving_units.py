@@ -129,3 +129,56 @@ def test_oip_binary_and_json_inputs():
         parse_infer_body(head, "9999")
     with pytest.raises(ApiError, match="binary_data_size"):
         infer_features(*parse_infer_body(head + b"\0" * 8, str(len(head))), "f", 3, 10)
+
+
+def test_a_non_finite_score_is_refused_logged_against_its_variant_and_counted(tmp_path):
+    """A model that answers NaN is a model defect: the request is a 500 naming it, never a NaN
+    answer; an error record goes to the prediction log against the variant (the canary's error
+    rate), and sluice_request_errors_total counts it."""
+    from fastapi.testclient import TestClient
+
+    from bench.canary import nan_onnx
+    from tasks.datasets import load_dataset
+    from tasks.serving.app import ServingContext, create_app
+    from tasks.serving.metrics import ServerMetrics
+    from tasks.serving.schema import load_row_model
+    from tasks.serving.variants import ScoreError, Variants
+
+    n = 21
+    # NaN exactly where feature 3 >= 2 (the warm-up's random inputs in [0, 1) never are: it loads)
+    data = nan_onnx(tmp_path / "nan.onnx", np.full(n, 0.1), -1.0, feature=3, above=2.0).read_bytes()
+    spec = VariantSpec("model-v7", "models/model-v7/model.int8.onnx")
+    model = open_model(spec, data, n)
+    x = np.zeros((4, n), np.float32)
+    assert np.all(np.isfinite(model.predict(x)))
+    x[2, 3] = 5.0
+    with pytest.raises(ScoreError, match=r"model-v7 gave a non-finite score \(nan\) for 1 of 4 rows \(first: row 2\)"):
+        model.predict(x)
+
+    metrics = ServerMetrics()
+    variants = Variants(lambda: {"serving": {"champion": {"model_version": "model-v7", "artifact": spec.artifact}}},
+                        lambda version, artifact: data, n, metrics)
+    assert variants.poll() and variants.ready
+    ds = load_dataset("tasks.datasets.emails")
+    predlog = PredictionLog(tmp_path / "predictions.jsonl", 1 << 20, 2)
+    ctx = ServingContext(dataset=ds, row_model=load_row_model(ds), variants=variants, metrics=metrics,
+                         predlog=predlog, max_rows=64, max_body_bytes=1 << 20)
+    client = TestClient(create_app(ctx))
+
+    def infer(rows: np.ndarray):
+        return client.post("/v2/models/emails/infer", json={"inputs": [{
+            "name": "features", "datatype": "FP32", "shape": list(rows.shape), "data": rows.reshape(-1).tolist()}]})
+
+    ok = infer(x[:2])
+    assert ok.status_code == 200 and all(math.isfinite(v) for v in ok.json()["outputs"][0]["data"])
+    bad = infer(x)
+    assert bad.status_code == 500 and bad.json() == {"error": "model model-v7 gave a non-finite score"}
+    assert "NaN" not in bad.text and "nan" not in bad.text
+    predlog.close()
+    records = list(read_log(tmp_path / "predictions.jsonl", 2))
+    errors = [r for r in records if r.get("error")]
+    assert len(errors) == 1 and errors[0]["variant"] == "champion" and errors[0]["model_version"] == "model-v7"
+    assert errors[0]["error"].startswith("ScoreError: model-v7 gave a non-finite score")
+    assert all(math.isfinite(r["score"]) for r in records if "score" in r)
+    exposition = client.get("/metrics").text
+    assert 'sluice_request_errors_total{code="500",endpoint="infer",variant="champion"} 1.0' in exposition
