@@ -118,7 +118,7 @@ def run() -> list[Record]:
     warnings.filterwarnings("ignore")
     logging.getLogger("torch").setLevel(logging.ERROR)
     from tasks.compression.chain import CompressionData
-    from tasks.compression.slices import slices
+    from tasks.datasets.emails import slices
     from tasks.core.params import load_params
     from tasks.datasets import load_dataset
 

@@ -1,6 +1,6 @@
 """evaluate: the challenger on the gold test set, against the prod champion (a gate).
 
-The champion is scored afresh with the int8 ONNX model it serves, on the same rows.
+The champion is scored afresh with the ONNX file it serves (the registry's serving state), on the same rows.
 Passes when ROC AUC clears `evaluate.min_roc_auc` and trails the champion by at
 most `evaluate.max_regression`.
 """
@@ -28,6 +28,17 @@ def model_gate(challenger: dict[str, float], champion: dict[str, float] | None, 
     return reasons
 
 
+def champion_artifact(registry: Registry, prod: str) -> Path:
+    """The file the prod champion is served from: the serving state's pointer (older registries'
+    pointers name model.int8.onnx), else the file its model record names as served."""
+    from tasks.compression.served import served_artifact
+
+    pointer = registry.state()["serving"]["champion"]
+    if pointer and pointer["model_version"] == prod:
+        return registry.model_path(prod, pointer["artifact"].rsplit("/", 1)[-1])
+    return registry.model_path(prod, served_artifact(registry, prod))
+
+
 @step
 def evaluate(ctx: StepContext, train: TrainRecord) -> EvaluateRecord:
     p = ctx.params.evaluate
@@ -35,7 +46,7 @@ def evaluate(ctx: StepContext, train: TrainRecord) -> EvaluateRecord:
     challenger = gold_quality(predict_torch(Path(train.model), gold), gold)
     registry = Registry(ctx.settings)
     prod = registry.state()["prod_model"]
-    champion = gold_quality(predict_onnx(registry.model_path(prod, "model.int8.onnx"), gold), gold) if prod else None
+    champion = gold_quality(predict_onnx(champion_artifact(registry, prod), gold), gold) if prod else None
     reasons = model_gate(challenger, champion, p.min_roc_auc, p.max_regression)
     log(f"challenger: {fmt_quality(challenger)}; champion {prod or '(none)'}: {fmt_quality(champion)}; "
         f"{'PASS' if not reasons else 'FAIL: ' + '; '.join(reasons)}")

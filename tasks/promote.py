@@ -5,6 +5,7 @@ Reached when the canary analysis passed, or directly when there was no champion 
 """
 from __future__ import annotations
 
+from tasks.compression.served import served_artifact
 from tasks.core.records import DeployRecord, RegisterRecord
 from tasks.core.steps import StepContext, step
 from tasks.registry import Registry
@@ -15,8 +16,9 @@ def promote(ctx: StepContext, register: RegisterRecord | None = None, *, model_v
     version = model_version or (register.model_version if register else None)
     if not version:
         raise ValueError("promote needs a model version: pass --model-version or run register first")
-    result = Registry(ctx.settings).promote(version, reason=f"nightly run {ctx.run_id} passed every gate",
-                                            who="nightly_pipeline")
+    registry = Registry(ctx.settings)
+    result = registry.promote(version, reason=f"nightly run {ctx.run_id} passed every gate", who="nightly_pipeline",
+                              artifact=served_artifact(registry, version))
     return DeployRecord(**{k: result.get(k) for k in DeployRecord.model_fields if k in result})
 
 

@@ -61,13 +61,48 @@ def build_summary(run_id: str, steps: dict[str, Any], registry_state: dict[str, 
         "data_version_rows": snap.total_rows if snap else None,
         "train": pick(tr, "rows", "epochs", "world_size", "device", "final_loss", "seconds", "warm_start", "metrics"),
         "test": pick(ev, "challenger", "champion", "champion_version"),
-        "onnx": pick(cp, "fp32_bytes", "int8_bytes", "fp32", "int8", "parity_max_abs"),
+        "compression": compression_summary(cp),
         "registered": steps["register"].model_version if "register" in steps else None,
         "canary": pick(steps.get("canary_analysis"), "passed", "reasons", "champion", "model_version", "steps"),
         "prod_model": registry_state.get("prod_model"),
         "quarantine": steps["quarantine"].model_dump() if "quarantine" in steps else None,
         "failed_steps": failed_steps,
     }
+
+
+def compression_summary(cp: Any) -> dict[str, Any] | None:
+    """The compress step's choice: chain, size (and ratio to fp32), batch-1 latency, quality
+    overall and on the worst slice (gold dev), test figures beside."""
+    if cp is None:
+        return None
+    worst = None
+    if cp.slices:
+        ratios = [(q["roc_auc"] / cp.fp32_slices[k]["roc_auc"], k) for k, q in cp.slices.items()
+                  if q.get("roc_auc") == q.get("roc_auc") and (cp.fp32_slices.get(k) or {}).get("roc_auc")]
+        if ratios:
+            _, k = min(ratios)
+            worst = {"slice": k, "roc_auc": cp.slices[k]["roc_auc"], "fp32_roc_auc": cp.fp32_slices[k]["roc_auc"]}
+    return {"passed": cp.passed, "chosen": cp.chosen, "chain": [c.get("kind") for c in cp.chain],
+            "bytes": cp.bytes, "fp32_bytes": cp.fp32_bytes, "torch_bytes": cp.torch_bytes,
+            "size_ratio": cp.bytes / cp.fp32_bytes if cp.bytes else None,
+            "latency_b1_ms": cp.latency_b1_ms, "fp32_latency_b1_ms": cp.fp32_latency_b1_ms,
+            "quality": cp.quality, "fp32_quality": cp.fp32_quality, "worst_slice": worst,
+            "test": cp.test, "fp32_test": cp.fp32_test, "parity_max_abs": cp.parity_max_abs,
+            "table": cp.table, "plot": cp.plot, "seconds": cp.seconds}
+
+
+def compression_lines(c: dict[str, Any] | None) -> list[str]:
+    if not c:
+        return []
+    if not c["chosen"]:
+        return [f"  compressed     none chosen; fp32 ONNX {c['fp32_bytes']:,} B  (table {c['table']})"]
+    worst = c["worst_slice"]
+    worst_text = (f", worst slice {worst['slice']} {worst['roc_auc']:.3f} (fp32 {worst['fp32_roc_auc']:.3f})"
+                  if worst else "")
+    return [f"  compressed     {c['chosen']}: {c['bytes']:,} B ({c['size_ratio']:.2f} x fp32 {c['fp32_bytes']:,} B), "
+            f"batch-1 {c['latency_b1_ms']:.3f} ms (fp32 {c['fp32_latency_b1_ms']:.3f} ms)",
+            f"                 dev ROC AUC {c['quality']['roc_auc']:.3f} (fp32 {c['fp32_quality']['roc_auc']:.3f})"
+            f"{worst_text}; test {fmt_quality(c['test'])}  (parity {c['parity_max_abs']:.1e})"]
 
 
 def render_text(s: dict[str, Any]) -> str:
@@ -112,10 +147,7 @@ def render_text(s: dict[str, Any]) -> str:
         lines.append(f"  test (gold)    challenger {fmt_quality(s['test']['challenger'])}")
         if s["test"]["champion"]:
             lines.append(f"                 champion {s['test']['champion_version']} {fmt_quality(s['test']['champion'])}")
-    if s["onnx"]:
-        o = s["onnx"]
-        lines.append(f"  onnx fp32      {o['fp32_bytes']:,} B  {fmt_quality(o['fp32'])}  (parity {o['parity_max_abs']:.1e})")
-        lines.append(f"  onnx int8      {o['int8_bytes']:,} B  {fmt_quality(o['int8'])}")
+    lines += compression_lines(s.get("compression"))
     lines.append(f"  registered     {s['registered'] or '(none this run)'}")
     lines += canary_lines(s.get("canary"))
     lines.append(f"  prod model     {s['prod_model'] or '(none)'}")

@@ -9,6 +9,7 @@ second identical rollback changes nothing. The `rollback` DAG runs this step.
 """
 from __future__ import annotations
 
+from tasks.compression.served import served_artifact
 from tasks.core.records import RollbackRecord
 from tasks.core.steps import StepContext, step
 from tasks.registry import Registry
@@ -19,7 +20,9 @@ from tasks.registry import Registry
             "reason": "why (required; recorded in the audit log)", "who": "who asked (recorded in the audit log)"})
 def rollback(ctx: StepContext, *, data_version: str | None = None, model_version: str | None = None,
              reason: str = "", who: str = "cli") -> RollbackRecord:
-    out = Registry(ctx.settings).rollback(data_version, model_version, reason, who=who)
+    registry = Registry(ctx.settings)
+    artifact = served_artifact(registry, model_version) if model_version else None   # the file it is served from
+    out = registry.rollback(data_version, model_version, reason, who=who, artifact=artifact)
     return RollbackRecord(changed=out["changed"], before=out["from"], after=out["to"], commit=out.get("commit"),
                           retired_challenger=out.get("retired_challenger"))
 

@@ -1,7 +1,7 @@
 """Model compression: ONNX export, the compression techniques, their search and gate.
 
-Today the `compress` step (tasks/compress.py) exports ONNX and quantizes it to int8; this
-package holds the library the step will call (issue: compression):
+The `compress` step (tasks/compress.py) runs the search over params.yaml `compress.candidates`
+and registers the chosen model as the served artifact; this package is its library:
 
     config.py     validated technique configs (frozen pydantic), short forms ("prune(0.5)"),
                   chain order, CompressionSearchConfig (ready to be params.yaml's `compress`)
@@ -15,5 +15,8 @@ package holds the library the step will call (issue: compression):
     distil.py     knowledge distillation into a smaller MLP
     finetune.py   training on soft targets (recovery fine-tune, distillation)
     search.py     measure, pareto_front, choose, gate, run_search
-    slices.py     the emails dataset's slices of gold rows
+    served.py     the served artifact's stable name and how a model version names it
+    plot.py       the Pareto plot of a search (a hand-written SVG: no plotting library needed)
+
+Slices of the gold rows come from the dataset plug-in (`slices(df)`, tasks/datasets).
 """

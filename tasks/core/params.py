@@ -16,6 +16,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, ValidationInfo, \
     field_validator
 
+from tasks.compression.config import ChainSpec, CompressionSearchConfig, parse_chain
+from tasks.compression.errors import CompressionError
 from tasks.core.settings import REPO_ROOT, Settings
 from tasks.core.versions import DATA_VERSION_PATTERN
 
@@ -114,11 +116,36 @@ class EvaluateParams(Section):
     """The challenger may trail the prod champion's ROC AUC by at most this."""
 
 
-class CompressParams(Section):
-    max_roc_auc_drop: Unit = 0.02
-    """int8 ONNX vs the fp32 model on the gold test set."""
-    parity_atol: float = Field(1e-4, gt=0, le=0.1)
-    """fp32 ONNX vs torch, max abs difference of probabilities."""
+# The nightly demo's candidates: each technique once and one chain, sized so the step stays well
+# under a minute on 2 cores for the demo model. The full list (every technique alone and chained)
+# is tasks.compression.config.DEFAULT_CANDIDATES, which bench/compression.py runs.
+DEMO_CANDIDATES = (("int8_dynamic",), ("int8_static",), ("fp16",), ("lowrank(4)",),
+                   ("prune_structured(0.5)", "int8_dynamic"))
+
+
+class CompressParams(Section, CompressionSearchConfig):
+    """The compress step's search (tasks/compression, CompressionSearchConfig): the chains tried on
+    the trained model, how one is chosen (quality floor overall and per slice on the gold dev set,
+    latency budget, smallest on the size/latency Pareto front) and the gate (fp32 parity with torch)."""
+    candidates: tuple[ChainSpec, ...] = Field(DEMO_CANDIDATES, min_length=1)
+    """Chains to try, each a list of techniques (short form "prune_structured(0.5)" or a dict with
+    `kind`); the uncompressed fp32 export is always measured too (the reference, and the fallback)."""
+    tune_rows: StrictInt = Field(2000, ge=16, le=1_000_000)
+    """Training rows (a seeded sample of the data version's labeled rows) for recovery fine-tunes,
+    distillation and static int8 calibration."""
+    latency_repeats: StrictInt = Field(20, ge=3, le=10_000)
+    """Timed runs per latency figure (the median is reported)."""
+
+    @field_validator("candidates")
+    @classmethod
+    def _chains_parse(cls, v: tuple) -> tuple:
+        """Each chain parses and is in order; the error names the chain (the key is compress.candidates)."""
+        for i, chain in enumerate(v):
+            try:
+                parse_chain(list(chain))
+            except CompressionError as exc:
+                raise ValueError(f"candidate {i} {list(chain)}: {exc}") from None
+        return v
 
 
 class ServingParams(Section):

@@ -117,16 +117,37 @@ class EvaluateRecord(GateRecord):
 
 
 class CompressRecord(GateRecord):
+    """The compression search's outcome: the chosen candidate (the file serving loads), its figures
+    on the gold dev set (what it was chosen on) and test set (reported), the fp32 baseline's, the gate."""
     reasons: list[str]
+    chosen: str | None
+    """The chosen candidate's name, e.g. prune_structured(0.5)+int8_dynamic ("fp32": uncompressed)."""
+    chain: list[dict[str, Any]]
+    """Its techniques' configs in order (as in the ONNX file's `sluice.compression` metadata)."""
+    path: str | None
+    """runs/<run_id>/compress/model.served.onnx: the chosen file, what register stores as served."""
+    bytes: int | None
+    quality: Quality | None
+    """Gold dev set, overall."""
+    slices: dict[str, Quality]
+    """Gold dev set, per slice of the dataset plug-in (empty: the plug-in has none)."""
+    test: Quality | None
+    """Gold test set (reported, never used to choose)."""
+    latency_b1_ms: float | None
+    latency_b256_ms: float | None
     parity_max_abs: float
-    fp32: Quality
-    int8: Quality
-    torch_bytes: int
-    fp32_bytes: int
-    int8_bytes: int
-    int8_ops: dict[str, int]
+    """max |P_torch - P_onnx| of the fp32 exports (the baseline and the chosen chain's torch-side model)."""
     fp32_path: str
-    int8_path: str
+    fp32_bytes: int
+    fp32_quality: Quality
+    fp32_slices: dict[str, Quality]
+    fp32_test: Quality
+    fp32_latency_b1_ms: float
+    torch_bytes: int
+    table: str
+    """compress/candidates.json: every candidate's row (metrics, why not chosen)."""
+    plot: str | None
+    seconds: float
 
 
 class RejectRecord(Record):

@@ -13,6 +13,12 @@ A dataset module provides (checked when it is loaded):
     RAW_CONTRACT      contract (a name in data_contracts/, or a path to a .json suite) of landing batches
     LABELED_CONTRACT  contract of labeled batches
 
+Optional:
+
+    slices(df)        gold rows -> {slice name: boolean mask over df's rows}; the compress step
+                      holds every compressed candidate to its quality floor on each slice as well
+                      as overall (without it, only the overall figures are gated)
+
 See docs/datasets.md for adding one.
 """
 from __future__ import annotations

@@ -55,3 +55,15 @@ def featurize(df: pd.DataFrame) -> np.ndarray:
     x = np.concatenate(parts, axis=1) if len(df) else np.zeros((0, len(FEATURE_NAMES)), np.float32)
     assert x.shape[1] == len(FEATURE_NAMES)
     return x
+
+
+def slices(df: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Slices of gold rows every compressed model must hold up on (the compress step's floor):
+    name -> boolean mask over df's rows. The data has no `html` column: its `format` flag
+    (1: HTML, 0: plain text) is that split; `number` (none/small/big) the other."""
+    fmt = df["format"].to_numpy()
+    out = {"format=html": fmt == 1, "format=plain": fmt == 0}
+    number = df["number"].astype(str).to_numpy()
+    for value in CATEGORY_COLUMNS["number"]:
+        out[f"number={value}"] = number == value
+    return {k: np.asarray(v, dtype=bool) for k, v in out.items()}

@@ -6,7 +6,7 @@ import pytest
 from tasks.compression.chain import apply_chain
 from tasks.compression.search import choose, gate, gate_reasons, measure, pareto_front, probe_inputs, \
     quality_shortfalls
-from tasks.compression.slices import slices
+from tasks.datasets.emails import slices
 
 
 def _row(name, size, lat, auc, slice_auc=None, baseline=False):

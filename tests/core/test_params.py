@@ -31,6 +31,11 @@ def test_none_override_keeps_file_value():
     ("surprise: {}\n", "unknown section"),
     ("scaling:\n  profile: huge\n", "scaling.profile"),
     ("scaling:\n  profiles: {smoke: {nodes: 0, gpus_per_node: 1}}\n", "scaling.profiles.smoke"),
+    ("compress:\n  candidates: [[int8_dynamic, prune(0.5)]]\n", "compress.candidates"),
+    ("compress:\n  candidates: [[distil(0)]]\n", "compress.candidates"),
+    ("compress:\n  candidates: []\n", "compress.candidates"),
+    ("compress:\n  floor_ratio: 1.5\n", "compress.floor_ratio"),
+    ("compress:\n  max_roc_auc_drop: 0.02\n", "unknown key"),
 ])
 def test_bad_values_name_the_key(tmp_path, text, key):
     path = tmp_path / "params.yaml"
@@ -42,3 +47,11 @@ def test_bad_values_name_the_key(tmp_path, text, key):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(ParamsError, match="not found"):
         load_params(tmp_path / "nope.yaml")
+
+
+def test_compress_section_is_the_search_config():
+    from tasks.compression.config import CompressionSearchConfig
+
+    c = load_params().compress
+    assert isinstance(c, CompressionSearchConfig) and c.floor_ratio <= 1 and c.parity_atol > 0
+    assert all(chain for chain in c.chains())

@@ -43,7 +43,8 @@ def test_two_nightly_batches_accumulate_versions(airflow_home):
     second = reg.model_version_info(state["prod_model"])
     assert state["prod_model"] == "model-v2" and second["data_version"] == "data-v2"
     assert second["parent_model"] == "model-v1" and second["params_hash"] and second["code_commit"]
-    assert second["metrics"]["onnx_int8"]["roc_auc"] > 0.7
+    assert second["metrics"]["onnx_served"]["roc_auc"] > 0.7
+    assert second["compression"]["artifact"] == "model.served.onnx" and second["compression"]["chosen"]
 
     states = task_states(settings, run2)
     taken = ["ingest", "validate_raw", "weak_label", "validate_labeled", "snapshot", "train", "evaluate",
@@ -61,13 +62,14 @@ def test_two_nightly_batches_accumulate_versions(airflow_home):
     assert s["train"]["warm_start"] == "model-v1"                        # incremental: from the prod model
     m = s["train"]["metrics"]                                            # from train/metrics.jsonl
     assert m["median_samples_per_s"] > 0 and m["median_grad_var_relative"] >= 0 and m["peak_rss_mb"] > 0
-    assert s["onnx"]["int8_bytes"] < s["onnx"]["fp32_bytes"]
+    assert s["compression"]["chosen"] and s["compression"]["bytes"] <= s["compression"]["fp32_bytes"]
+    assert state["serving"]["champion"]["artifact"] == "models/model-v2/model.served.onnx"
     assert s["test"]["champion_version"] == "model-v1"
     canary = s["canary"]                                      # real HTTP traffic, judged step by step
     assert canary["passed"] and [st["weight"] for st in canary["steps"]] == [50, 100], canary
     assert canary["steps"][-1]["metrics"]["challenger"]["requests"] > canary["steps"][0]["metrics"]["challenger"]["requests"]
     text = (settings.layout.run_dir(run2) / "summary.txt").read_text()
-    for needle in ("ROC AUC", "F1", "coverage", "data-v2", "final loss", "train metrics", "onnx int8", "model-v2"):
+    for needle in ("ROC AUC", "F1", "coverage", "data-v2", "final loss", "train metrics", "compressed", "model-v2"):
         assert needle in text
     # Both landing batches were archived, none left waiting.
     assert sorted(p.name for p in settings.layout.archive.iterdir()) == ["batch-0001.csv", "batch-0002.csv"]

@@ -1,14 +1,30 @@
+"""The compress step: the search over params.yaml compress.candidates on a real trained demo model,
+the choice on the gold dev set (floor overall and per slice), the gate, the table and the plot."""
+import json
+
 import numpy as np
+import pytest
 import torch
 
-from tasks.compress import count_ops, export_onnx, quantize_int8
+from tasks.compress import compress
+from tasks.compression.export import read_metadata
+from tasks.core.params import ParamsError, load_params
+from tasks.core.records import TrainRecord
+from tasks.core.steps import StepContext
+from tasks.datasets.demo_feed import DemoFeed
 from tasks.datasets.emails import FEATURE_NAMES, featurize
-from tasks.evaluation.scoring import gold_quality, predict_onnx, predict_torch
+from tasks.registry import Registry
 from tasks.training.model import SpamMLP, save_model
 
+FAST = {"candidates": [["int8_dynamic"], ["fp16"], ["prune_structured(0.5)", "int8_dynamic"]],
+        "fine_tune_epochs": 1, "latency_repeats": 5, "tune_rows": 500}
 
-def test_export_quantize_parity_and_quality(emails, tmp_path):
-    train, test = emails.iloc[:3000], emails.iloc[3000:]
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, emails):
+    """A demo-size SpamMLP trained on the first 2,500 source rows (gold labels as weak labels)."""
+    path = tmp_path_factory.mktemp("model") / "model.pt"
+    train = emails.iloc[:2500]
     x, y = torch.from_numpy(featurize(train)), torch.tensor(train["spam"].to_numpy(), dtype=torch.float32)
     torch.manual_seed(0)
     model = SpamMLP(len(FEATURE_NAMES), (32, 16))
@@ -18,19 +34,99 @@ def test_export_quantize_parity_and_quality(emails, tmp_path):
         opt.zero_grad()
         torch.nn.functional.binary_cross_entropy_with_logits(model(x), y).backward()
         opt.step()
-    save_model(model, str(tmp_path / "model.pt"))
+    save_model(model, str(path))
+    return path, train
 
-    fp32 = export_onnx(tmp_path / "model.pt", tmp_path / "model.fp32.onnx")
-    int8 = quantize_int8(fp32, tmp_path / "model.int8.onnx")
-    p_torch = predict_torch(tmp_path / "model.pt", test)
-    p_fp32, p_int8 = predict_onnx(fp32, test), predict_onnx(int8, test)
-    assert np.max(np.abs(p_fp32 - p_torch)) < 1e-5
-    # Structure: every Linear became an integer MatMul fed by a dynamic quantizer.
-    ops = count_ops(int8)
-    assert ops.get("MatMulInteger") == 3 and ops.get("DynamicQuantizeLinear") == 3 and "MatMul" not in ops
-    assert int8.stat().st_size < fp32.stat().st_size
-    q32, q8 = gold_quality(p_fp32, test), gold_quality(p_int8, test)
-    assert q32["roc_auc"] > 0.85 and abs(q32["roc_auc"] - q8["roc_auc"]) < 0.02
-    # Dynamic batch: one row at a time gives the same answers as the whole batch (fp32).
-    one = np.array([predict_onnx(fp32, test.iloc[[i]])[0] for i in range(5)])
-    np.testing.assert_allclose(one, p_fp32[:5], rtol=1e-5, atol=1e-7)
+
+@pytest.fixture
+def home(settings, trained, tmp_path):
+    """Gold dev/test sets, a data version holding the training rows, and the train step's record."""
+    path, train = trained
+    layout = settings.layout.ensure()
+    DemoFeed(layout, load_params().demo).ensure_gold()
+    part = tmp_path / "part.parquet"
+    train.assign(label=train["spam"], label_prob=train["spam"].astype(float)).drop(columns=["spam"]) \
+        .to_parquet(part, index=False)
+    version = Registry(settings).snapshot({"batch-0001": part}, {"rows_by_batch": {"batch-0001": len(train)}})
+    record = TrainRecord(data_version=version["data_version"], rows=len(train), partitions=1, epochs=1, world_size=1,
+                         device="cpu", final_loss=0.1, seconds=1.0, resumed_from_step=None, steps=1,
+                         n_parameters=1, warm_start=None, metrics={}, model=str(path), outputs=str(path.parent))
+    return settings, record
+
+
+def run(settings, record, run_id="r1", **compress_params):
+    ctx = StepContext.create(run_id, settings, overrides={"compress": {**FAST, **compress_params}})
+    return compress(ctx, train=record)
+
+
+def test_search_table_choice_gate_and_lineage(home):
+    settings, record = home
+    rec = run(settings, record)
+    assert rec.passed and rec.reasons == [], rec.reasons
+    table = json.loads(open(rec.table).read())
+    names = [r["name"] for r in table["rows"]]
+    assert names == ["fp32", "int8_dynamic", "fp16", "prune_structured(0.5)+int8_dynamic"]   # every candidate
+    for r in table["rows"]:
+        assert r["size_bytes"] > 0 and r["latency_b1_ms"] > 0 and r["latency_b256_ms"] > 0
+        assert 0.5 < r["overall"]["roc_auc"] <= 1 and set(r["slices"]) == set(table["slices"])
+        assert r["chosen"] == (r["name"] == rec.chosen) and (r["why_not"] is None) == r["chosen"]
+    assert set(table["slices"]) == {"format=html", "format=plain", "number=none", "number=small", "number=big"}
+    base = table["rows"][0]
+    # The chosen one keeps the floor overall and on every slice (a one-class slice cannot be judged).
+    assert rec.quality["roc_auc"] >= 0.99 * base["overall"]["roc_auc"]
+    for name, q in base["slices"].items():
+        if q["roc_auc"] == q["roc_auc"]:
+            assert rec.slices[name]["roc_auc"] >= 0.99 * q["roc_auc"], name
+    assert rec.bytes <= rec.fp32_bytes and rec.parity_max_abs <= 1e-4
+    assert rec.test["n"] > 0 and rec.fp32_test["n"] == rec.test["n"]          # test figures reported
+    assert rec.latency_b1_ms > 0 and rec.latency_b256_ms > 0
+    # The record's chain is the one the served file carries in its metadata.
+    meta = read_metadata(rec.path)
+    assert meta["chain"] == rec.chain and meta["name"] == rec.chosen
+    assert meta["data_version"] == record.data_version and meta["parent"] == "model.fp32.onnx"
+    assert [c["kind"] for c in rec.chain] == ([] if rec.chosen == "fp32" else
+                                              [p.split("(")[0] for p in rec.chosen.split("+")])
+    svg = open(rec.plot).read()
+    assert svg.startswith("<svg") and all(n in svg for n in names)
+
+
+def test_unreachable_floor_fails_the_gate_naming_it(home):
+    settings, record = home
+    rec = run(settings, record, "r2", candidates=[["int8_dynamic"]], parity_atol=1e-12)
+    assert not rec.passed and any("differs from torch" in r for r in rec.reasons)
+    rec = run(settings, record, "r3", candidates=[["int8_dynamic"]], latency_budget_ms=1e-6)
+    assert not rec.passed and rec.chosen is None and rec.path is None
+    assert "no candidate passes the selection" in rec.reasons[0] and "latency" in rec.reasons[0]
+
+
+@pytest.mark.parametrize("candidates, fragment", [
+    ([["int8_dynamic", "prune(0.5)"]], "out of order"),
+    ([["prune(1.5)"]], "ratio"),
+    ([["quantum"]], "unknown kind"),
+    ([["int8_dynamic", "fp16"]], "both change the precision"),
+])
+def test_bad_chain_in_params_names_the_key(tmp_path, candidates, fragment):
+    path = tmp_path / "params.yaml"
+    path.write_text(json.dumps({"compress": {"candidates": candidates}}))
+    with pytest.raises(ParamsError, match=r"compress\.candidates") as exc:
+        load_params(path)
+    assert fragment in str(exc.value)
+
+
+def test_served_artifact_name_from_the_model_record():
+    from tasks.compression.served import SERVED_NAME, served_artifact_of
+    from tasks.registry import SERVED_ARTIFACT
+
+    assert served_artifact_of({"compression": {"artifact": SERVED_NAME}}) == SERVED_NAME
+    assert served_artifact_of({"artifacts": {SERVED_NAME: {}}}) == SERVED_NAME
+    assert served_artifact_of({"artifacts": {"model.int8.onnx": {}}}) == SERVED_ARTIFACT   # older versions
+
+
+def test_probe_gives_finite_outputs(home):
+    settings, record = home
+    rec = run(settings, record, "r4", candidates=[["fp16"]])
+    from tasks.compression.export import open_session, predict
+    from tasks.compression.search import probe_inputs
+
+    out = predict(open_session(rec.path), probe_inputs(np.zeros((2, len(FEATURE_NAMES)), np.float32)))
+    assert np.isfinite(out).all()
