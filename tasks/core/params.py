@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import typing
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -268,12 +269,13 @@ def _explain(source: str, exc: ValidationError) -> str:
         key = ".".join(str(p) for p in e["loc"])
         if e["type"] == "extra_forbidden":
             section = e["loc"][:-1]
-            model: type[BaseModel] = Params
-            for part in section:
-                model = model.model_fields[str(part)].annotation  # type: ignore[assignment]
-            known = sorted(model.model_fields)
+            model: Any = Params
+            for part in section:          # walk down to the model that refused the key (dicts: their values)
+                field = getattr(model, "model_fields", {}).get(str(part))
+                model = field.annotation if field else (typing.get_args(model) or (None, None))[-1]
+            known = sorted(getattr(model, "model_fields", {}))
             what = "unknown section" if not section else "unknown key"
-            lines.append(f"{source}: {key}: {what}; known: {known}")
+            lines.append(f"{source}: {key}: {what}" + (f"; known: {known}" if known else ""))
         else:
             lines.append(f"{source}: {key}: {e['msg']} (got {e.get('input')!r})")
     return "\n".join(lines)

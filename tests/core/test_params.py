@@ -55,3 +55,20 @@ def test_compress_section_is_the_search_config():
     c = load_params().compress
     assert isinstance(c, CompressionSearchConfig) and c.floor_ratio <= 1 and c.parity_atol > 0
     assert all(chain for chain in c.chains())
+
+
+@pytest.mark.parametrize("text, message", [
+    ("train:\n  lr: 1e-3\n", None),                                   # YAML 1.1 would read a string
+    ("train: [\n", "not valid YAML"),
+    ("compress:\n  parity_atol: .inf\n", "compress.parity_atol"),     # would turn the parity gate off
+    ("train:\n  nproc: 100000\n", "train.nproc"),
+    ("scaling:\n  profiles: {smoke: {nodes: 1, gpus_per_node: 1, gpu: 2}}\n", "scaling.profiles.smoke.gpu: unknown key"),
+])
+def test_values_are_read_as_meant_or_refused_by_key(tmp_path, text, message):
+    path = tmp_path / "params.yaml"
+    path.write_text(text)
+    if message is None:
+        assert load_params(path).train.lr == 0.001
+    else:
+        with pytest.raises(ParamsError, match=message.replace(".", r"\.")):
+            load_params(path)
