@@ -55,15 +55,34 @@ def quarantine(ctx: StepContext, ingest: IngestRecord, validate_raw: ContractRec
 
 
 def readmit(settings: Settings, batch_id: str) -> Path:
-    """Put a (fixed) quarantined batch back in landing/; its report stays in quarantine/."""
+    """Put a (fixed) quarantined batch back in landing/; its report stays in quarantine/.
+
+    `batch_id` must be a batch id (the registry's BATCH_ID), and the file moved must lie inside
+    quarantine/<batch_id>/ once links are resolved: nothing outside the quarantine is moved."""
+    from tasks.ingest import forget_batch
+    from tasks.registry import BATCH_ID
+
+    if not isinstance(batch_id, str) or not BATCH_ID.fullmatch(batch_id):
+        raise ValueError(f"{batch_id!r} is not a batch id (letters, digits, '.', '_', '-', starting with a "
+                         f"letter or digit; no paths)")
     layout: StateLayout = settings.layout.ensure()
+    root = layout.quarantine.resolve()
     folder = layout.quarantine / batch_id
-    files = [p for p in folder.glob(f"{batch_id}.*") if p.suffix in (".csv", ".parquet")] if folder.is_dir() else []
+    if folder.exists() and folder.resolve().parent != root:
+        raise ValueError(f"quarantine/{batch_id} leads outside {root} (to {folder.resolve()}): refusing to move it")
+    files = sorted(p for p in folder.glob(f"{batch_id}.*")
+                   if p.suffix in (".csv", ".parquet") and p.name == f"{batch_id}{p.suffix}") if folder.is_dir() else []
     if not files:
         raise FileNotFoundError(f"no quarantined batch {batch_id!r} in {layout.quarantine}")
-    target = layout.landing / files[0].name
-    shutil.move(str(files[0]), target)
+    source = files[0]
+    if source.is_symlink() or not source.is_file() or source.resolve().parent != root / batch_id:
+        raise ValueError(f"{source} is not a plain file inside {root / batch_id}: refusing to move it")
+    target = layout.landing / source.name
+    if target.exists():
+        raise FileExistsError(f"{target} is already waiting: refusing to overwrite it")
+    shutil.move(str(source), target)
     atomic_write_json(folder / "readmitted.json", {"to": str(target)})
+    forget_batch(layout, target.name)
     return target
 
 
@@ -77,8 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--readmit", metavar="BATCH_ID", help="move the batch back to landing/ for the next run")
     args = parser.parse_args(argv)
     settings = Settings.from_env()
-    if args.readmit:
-        print(f"re-admitted to {readmit(settings, args.readmit)}")
+    if args.readmit is not None:
+        try:
+            target = readmit(settings, args.readmit)
+        except (ValueError, FileNotFoundError, FileExistsError) as exc:
+            parser.error(str(exc))              # exit 2, one line
+        print(f"re-admitted to {target}")
         return 0
     for report in sorted(settings.layout.quarantine.glob("*/report.json")):
         r = json.loads(report.read_text())
