@@ -44,7 +44,7 @@ down: $(STAMP)
 status: $(STAMP)
 	$(PY) -m ops status
 
-# Removes all local state (registry, DVC remote, runs, Airflow DB) after stopping the services.
+# Removes all local state (registry, DVC remote, runs, Airflow DB) after stopping the services;
+# `python -m ops clean-state` refuses a SLUICE_HOME without the .sluice-home marker the pipeline writes.
 clean-state: $(STAMP)
-	-$(PY) -m ops down
-	rm -rf $${SLUICE_HOME:-.sluice}
+	$(PY) -m ops clean-state

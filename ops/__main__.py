@@ -4,18 +4,21 @@
   down    stop them (SIGTERM, then SIGKILL of each process group)
   status  say whether they are running
   run     run nightly_pipeline once through the scheduler (triggered via the REST API), print the summary
+  clean-state  stop them and delete SLUICE_HOME, only if it carries the marker file .sluice-home
 """
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
+from pathlib import Path
 from datetime import datetime, timezone
 
 from ops.airflow_env import ADMIN_USER, ensure_secrets
 from ops.services import AirflowServices, ApiClient, stop_groups
-from tasks.core.settings import Settings
+from tasks.core.settings import HOME_MARKER, Settings
 
 DAG_ID = "nightly_pipeline"
 
@@ -57,6 +60,45 @@ def cmd_status(settings: Settings) -> int:
     return 0 if running else 3
 
 
+def clean_state_refusal(home: Path) -> str | None:
+    """Why `home` must not be deleted, or None. Only a folder StateLayout.ensure() made (it writes the
+    marker) is deleted; never a filesystem root, the user's home or a folder that holds this checkout."""
+    from tasks.core.settings import REPO_ROOT
+
+    home = Path(home)
+    if home.is_symlink():
+        return f"{home} is a symbolic link"
+    resolved = home.resolve()
+    if resolved == Path(resolved.anchor) or resolved == Path.home().resolve() or REPO_ROOT.is_relative_to(resolved):
+        return f"{resolved} is a filesystem root, your home folder or holds this checkout"
+    if not resolved.is_dir():
+        return f"{resolved} is not a folder"
+    if not (resolved / HOME_MARKER).is_file():
+        return (f"{resolved} has no {HOME_MARKER} marker, so it is not known to be a Sluice home "
+                f"(if it is one from before the marker, `touch {resolved / HOME_MARKER}` and run again)")
+    return None
+
+
+def cmd_clean_state(settings: Settings) -> int:
+    home = settings.home
+    if not home.exists() and not home.is_symlink():
+        print(f"nothing to remove: {home} does not exist")
+        return 0
+    why = clean_state_refusal(home)
+    if why:
+        print(f"refusing to delete SLUICE_HOME: {why}", file=sys.stderr)
+        return 2
+    if (settings.layout.airflow_home / "services.json").exists():
+        try:
+            cmd_down(settings)
+        except Exception as exc:  # noqa: BLE001 - a stale state file must not keep the folder
+            print(f"stopping the services failed ({type(exc).__name__}: {exc}); removing the state anyway",
+                  file=sys.stderr)
+    shutil.rmtree(home)
+    print(f"removed {home}")
+    return 0
+
+
 def run_pipeline(client: ApiClient, settings: Settings, conf: dict, timeout_s: float) -> tuple[str, str]:
     client.wait_for_dag(DAG_ID)
     client.unpause(DAG_ID)
@@ -93,11 +135,14 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("up", help="start the Airflow services on 127.0.0.1")
     sub.add_parser("down", help="stop them")
     sub.add_parser("status", help="are they running?")
+    sub.add_parser("clean-state", help=f"stop them and delete SLUICE_HOME (only with its {HOME_MARKER} marker)")
     run = sub.add_parser("run", help="run nightly_pipeline once, end to end, and print the summary")
     run.add_argument("--conf", default="{}", help='run Params as JSON, e.g. \'{"epochs": 10}\'')
     run.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the run (default 1800)")
     args = parser.parse_args(argv)
     settings = Settings.from_env()
+    if args.command == "clean-state":
+        return cmd_clean_state(settings)          # before ensure(): it would write the marker
     settings.layout.ensure()
     if args.command == "up":
         return cmd_up(settings)

@@ -4,25 +4,65 @@ One function builds it for `make run`, `make up`, the tests and the benchmarks:
 project-local airflow.cfg, AIRFLOW_HOME under SLUICE_HOME, SQLite there unless
 AIRFLOW__DATABASE__SQL_ALCHEMY_CONN is already set, secrets generated on first
 use into git-ignored files (never committed), API on 127.0.0.1.
+
+AIRFLOW_HOME is made mode 0700; each secret file is written atomically with mode 0600
+(temp file, chmod, fsync, rename: a crash leaves no empty secret) and refused on read
+when its group or others may read it.
 """
 from __future__ import annotations
 
 import json
 import os
 import secrets
+import stat
 from pathlib import Path
 
+from tasks.core.files import atomic_write_with
+from tasks.core.log import log
 from tasks.core.settings import REPO_ROOT, Settings
 
 ADMIN_USER = "admin"
 
 
+class SecretFileError(PermissionError):
+    """A secret file is readable by others than its owner."""
+
+
+def private_dir(path: Path) -> Path:
+    """`path` made (or narrowed to) mode 0700: it holds secrets, the metadata DB and the logs."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    if path.stat().st_mode & 0o077:
+        os.chmod(path, 0o700)
+    return path
+
+
+def check_private(path: Path) -> None:
+    mode = path.stat().st_mode
+    if mode & 0o077:
+        raise SecretFileError(f"{path} holds a secret but its mode is {stat.S_IMODE(mode):04o} (group or others "
+                              f"may read it): run `chmod 600 {path}`, or delete it to generate a new one")
+
+
+def _write_secret(path: Path, text: str) -> None:
+    def write(tmp: Path) -> None:
+        os.chmod(tmp, 0o600)               # before any byte of the secret is written, and before the rename
+        tmp.write_text(text)
+
+    atomic_write_with(path, write)
+
+
 def _secret_file(path: Path, make) -> str:
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(make())
+    private_dir(path.parent)
+    if path.is_symlink():
+        raise SecretFileError(f"{path} is a symbolic link: a secret file must be a plain file")
+    if path.exists():
+        check_private(path)
+        text = path.read_text()
+        if text.strip():
+            return text
+        log(f"{path} is empty (an interrupted first write): generating it again")
+    _write_secret(path, make())
+    check_private(path)
     return path.read_text()
 
 

@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
+from urllib.parse import urlsplit
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -18,6 +19,34 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_HOME = REPO_ROOT / ".sluice"
 PREFIX = "SLUICE_"
+HOME_MARKER = ".sluice-home"         # written by StateLayout.ensure(); `python -m ops clean-state` needs it
+
+# user:password@ (or a bare token as the user) right after a URL's scheme
+_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s@]+)@")
+# tokens that git hosts accept as the user part of an https URL (GitHub, GitLab)
+_TOKEN_USER = re.compile(r"^(gh[pousr]_|github_pat_|glpat-|x-access-token|x-token-auth|oauth2)", re.IGNORECASE)
+
+
+def redact(url: object) -> str:
+    """`url` (or any text holding URLs) with the user and password of every URL replaced by ***:
+    use it wherever a URL goes into an error, a log line or a record."""
+    return _USERINFO.sub(lambda m: f"{m['scheme']}***@", str(url))
+
+
+def url_credentials_error(url: str) -> str | None:
+    """Why `url` must not be used (it carries a password or a token), or None."""
+    if not url or "://" not in url:
+        return None
+    try:
+        parts = urlsplit(url)
+        password, user = parts.password, parts.username
+    except ValueError:
+        return f"is not a valid URL ({redact(url)})"
+    if password is not None or (user and _TOKEN_USER.match(user)):
+        return (f"carries credentials in the URL ({redact(url)}); they would reach error messages, task logs, "
+                f"pod arguments and XCom. Give git its credentials with a credential helper "
+                f"(git config credential.helper; in Kubernetes from a Secret), and S3 keys as AWS_* from a Secret")
+    return None
 
 
 class SettingsError(ValueError):
@@ -63,7 +92,15 @@ class Settings(BaseSettings):
     @classmethod
     def _remote(cls, v: str) -> str:
         if v and "://" in v and not v.startswith("s3://"):
-            raise ValueError(f"must be a local path or s3://bucket/prefix, got {v!r}")
+            raise ValueError(f"must be a local path or s3://bucket/prefix, got {redact(v)!r}")
+        return v
+
+    @field_validator("dvc_remote", "registry_url", "registry_git_remote", "s3_endpoint_url", "train_out_uri")
+    @classmethod
+    def _no_credentials(cls, v: str) -> str:
+        why = url_credentials_error(v)
+        if why:
+            raise ValueError(why)
         return v
 
     @field_validator("train_backend")
@@ -151,6 +188,10 @@ class StateLayout:
     def ensure(self) -> "StateLayout":
         for p in (self.landing, self.archive, self.quarantine, self.gold, self.runs):
             p.mkdir(parents=True, exist_ok=True)
+        # The marker says "this folder is a Sluice home": `python -m ops clean-state` deletes nothing without it.
+        marker = self.home / HOME_MARKER
+        if not marker.exists():
+            marker.write_text("This folder is a Sluice home (SLUICE_HOME): `make clean-state` may delete it.\n")
         return self
 
 

@@ -52,8 +52,14 @@ class KubernetesTraining:
     s3_endpoint_url: str = ""                     # an S3-compatible store's endpoint, as the pods reach it
 
     def __post_init__(self) -> None:
+        from tasks.core.settings import url_credentials_error
+
         if self.nodes < 1 or self.gpus_per_node < 1:
             raise ValueError(f"nodes ({self.nodes}) and gpus_per_node ({self.gpus_per_node}) must be >= 1")
+        for name in ("registry_url", "s3_endpoint_url"):      # they go into pod arguments and XCom
+            why = url_credentials_error(getattr(self, name))
+            if why:
+                raise ValueError(f"{name} {why}")
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None, profile: str | None = None) -> "KubernetesTraining":
