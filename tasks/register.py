@@ -2,14 +2,16 @@
 
 Artifacts: model.pt, model.fp32.onnx and the compress step's chosen file as model.served.onnx
 (the one serving loads, whatever chain made it). Lineage recorded with it: data version, code
-commit, params hash, parent (the prod model it was compared with), metrics, and `compression`:
+commit, params hash, parent (the prod model it was compared with), metrics, `compression`:
 the served artifact's name, the chosen chain with its configs, sizes, latency and quality (the
-served ONNX file carries the chain and lineage in its `sluice.compression` metadata too).
+served ONNX file carries the chain and lineage in its `sluice.compression` metadata too), and
+`reproduce`: what `python -m tasks.reproduce` rebuilds it from (`reproduce_inputs`).
 A retry returns the version already made.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from tasks.compression.served import SERVED_NAME
 from tasks.core.records import CompressRecord, EvaluateRecord, RegisterRecord, TrainRecord
@@ -23,8 +25,9 @@ def register(ctx: StepContext, train: TrainRecord, evaluate: EvaluateRecord, com
         raise ValueError("compress chose no model (its gate failed): nothing to register")
     artifacts = {"model.pt": Path(train.model), "model.fp32.onnx": Path(compress.fp32_path),
                  SERVED_NAME: Path(compress.path)}
+    commit = code_commit()
     lineage = {
-        "data_version": train.data_version, "code_commit": code_commit(),
+        "data_version": train.data_version, "code_commit": commit,
         "params_hash": ctx.params.digest(), "parent_model": evaluate.champion_version,
         "metrics": {"torch": evaluate.challenger, "onnx_fp32": compress.fp32_test, "onnx_served": compress.test},
         "train": {"rows": train.rows, "epochs": train.epochs, "world_size": train.world_size,
@@ -39,10 +42,60 @@ def register(ctx: StepContext, train: TrainRecord, evaluate: EvaluateRecord, com
             "parity_max_abs": compress.parity_max_abs, "dev": compress.quality, "dev_slices": compress.slices,
             "fp32_dev": compress.fp32_quality, "test": compress.test,
         },
+        "reproduce": reproduce_inputs(ctx, train, compress, commit),
     }
     result = Registry(ctx.settings).register_model(ctx.run_id, artifacts, lineage)
     keep = ("model_version", "created", "data_version", "code_commit", "params_hash", "parent_model")
     return RegisterRecord(**{k: result.get(k) for k in keep})
+
+
+def reproduce_inputs(ctx: StepContext, train: TrainRecord, compress: CompressRecord, commit: str) -> dict[str, Any]:
+    """Everything `python -m tasks.reproduce` needs to rebuild this model, not only hashes: the full
+    resolved params (after overrides), the code, dataset plug-in and LF module, the data contracts'
+    hashes (from the data version's record), the warm start, the library versions, device, world size."""
+    from tasks.datasets import load_dataset
+
+    data = Registry(ctx.settings).data_version_info(train.data_version)
+    dataset = ctx.params.dataset.module
+    lf_module = data.get("lf_module") or ctx.params.weak_label.lf_module or load_dataset(dataset).LF_MODULE
+    return {
+        "params": ctx.params.to_dict(), "params_digest": ctx.params.digest(), "code_commit": commit,
+        "dataset": {"module": dataset, "name": load_dataset(dataset).NAME, "code_commit": commit,
+                    "source_sha256": _source_sha256(dataset)},
+        "lf_module": {"module": lf_module, "hash": data.get("lf_module_hash"), "code_commit": commit,
+                      "source_sha256": _source_sha256(lf_module)},
+        "contracts": data.get("contracts") or {}, "data_version": train.data_version,
+        "warm_start": train.warm_start, "device": train.device, "world_size": train.world_size,
+        "compression": {"chosen": compress.chosen, "chain": compress.chain},
+        "versions": library_versions(),
+    }
+
+
+def library_versions() -> dict[str, str | None]:
+    """The versions of what the model's numbers depend on (installed distributions; None: absent)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in ("torch", "onnxruntime", "onnx", "apache-airflow", "numpy"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _source_sha256(module: str) -> str | None:
+    import hashlib
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(module)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.origin or not Path(spec.origin).is_file():
+        return None
+    return hashlib.sha256(Path(spec.origin).read_bytes()).hexdigest()
 
 
 if __name__ == "__main__":

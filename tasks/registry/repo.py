@@ -209,6 +209,16 @@ class RepoBase:
         existing = self.tags(kind)
         return f"{kind}-v{version_number(existing[-1]) + 1 if existing else 1}"
 
+    def record_audit(self, action: str, who: str | None = None, **fields: Any) -> str:
+        """One audit line for an action that moves no pointer (e.g. a reproduction's verdict), as
+        its own transaction and commit; returns the commit. Nothing else changes."""
+        if not action or not str(action).replace("_", "").isalnum():
+            raise RegistryError(f"audit action {action!r} must be a word (letters, digits, _)")
+        with self.transaction():
+            self._audit(action, who=who, **fields)
+            subject = fields.get("model_version") or fields.get("data_version")
+            return self._commit(f"audit: {action}" + (f" {subject}" if subject else ""))
+
     def _audit(self, action: str, who: str | None = None, **fields: Any) -> None:
         entry = {"at": datetime.now(timezone.utc).isoformat(), "who": who or getpass.getuser(), "action": action,
                  **fields}
