@@ -56,6 +56,7 @@ def test_the_world_is_real(world):
 
 
 def test_a_good_challenger_passes(world):
+    # the champion's model registered again (bench/canary.py says why not a perturbed copy)
     rollout = world.canary("good")
     assert rollout.passed, rollout.reasons
     assert [s.weight for s in rollout.steps] == list(CANARY["steps"])
