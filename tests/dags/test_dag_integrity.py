@@ -46,7 +46,7 @@ def test_parsing_imports_nothing_heavy(dagbag):
     assert dagbag["heavy"] == []
 
 
-@pytest.mark.parametrize("dag_id", ["nightly_pipeline", "rollback"])
+@pytest.mark.parametrize("dag_id", ["nightly_pipeline", "rollback", "reproduce"])
 def test_dag_settings(dagbag, dag_id):
     d = dagbag["dags"][dag_id]
     assert d["tags"] and d["doc"] and d["catchup"] is False and d["max_active_runs"] == 1
