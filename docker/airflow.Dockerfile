@@ -25,11 +25,17 @@ COPY --chown=airflow:0 tasks ./tasks
 
 # constraints.txt pins torch==2.13.0+cpu (locally it comes from a find-links folder).
 # Airflow workers never train here: with SLUICE_TRAIN_BACKEND=kubernetes they only launch
-# the trainer pods. But evaluate/compress import torch, so the CPU build is enough; it is
-# taken from PyTorch's CPU index, which keeps the multi-GB CUDA build out of this image.
+# the trainer pods. But evaluate/compress import torch, so the CPU build is enough.
+# One index (--index-url PyPI), never --extra-index-url: with two indexes pip takes a name
+# from whichever offers the higher version (dependency confusion). The CPU torch wheel
+# comes from PyTorch's torch-only page as --find-links: no other name can resolve there,
+# and "+cpu" exists only there, which keeps the multi-GB CUDA build out of this image.
+# No --require-hashes: hash-checking mode refuses the editable install (-e .) this image
+# needs (tasks find params.yaml beside the package), and constraints.txt carries no hashes.
 # apache-airflow is named with its pin so pip cannot move the image's own Airflow.
 RUN pip install --no-cache-dir \
-      --extra-index-url https://download.pytorch.org/whl/cpu \
+      --index-url https://pypi.org/simple \
+      --find-links https://download.pytorch.org/whl/cpu/torch/ \
       -c constraints.txt \
       "apache-airflow==3.3.2" \
       -e .

@@ -11,9 +11,17 @@ fields read the plan -> `train`, which fetches the outputs (`tasks.train.collect
 The pods run the engine with the same arguments as the local backend
 (`tasks.training.local.engine_args`); they read the data version by tag from the
 registry's git URL and DVC remote and publish to SLUICE_TRAIN_OUT_URI: no disk is
-shared with Airflow. Specs carry GPU limits, CPU and memory requests, a memory-backed
-/dev/shm, node selector and tolerations, the remote's credentials from a Secret, the
-run's labels, and cleanup and failure policies. `render_manifests` gives the
+shared with Airflow. Specs carry GPU limits, CPU, memory and ephemeral-storage requests,
+a memory-backed /dev/shm, node selector and tolerations, the remote's credentials from a
+Secret, the run's labels, and cleanup and failure policies.
+
+The pods run under the Pod Security Standard `restricted` (their namespace enforces it,
+k8s/trainer-namespace.yaml, apart from Airflow's): non-root, no privilege escalation, no
+capabilities, seccomp RuntimeDefault, a read-only root filesystem (they write only to
+emptyDir volumes: the outputs, /tmp, the state folder and /dev/shm), no service account
+token. k8s/trainer-networkpolicy.yaml denies all ingress to trainer pods; for M nodes a
+per-run NetworkPolicy, created and deleted with the rendezvous Service, admits traffic
+between the same run's pods only. `render_manifests` gives the
 manifests without a cluster; `validate_manifests` checks them against the
 Kubernetes API schema.
 """
@@ -32,6 +40,8 @@ from tasks.training.local import engine_args, params_json
 RDZV_PORT = 29500
 PLAN_TASK = "plan_train"
 WORKDIR = "/workspace/out"           # the pod's local working folder (its outputs are published)
+STATE_DIR = "/workspace/.sluice"     # the pod's SLUICE_HOME (the default under the image's /workspace)
+RUN_AS_USER = 1000                   # docker/trainer.Dockerfile: USER 1000
 K8S_SCHEMA_VERSION = "1.34.0"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 
@@ -39,12 +49,14 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 @dataclass(frozen=True)
 class KubernetesTraining:
     image: str = "sluice-trainer:latest"
-    namespace: str = "sluice"
+    namespace: str = "sluice-train"               # the trainers' own namespace (PSA restricted), not Airflow's
     nodes: int = 1
     gpus_per_node: int = 1
     cpu: str = "8"
     memory: str = "32Gi"
     shm_size: str = "8Gi"
+    ephemeral_storage: str = "50Gi"               # the pod's disk: outputs, checkpoints, /tmp, data cache
+    tmp_size: str = "4Gi"
     node_selector: dict[str, str] = field(default_factory=lambda: {"nvidia.com/gpu.present": "true"})
     gpu_toleration: bool = True
     registry_secret: str = "sluice-registry"     # AWS_* credentials of the DVC remote
@@ -136,20 +148,34 @@ def _common(cfg: KubernetesTraining, plan: dict[str, str], kube_config_file: str
 
     tolerations = [k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")] \
         if cfg.gpu_toleration else []
-    env = {"DVC_NO_ANALYTICS": "1", "PYTHONUNBUFFERED": "1",
+    # The root filesystem is read-only: HOME and every cache go to /tmp (an emptyDir).
+    env = {"DVC_NO_ANALYTICS": "1", "PYTHONUNBUFFERED": "1", "HOME": "/tmp/home", "XDG_CACHE_HOME": "/tmp/cache",
+           "DVC_SITE_CACHE_DIR": "/tmp/dvc-site-cache", "TMPDIR": "/tmp",
            **({"SLUICE_S3_ENDPOINT_URL": cfg.s3_endpoint_url} if cfg.s3_endpoint_url else {})}
+    seccomp = k8s.V1SeccompProfile(type="RuntimeDefault")
+    volumes = [("dshm", "/dev/shm", k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=cfg.shm_size)),
+               ("work", WORKDIR, k8s.V1EmptyDirVolumeSource()),
+               ("state", STATE_DIR, k8s.V1EmptyDirVolumeSource()),
+               ("tmp", "/tmp", k8s.V1EmptyDirVolumeSource(size_limit=cfg.tmp_size))]
     return dict(
         namespace=cfg.namespace, image=cfg.image,
         labels={"app.kubernetes.io/name": "sluice", "app.kubernetes.io/component": "trainer",
                 "sluice/run": plan["name"], "sluice/data-version": plan["data_version"]},
         annotations={"sluice/airflow-run-id": plan["run_id"]},
         container_resources=k8s.V1ResourceRequirements(
-            requests={"cpu": cfg.cpu, "memory": cfg.memory, "nvidia.com/gpu": str(cfg.gpus_per_node)},
-            limits={"memory": cfg.memory, "nvidia.com/gpu": str(cfg.gpus_per_node)}),
+            requests={"cpu": cfg.cpu, "memory": cfg.memory, "nvidia.com/gpu": str(cfg.gpus_per_node),
+                      "ephemeral-storage": cfg.ephemeral_storage},
+            limits={"memory": cfg.memory, "nvidia.com/gpu": str(cfg.gpus_per_node),
+                    "ephemeral-storage": cfg.ephemeral_storage}),
         node_selector=cfg.node_selector, tolerations=tolerations,
-        volumes=[k8s.V1Volume(name="dshm", empty_dir=k8s.V1EmptyDirVolumeSource(medium="Memory",
-                                                                                size_limit=cfg.shm_size))],
-        volume_mounts=[k8s.V1VolumeMount(name="dshm", mount_path="/dev/shm")],
+        volumes=[k8s.V1Volume(name=n, empty_dir=src) for n, _, src in volumes],
+        volume_mounts=[k8s.V1VolumeMount(name=n, mount_path=path) for n, path, _ in volumes],
+        security_context=k8s.V1PodSecurityContext(run_as_non_root=True, run_as_user=RUN_AS_USER,
+                                                  seccomp_profile=seccomp),
+        container_security_context=k8s.V1SecurityContext(
+            run_as_non_root=True, allow_privilege_escalation=False, read_only_root_filesystem=True,
+            capabilities=k8s.V1Capabilities(drop=["ALL"]), seccomp_profile=seccomp),
+        automount_service_account_token=False,
         env_from=[k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=cfg.registry_secret))],
         env_vars=[k8s.V1EnvVar(name=k, value=v) for k, v in env.items()],
         config_file=kube_config_file, in_cluster=kube_config_file is None,
@@ -199,9 +225,21 @@ def rendezvous_service(cfg: KubernetesTraining, name: str) -> dict[str, Any]:
                      "ports": [{"name": "rendezvous", "port": RDZV_PORT}]}}
 
 
+def rendezvous_network_policy(cfg: KubernetesTraining, name: str) -> dict[str, Any]:
+    """Ingress to the run's pods from the same run's pods only (k8s/trainer-networkpolicy.yaml denies
+    the rest). No port list: besides the rendezvous port, NCCL and gloo open ports of their own
+    between the pods; what matters is who may connect, and that is this run alone."""
+    run = {"matchLabels": {"sluice/run": name}}
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+            "metadata": {"name": name, "namespace": cfg.namespace,
+                         "labels": {"app.kubernetes.io/name": "sluice", "sluice/run": name}},
+            "spec": {"podSelector": run, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": run}]}]}}
+
+
 def training_tasks(cfg: KubernetesTraining, task_id: str = "train_pods") -> tuple[Any, list]:
     """The DAG's operator between plan_train and train (the pod, or the Indexed Job), and for M
-    nodes the rendezvous Service's creation (a setup task) and deletion (its teardown)."""
+    nodes the rendezvous Service's and the run's NetworkPolicy's creation (setup tasks) and
+    deletion (their teardowns)."""
     import json
 
     op = training_operator(task_id, cfg, templated_plan())
@@ -215,15 +253,24 @@ def training_tasks(cfg: KubernetesTraining, task_id: str = "train_pods") -> tupl
                                               namespace=cfg.namespace).as_setup()
     delete = KubernetesDeleteResourceOperator(task_id="train_rendezvous_delete", yaml_conf=service,
                                               namespace=cfg.namespace).as_teardown(setups=create)
+    policy = json.dumps(rendezvous_network_policy(cfg, from_plan("name")))
+    allow = KubernetesCreateResourceOperator(task_id="train_network_policy", yaml_conf=policy,
+                                             namespace=cfg.namespace).as_setup()
+    disallow = KubernetesDeleteResourceOperator(task_id="train_network_policy_delete", yaml_conf=policy,
+                                                namespace=cfg.namespace).as_teardown(setups=allow)
     create >> op >> delete
-    return op, [create, delete]
+    allow >> op >> disallow
+    return op, [create, delete, allow, disallow]
 
 
 def render_manifests(run_id: str, data_version: str, p: TrainParams, cfg: KubernetesTraining,
                      init_from: str | None = None, out_root: str = "s3://sluice-artifacts/runs",
                      ) -> list[dict[str, Any]]:
-    """The manifests the train step would send, built without a cluster (camelCase, as sent)."""
-    return build_manifests(cfg, plan(run_id, data_version, p, out_root, cfg.registry_url, init_from))
+    """The manifests the train step would send, built without a cluster (camelCase, as sent):
+    the pod; or the Job, the rendezvous Service and the run's NetworkPolicy."""
+    the_plan = plan(run_id, data_version, p, out_root, cfg.registry_url, init_from)
+    manifests = build_manifests(cfg, the_plan)
+    return manifests if cfg.nodes == 1 else [*manifests, rendezvous_network_policy(cfg, the_plan["name"])]
 
 
 def build_manifests(cfg: KubernetesTraining, plan: dict[str, str], operator=None) -> list[dict[str, Any]]:
@@ -247,9 +294,42 @@ def build_manifests(cfg: KubernetesTraining, plan: dict[str, str], operator=None
         return [api.sanitize_for_serialization(job), rendezvous_service(cfg, plan["name"])]
 
 
+def check_restricted(kind: str, spec: dict[str, Any]) -> None:
+    """What Pod Security Admission `restricted` enforces on a pod spec (the trainers' namespace is labelled
+    with it), plus what Sluice adds: read-only root, no service account token, an ephemeral-storage limit."""
+    psc = spec.get("securityContext") or {}
+    for c in spec.get("containers", []) + spec.get("initContainers", []):
+        csc, where = c.get("securityContext") or {}, f"{kind} {c['name']}"
+        if not (csc.get("runAsNonRoot", psc.get("runAsNonRoot")) is True):
+            raise ValueError(f"{where}: runAsNonRoot must be true")
+        if csc.get("runAsUser", psc.get("runAsUser")) == 0:
+            raise ValueError(f"{where}: runAsUser must not be 0")
+        if csc.get("allowPrivilegeEscalation") is not False:
+            raise ValueError(f"{where}: allowPrivilegeEscalation must be false")
+        if (csc.get("capabilities") or {}).get("drop") != ["ALL"] or (csc.get("capabilities") or {}).get("add"):
+            raise ValueError(f"{where}: capabilities must drop ALL and add none")
+        profile = (csc.get("seccompProfile") or psc.get("seccompProfile") or {}).get("type")
+        if profile not in ("RuntimeDefault", "Localhost"):
+            raise ValueError(f"{where}: seccompProfile must be RuntimeDefault (got {profile!r})")
+        if csc.get("readOnlyRootFilesystem") is not True:
+            raise ValueError(f"{where}: readOnlyRootFilesystem must be true")
+        if "ephemeral-storage" not in ((c.get("resources") or {}).get("limits") or {}):
+            raise ValueError(f"{where}: an ephemeral-storage limit is required")
+    if spec.get("automountServiceAccountToken") is not False:
+        raise ValueError(f"{kind}: automountServiceAccountToken must be false (the trainer calls no API)")
+    if spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"):
+        raise ValueError(f"{kind}: host namespaces are not allowed")
+    for v in spec.get("volumes", []):
+        if set(v) - {"name"} - {"emptyDir", "configMap", "secret", "persistentVolumeClaim", "projected",
+                                "downwardAPI", "ephemeral", "csi"}:
+            raise ValueError(f"{kind}: volume {v['name']!r} is of a type restricted pods may not use "
+                             f"({sorted(set(v) - {'name'})}, e.g. hostPath)")
+
+
 def validate_manifests(manifests: list[dict[str, Any]], version: str = K8S_SCHEMA_VERSION) -> None:
     """Kubernetes API schema (types, required fields, unknown keys) plus what the schema does not
-    check: resource quantities, integral GPU counts, and that the restart policy is Never."""
+    check: resource quantities, integral GPU counts, that the restart policy is Never, and the
+    `restricted` pod security (check_restricted)."""
     import kubernetes_validate
     from kubernetes.utils import parse_quantity
 
@@ -267,3 +347,5 @@ def validate_manifests(manifests: list[dict[str, Any]], version: str = K8S_SCHEM
                         raise ValueError(f"{m['kind']} {c['name']}: GPU count {qty!r} must be a whole number")
         if m["kind"] in ("Pod", "Job") and spec.get("restartPolicy") != "Never":
             raise ValueError(f"{m['kind']}: restartPolicy must be Never (torchrun and the Job retry, not kubelet)")
+        if m["kind"] in ("Pod", "Job"):
+            check_restricted(m["kind"], spec)

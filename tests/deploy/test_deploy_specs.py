@@ -124,21 +124,72 @@ def test_manifest_validates(name, doc):
     kubernetes_validate.validate(doc, K8S_SCHEMA_VERSION, strict=True)
 
 
+AIRFLOW_NAMESPACE = "sluice"          # where the chart is installed (helm --namespace), the PVC lives
+
+
 def test_manifests_match_values(values):
     docs = {d["kind"]: d for _, d in _manifests()}
     env = _env(values)
-    namespace = env["SLUICE_K8S_NAMESPACE"]
-    assert {d["metadata"]["namespace"] for d in docs.values()} == {namespace}
+    trainers = env["SLUICE_K8S_NAMESPACE"]
+    assert trainers != AIRFLOW_NAMESPACE                       # trainers apart from Airflow
+    assert docs["Namespace"]["metadata"]["name"] == trainers
+    for kind in ("Role", "RoleBinding", "NetworkPolicy"):
+        assert docs[kind]["metadata"]["namespace"] == trainers, kind
     (subject,) = docs["RoleBinding"]["subjects"]
     assert subject == {"kind": "ServiceAccount", "name": values["workers"]["serviceAccount"]["name"],
-                       "namespace": namespace}
+                       "namespace": AIRFLOW_NAMESPACE}
     assert docs["RoleBinding"]["roleRef"]["name"] == docs["Role"]["metadata"]["name"]
     pvc = docs["PersistentVolumeClaim"]
+    assert pvc["metadata"]["namespace"] == AIRFLOW_NAMESPACE
     assert values["workers"]["extraVolumes"][0]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
     assert "ReadWriteMany" in pvc["spec"]["accessModes"]          # one task pod per task, any node
-    secret = docs["Secret"]
-    for entry in values["secret"]:
-        assert entry["secretName"] == secret["metadata"]["name"] and entry["secretKey"] in secret["stringData"]
+    assert {entry["secretName"] for entry in values["secret"]} == {"sluice-registry"}
+
+
+def test_no_manifest_ships_a_secret():
+    # A placeholder Secret in a manifest is written over the real keys by the next `kubectl apply -f k8s/`.
+    kinds = [(name, d["kind"]) for name, d in _manifests()]
+    assert not [k for k in kinds if k[1] == "Secret"], kinds
+    assert "REPLACE-ME" not in "".join(p.read_text() for p in K8S.glob("*.yaml"))
+
+
+def test_trainers_namespace_enforces_restricted_pod_security(values):
+    (ns,) = [d for _, d in _manifests() if d["kind"] == "Namespace"]
+    labels = ns["metadata"]["labels"]
+    assert ns["metadata"]["name"] == _env(values)["SLUICE_K8S_NAMESPACE"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    assert labels["pod-security.kubernetes.io/enforce-version"] == "v" + ".".join(K8S_SCHEMA_VERSION.split(".")[:2])
+
+
+def test_trainers_get_no_ingress_but_their_own_run(values):
+    from tasks.training.kubernetes import KubernetesTraining, rendezvous_network_policy
+
+    (deny,) = [d for _, d in _manifests() if d["kind"] == "NetworkPolicy"]
+    assert deny["spec"]["policyTypes"] == ["Ingress"] and not deny["spec"].get("ingress")
+    assert deny["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/component": "trainer"}}
+    cfg = KubernetesTraining(namespace=_env(values)["SLUICE_K8S_NAMESPACE"], nodes=2)
+    kubernetes_validate.validate(rendezvous_network_policy(cfg, "train-x"), K8S_SCHEMA_VERSION, strict=True)
+
+
+def test_values_ship_no_password_and_an_explicit_auth_manager(values):
+    text = (K8S / "values.yaml").read_text()
+    assert "change-me" not in text and not re.search(r"^\s*password:", text, re.M)
+    for part in ("apiServer", "webserver"):
+        assert values[part]["defaultUser"] == {"enabled": False}, part
+    core = values["config"]["core"]
+    assert core["auth_manager"].endswith("SimpleAuthManager")
+    users_file = core["simple_auth_manager_passwords_file"]
+    (volume,) = [v for v in values["apiServer"]["extraVolumes"] if "secret" in v]
+    (mount,) = [m for m in values["apiServer"]["extraVolumeMounts"] if m["name"] == volume["name"]]
+    assert mount["readOnly"] is True and users_file.startswith(mount["mountPath"].rstrip("/") + "/")
+    assert volume["secret"]["secretName"] == "sluice-airflow-users"
+    assert core["simple_auth_manager_users"].split(":")[0] == "admin"
+
+
+def test_values_urls_carry_no_credentials(values):
+    from tasks.core.settings import Settings
+
+    Settings.from_env({k: v for k, v in _env(values).items() if k != "SLUICE_HOME"})   # the validators pass
 
 
 def test_role_allows_what_the_train_operators_do():
@@ -147,7 +198,8 @@ def test_role_allows_what_the_train_operators_do():
                for res in r["resources"] for verb in r["verbs"]}
     needed = {("", "pods", v) for v in ("create", "get", "list", "watch", "delete")} \
         | {("", "pods/log", "get"), ("", "services", "create"), ("", "services", "delete")} \
-        | {("batch", "jobs", v) for v in ("create", "get", "list", "watch", "delete")}
+        | {("batch", "jobs", v) for v in ("create", "get", "list", "watch", "delete")} \
+        | {("networking.k8s.io", "networkpolicies", v) for v in ("create", "delete")}
     assert needed <= granted, needed - granted
 
 
@@ -171,6 +223,13 @@ def test_airflow_image_matches_lock():
     assert m.group(1) == _pins()["apache-airflow"]
     assert m.group(2) == "3.11"
     assert f'"apache-airflow=={m.group(1)}"' in AIRFLOW_DOCKERFILE.read_text()
+
+
+def test_airflow_image_installs_from_one_index():
+    (pip,) = [rest for op, rest in _instructions(AIRFLOW_DOCKERFILE) if op == "RUN" and "pip install" in rest]
+    assert "--extra-index-url" not in pip
+    assert "--index-url https://pypi.org/simple" in pip
+    assert re.search(r"--find-links https://download\.pytorch\.org/whl/cpu/torch/", pip)
 
 
 def test_trainer_torch_matches_lock():
