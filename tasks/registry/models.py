@@ -22,7 +22,7 @@ from typing import Any
 
 from tasks.core.files import atomic_write_json
 from tasks.core.log import log
-from tasks.registry.repo import RegistryError, RepoBase, check_version
+from tasks.registry.repo import ANY, RegistryError, RepoBase, check_expected, check_version
 from tasks.registry.serving import SERVED_ARTIFACT, check_artifact_name, serving_state
 
 
@@ -65,6 +65,9 @@ class ModelVersions(RepoBase):
             folder = self.root / "models" / version
             folder.mkdir(parents=True, exist_ok=True)
             for name, src in artifacts.items():
+                # Never write through a hardlink into the DVC cache: a registration killed after its
+                # `dvc add` leaves the folder (ignored, so recovery keeps it) linked to the cache.
+                (folder / name).unlink(missing_ok=True)
                 shutil.copyfile(src, folder / name)
             digests = {name: file_digest(folder / name) for name in sorted(artifacts)}
             with self._dvc() as repo:
@@ -86,10 +89,17 @@ class ModelVersions(RepoBase):
         return self.root / "models" / version / artifact
 
     def read_model_artifact(self, version: str, artifact: str, repo_url: str | None = None) -> bytes:
-        """A registered model's file, read by tag through DVC (from the remote with `repo_url`)."""
+        """A registered model's file, read by tag through DVC (from the remote with `repo_url`).
+
+        In the local registry the version's file is in the workspace (versions are immutable, and the
+        file is the DVC cache's object, hardlinked): read it directly, which spares the model server
+        importing DVC at start. Callers that need integrity check the recorded sha256 either way."""
+        check_version("model", version)
+        local = self.root / "models" / version / artifact
+        if repo_url is None and "/" not in artifact and local.is_file():
+            return local.read_bytes()
         from dvc.api import DVCFileSystem
 
-        check_version("model", version)
         fs = DVCFileSystem(repo_url or str(self.root), rev=version)
         try:
             return fs.read_bytes(f"models/{version}/{artifact}")
@@ -111,10 +121,14 @@ class ModelVersions(RepoBase):
         return {"model_version": version, "artifact": f"models/{version}/{artifact}", "sha256": sha}
 
     def promote(self, version: str, reason: str, artifact: str = SERVED_ARTIFACT,
-                who: str | None = None) -> dict[str, Any]:
+                who: str | None = None, *, expect_champion: Any = ANY, expect_data: Any = ANY) -> dict[str, Any]:
         """Move the prod pointer to `version`: the previous prod becomes archived, and the serving
         state becomes champion=version, no challenger (a displaced challenger is archived).
-        Idempotent."""
+        Idempotent.
+
+        Compare-and-set: with `expect_champion` (the prod model `version` was evaluated against; None:
+        none yet) and/or `expect_data` (the data version it was trained on, which must still be the
+        current one), a registry that moved since is refused (RegistryError naming what moved)."""
         check_version("model", version)
         check_artifact_name(artifact)
         with self.transaction():
@@ -125,6 +139,7 @@ class ModelVersions(RepoBase):
             serving = serving_state({"serving": {"champion": self._pointer(version, artifact)}})
             if previous == version and before == serving:
                 return {"prod_model": version, "previous": previous, "changed": False}
+            check_expected(state, f"promote {version}", prod_model=expect_champion, current_data=expect_data)
             challenger = (before["challenger"] or {}).get("model_version")
             for retired in {previous, challenger} - {None, version}:
                 state["models"].setdefault(retired, {})["stage"] = "archived"
@@ -138,13 +153,25 @@ class ModelVersions(RepoBase):
             return {"prod_model": version, "previous": previous, "changed": True, "commit": commit,
                     "serving": serving}
 
-    def rollback_to_prod_lineage(self, reason: str, who: str | None = None) -> dict[str, Any]:
+    def rollback_to_prod_lineage(self, reason: str, who: str | None = None, *,
+                                 expect_prod: Any = ANY, expect_data: Any = ANY) -> dict[str, Any]:
         """After a rejected challenger: prod stays, and the data pointer returns to the version
-        prod was trained on, so data and model move back together. No prod yet: nothing changes."""
-        prod = self.state()["prod_model"]
-        if prod is None:
-            return {"changed": False, "reason": "no prod model yet: nothing to roll back to"}
-        return self.rollback(self.model_version_info(prod)["data_version"], prod, reason, who=who)
+        prod was trained on, so data and model move back together. No prod yet: nothing changes.
+
+        Read and write in one transaction (a rollback cannot slip in between). Compare-and-set:
+        with `expect_prod` (the prod model the run evaluated against) and/or `expect_data` (the
+        data version the run made and trained on), a registry that moved since is refused."""
+        with self.transaction():
+            state = self.state()
+            action = "putting the data pointer back to the prod model's lineage"
+            check_expected(state, action, prod_model=expect_prod)
+            prod = state["prod_model"]
+            if prod is None:
+                return {"changed": False, "reason": "no prod model yet: nothing to roll back to"}
+            lineage = self.model_version_info(prod)["data_version"]
+            if state["current_data"] != lineage:          # already there (a retry): nothing to compare
+                check_expected(state, action, current_data=expect_data)
+            return self._rollback(lineage, prod, reason, who, None)
 
     def rollback(self, data_version: str | None, model_version: str | None, reason: str,
                  who: str | None = None, artifact: str | None = None) -> dict[str, Any]:
@@ -171,35 +198,40 @@ class ModelVersions(RepoBase):
         if artifact is not None:
             check_artifact_name(artifact)
         with self.transaction():
-            for kind, version in (("data", data_version), ("model", model_version)):
-                if version is not None and version not in self.tags(kind):
-                    raise RegistryError(f"cannot roll back to {version}: no such {kind} version "
-                                        f"(have: {', '.join(self.tags(kind)) or 'none'})")
-            state = self.state()
-            before = {"data_version": state["current_data"], "model_version": state["prod_model"]}
-            after = {"data_version": data_version or before["data_version"],
-                     "model_version": model_version or before["model_version"]}
-            champion = state["serving"]["champion"]
-            if artifact is None:
-                same = champion and champion["model_version"] == after["model_version"]
-                artifact = champion["artifact"].rsplit("/", 1)[-1] if same else SERVED_ARTIFACT
-            serving = serving_state({"serving": {
-                "champion": self._pointer(after["model_version"], artifact) if after["model_version"] else None}})
-            if before == after and state["serving"] == serving:
-                log(f"registry: already at {after}; nothing to roll back")
-                return {"changed": False, "from": before, "to": after}
-            challenger = (state["serving"]["challenger"] or {}).get("model_version")
-            if challenger and challenger != after["model_version"]:
-                state["models"].setdefault(challenger, {})["stage"] = "rolled_back"
-            state["current_data"] = after["data_version"]
-            if model_version and model_version != before["model_version"]:
-                if before["model_version"]:
-                    state["models"][before["model_version"]]["stage"] = "rolled_back"
-                state["models"].setdefault(model_version, {})["stage"] = "prod"
-            state["prod_model"], state["serving"] = after["model_version"], serving
-            self._write_state(state)
-            self._audit("rollback", who=who, reason=reason, challenger=challenger, **{"from": before, "to": after})
-            commit = self._commit(f"rollback to {after['data_version']} / {after['model_version']}: {reason}")
-            log(f"registry: rolled back {before} -> {after} ({reason})")
-            return {"changed": True, "from": before, "to": after, "commit": commit, "serving": serving,
-                    "retired_challenger": challenger if challenger != after["model_version"] else None}
+            return self._rollback(data_version, model_version, reason, who, artifact)
+
+    def _rollback(self, data_version: str | None, model_version: str | None, reason: str, who: str | None,
+                  artifact: str | None) -> dict[str, Any]:
+        """`rollback`'s move, inside a transaction the caller holds (arguments already checked)."""
+        for kind, version in (("data", data_version), ("model", model_version)):
+            if version is not None and version not in self.tags(kind):
+                raise RegistryError(f"cannot roll back to {version}: no such {kind} version "
+                                    f"(have: {', '.join(self.tags(kind)) or 'none'})")
+        state = self.state()
+        before = {"data_version": state["current_data"], "model_version": state["prod_model"]}
+        after = {"data_version": data_version or before["data_version"],
+                 "model_version": model_version or before["model_version"]}
+        champion = state["serving"]["champion"]
+        if artifact is None:
+            same = champion and champion["model_version"] == after["model_version"]
+            artifact = champion["artifact"].rsplit("/", 1)[-1] if same else SERVED_ARTIFACT
+        serving = serving_state({"serving": {
+            "champion": self._pointer(after["model_version"], artifact) if after["model_version"] else None}})
+        if before == after and state["serving"] == serving:
+            log(f"registry: already at {after}; nothing to roll back")
+            return {"changed": False, "from": before, "to": after}
+        challenger = (state["serving"]["challenger"] or {}).get("model_version")
+        if challenger and challenger != after["model_version"]:
+            state["models"].setdefault(challenger, {})["stage"] = "rolled_back"
+        state["current_data"] = after["data_version"]
+        if model_version and model_version != before["model_version"]:
+            if before["model_version"]:
+                state["models"][before["model_version"]]["stage"] = "rolled_back"
+            state["models"].setdefault(model_version, {})["stage"] = "prod"
+        state["prod_model"], state["serving"] = after["model_version"], serving
+        self._write_state(state)
+        self._audit("rollback", who=who, reason=reason, challenger=challenger, **{"from": before, "to": after})
+        commit = self._commit(f"rollback to {after['data_version']} / {after['model_version']}: {reason}")
+        log(f"registry: rolled back {before} -> {after} ({reason})")
+        return {"changed": True, "from": before, "to": after, "commit": commit, "serving": serving,
+                "retired_challenger": challenger if challenger != after["model_version"] else None}
