@@ -54,7 +54,7 @@ print(Registry(s).snapshot({{"batch-0001": "part.parquet"}}, {{"rows_by_batch": 
     assert repro.returncode == 0, repro.stdout[-2000:] + repro.stderr[-3000:]
     runs = home / "runs" / "dvc-exp"
     assert json.loads((runs / "steps" / "evaluate.json").read_text())["passed"] is True
-    assert json.loads((runs / "steps" / "compress.json").read_text())["int8"]["roc_auc"] > 0.8
+    assert json.loads((runs / "steps" / "compress.json").read_text())["quality"]["roc_auc"] > 0.8
     lock = (project / "dvc.lock").read_text()
     assert all(stage in lock for stage in ("train:", "evaluate:", "compress:"))
     again = subprocess.run([DVC, "repro"], cwd=project, env=env, capture_output=True, text=True, timeout=300)
