@@ -99,15 +99,15 @@ def nightly_pipeline():
     def validate_labeled(**context):
         return "snapshot" if _run("tasks.validate_labeled", context).passed else "quarantine_labeled"
 
-    @task(task_id="quarantine_raw")
+    @task(task_id="quarantine_raw", pool="sluice_registry")
     def quarantine_raw(**context):
         return _run("tasks.quarantine", context).path
 
-    @task(task_id="quarantine_labeled")
+    @task(task_id="quarantine_labeled", pool="sluice_registry")
     def quarantine_labeled(**context):
         return _run("tasks.quarantine", context).path
 
-    @task
+    @task(pool="sluice_registry")
     def snapshot(**context):
         return _run("tasks.snapshot", context).data_version
 
@@ -131,11 +131,11 @@ def nightly_pipeline():
     def compress(**context):
         return "register" if _run("tasks.compress", context).passed else "reject_model_compress"
 
-    @task(task_id="reject_model_evaluate")
+    @task(task_id="reject_model_evaluate", pool="sluice_registry")
     def reject_model_evaluate(**context):
         return _run("tasks.reject_model", context).gate
 
-    @task(task_id="reject_model_compress")
+    @task(task_id="reject_model_compress", pool="sluice_registry")
     def reject_model_compress(**context):
         return _run("tasks.reject_model", context).gate
 
@@ -143,7 +143,7 @@ def nightly_pipeline():
     def register(**context):
         return _run("tasks.register", context).model_version
 
-    @task
+    @task(pool="sluice_registry")
     def deploy_canary(**context):
         return _run("tasks.deploy_canary", context).weight
 
@@ -151,11 +151,11 @@ def nightly_pipeline():
     def canary_analysis(**context):
         return "promote" if _run("tasks.canary_analysis", context).passed else "rollback_canary"
 
-    @task
+    @task(pool="sluice_registry")
     def promote(**context):
         return _run("tasks.promote", context).prod_model
 
-    @task
+    @task(pool="sluice_registry")
     def rollback_canary(**context):
         return _run("tasks.rollback_canary", context).champion
 

@@ -41,7 +41,7 @@ from tasks.core.versions import DATA_VERSION_PATTERN, MODEL_VERSION_PATTERN   # 
     },
 )
 def rollback():
-    @task
+    @task(pool="sluice_registry")
     def rollback_versions(**context):
         from tasks.core.steps import run_airflow_task
 

@@ -120,6 +120,13 @@ class AirflowServices:
         proc = subprocess.run(_airflow_cmd("db", "migrate"), env=self.env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise ServiceError(f"airflow db migrate failed:\n{proc.stderr[-3000:]}")
+        # The one-slot pool the DAGs' registry writers share (a task in a pool that does not exist is
+        # never scheduled). `pools set` creates it or resets it to one slot: idempotent.
+        proc = subprocess.run(_airflow_cmd("pools", "set", "sluice_registry", "1",
+                                           "registry writers, one at a time (nightly steps and the rollback DAG)"),
+                              env=self.env, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise ServiceError(f"airflow pools set sluice_registry failed:\n{proc.stderr[-3000:]}")
 
     def start(self, timeout_s: float = 120) -> "AirflowServices":
         self.migrate()

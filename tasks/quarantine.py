@@ -7,7 +7,10 @@ version is untouched. Re-admit with `python -m tasks.quarantine --readmit BATCH`
 from __future__ import annotations
 
 import argparse
+import errno
+import hashlib
 import json
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -18,6 +21,47 @@ from tasks.core.records import ContractRecord, IngestRecord, QuarantineRecord
 from tasks.core.settings import Settings, StateLayout, safe_run_id
 from tasks.core.steps import StepContext, step
 from tasks.reject_model import failed_gate
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _link_or_copy(src: Path, dest: Path) -> None:
+    """Make `dest` hold `src`'s bytes; FileExistsError if `dest` exists (never replaced, no race)."""
+    try:
+        os.link(src, dest)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
+        shutil.copy2(src, tmp)
+        try:
+            os.link(tmp, dest)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+
+def move_without_replacing(src: Path, folder: Path) -> Path:
+    """Move `src` into `folder` under its name; nothing there is ever replaced. A file of that name
+    with the same bytes is the same file (src is dropped: it is kept already); with other bytes,
+    src is kept beside it as <stem>.<sha256[:12]><suffix>. Returns where src's bytes now are."""
+    folder.mkdir(parents=True, exist_ok=True)
+    digest = file_sha256(src)
+    for dest in (folder / src.name, folder / f"{src.stem}.{digest[:12]}{src.suffix}"):
+        try:
+            _link_or_copy(src, dest)
+        except FileExistsError:
+            if file_sha256(dest) != digest:
+                continue                      # another file under that name: try the content-named one
+        src.unlink()
+        return dest
+    raise FileExistsError(f"cannot keep {src} in {folder}: {folder / src.name} and its content-named "
+                          f"alternative both hold other bytes")
 
 
 @step
@@ -45,9 +89,8 @@ def quarantine(ctx: StepContext, ingest: IngestRecord, validate_raw: ContractRec
     # already written, and a re-run repeats both harmlessly.
     atomic_write_json(dest / "report.json", report)
     atomic_write_bytes(dest / "report.txt", (gate_result.summary + "\n").encode())
-    if source.exists():
-        shutil.move(str(source), dest / source.name)
-    kept = dest / source.name
+    # Never onto an existing name: a second quarantined file called the same is kept beside the first.
+    kept = move_without_replacing(source, dest) if source.exists() else dest / source.name
     if not kept.exists():
         raise FileNotFoundError(f"quarantine lost track of {source}: not in landing nor in {dest}")
     log(f"quarantined {batch_id} at {dest} (gate {gate}): {gate_result.summary}")
@@ -80,7 +123,8 @@ def readmit(settings: Settings, batch_id: str) -> Path:
     target = layout.landing / source.name
     if target.exists():
         raise FileExistsError(f"{target} is already waiting: refusing to overwrite it")
-    shutil.move(str(source), target)
+    _link_or_copy(source, target)          # FileExistsError if one arrived meanwhile: never replaced
+    source.unlink()
     atomic_write_json(folder / "readmitted.json", {"to": str(target)})
     forget_batch(layout, target.name)
     return target

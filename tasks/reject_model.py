@@ -1,13 +1,17 @@
 """reject_model: a challenger that failed a gate is not deployed; prod stays, and the data
 pointer goes back to the version prod was trained on (Registry.rollback_to_prod_lineage), so data and
 model stay together. The gate is the one whose record says it did not pass.
+
+Compare-and-set, read and write in one registry transaction: the data pointer moves back only
+if the prod model is still the champion `evaluate` compared with; an operator's rollback in
+between is kept (the step is refused).
 """
 from __future__ import annotations
 
 from tasks.core.log import log
 from tasks.core.records import CompressRecord, EvaluateRecord, GateRecord, RejectRecord
 from tasks.core.steps import StepContext, StepError, step
-from tasks.registry import Registry
+from tasks.registry import ANY, Registry
 
 
 def failed_gate(**gates: GateRecord | None) -> tuple[str, list[str]]:
@@ -22,9 +26,11 @@ def failed_gate(**gates: GateRecord | None) -> tuple[str, list[str]]:
 def reject_model(ctx: StepContext, evaluate: EvaluateRecord | None = None,
                  compress: CompressRecord | None = None) -> RejectRecord:
     gate, reasons = failed_gate(evaluate=evaluate, compress=compress)
-    rolled = Registry(ctx.settings).rollback_to_prod_lineage(f"nightly run {ctx.run_id}: challenger rejected at {gate}: "
-                                                    f"{'; '.join(reasons)}", who="nightly_pipeline")
-    state = Registry(ctx.settings).state()
+    registry = Registry(ctx.settings)
+    rolled = registry.rollback_to_prod_lineage(
+        f"nightly run {ctx.run_id}: challenger rejected at {gate}: {'; '.join(reasons)}", who="nightly_pipeline",
+        expect_prod=evaluate.champion_version if evaluate else ANY)
+    state = registry.state()
     log(f"challenger rejected at {gate}: {'; '.join(reasons)}; prod stays {state['prod_model'] or '(none)'}, "
         f"data pointer {state['current_data']}")
     return RejectRecord(gate=gate, reasons=reasons, prod_model=state["prod_model"],

@@ -5,12 +5,12 @@ finds the batch already in the current version and creates nothing twice.
 """
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from tasks.core.log import log
 from tasks.core.records import ContractRecord, IngestRecord, SnapshotRecord, WeakLabelRecord
 from tasks.core.steps import StepContext, step
+from tasks.quarantine import file_sha256, move_without_replacing
 from tasks.registry import Registry
 
 
@@ -28,12 +28,17 @@ def snapshot(ctx: StepContext, ingest: IngestRecord, weak_label: WeakLabelRecord
         "label_source": weak_label.chosen, "label_quality_dev": weak_label.quality_dev,
         "labeling_stats": weak_label.labeling_stats, "lf_analysis": weak_label.lf_table,
     }
-    result = Registry(ctx.settings).snapshot({batch_id: Path(weak_label.labeled)}, meta,
-                                             dataset=load_dataset(ctx.params.dataset.module).NAME)
     source = Path(ingest.source)
+    # The delivered file's hash is the batch's identity: a corrected re-delivery under a known batch id
+    # is refused by the registry (not taken as "nothing to add"). Gone already (archived by an earlier
+    # try of this run): the registry compares the partition instead.
+    sources = {batch_id: file_sha256(source)} if source.exists() else None
+    result = Registry(ctx.settings).snapshot({batch_id: Path(weak_label.labeled)}, meta,
+                                             dataset=load_dataset(ctx.params.dataset.module).NAME, sources=sources)
     if source.exists():
-        shutil.move(str(source), layout.archive / source.name)
-        log(f"archived {source.name}")
+        kept = move_without_replacing(source, layout.archive)      # never onto an archived file
+        log(f"archived {source.name}" + (f" as {kept.name} (another {source.name} is archived)"
+                                          if kept.name != source.name else ""))
     keep = ("data_version", "created", "parent", "total_rows")
     return SnapshotRecord(**{k: result.get(k) for k in keep}, partitions=len(result["partitions"]))
 

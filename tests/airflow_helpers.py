@@ -38,6 +38,9 @@ def python_json(settings: Settings, code: str, timeout: float = 300):
 def migrate(settings: Settings) -> None:
     proc = airflow(settings, "db", "migrate")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    # The one-slot pool of the DAGs' registry writers, as ops' migrate creates it.
+    proc = airflow(settings, "pools", "set", "sluice_registry", "1", "registry writers, one at a time")
+    assert proc.returncode == 0, proc.stderr[-3000:]
 
 
 def dags_test(settings: Settings, conf: dict | None = None) -> tuple[str, str, subprocess.CompletedProcess]:

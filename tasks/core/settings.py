@@ -196,10 +196,17 @@ class StateLayout:
 
 
 def safe_run_id(run_id: str) -> str:
-    """Airflow run ids hold ':' and '+'; make a folder name that keeps them readable."""
-    if not run_id or not run_id.strip():
+    """A folder name for a run id, readable and one-to-one: an id made only of letters, digits, '.',
+    '_' and '-' is its own folder name; any other (Airflow's hold ':' and '+') becomes its readable
+    part (each run of other characters -> '_') plus '~' and 12 hex digits of the sha256 of the whole
+    id. '~' never occurs in the first kind, so `a:b` and `a+b` (and a literal `a_b`) never share a folder."""
+    if not isinstance(run_id, str) or not run_id.strip():
         raise SettingsError("run id must not be empty")
-    safe = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id.strip())
-    if safe in (".", ".."):
+    if run_id in (".", ".."):
         raise SettingsError(f"run id {run_id!r} is not a usable folder name")
-    return safe
+    readable = re.sub(r"[^A-Za-z0-9._-]+", "_", run_id)
+    if readable == run_id:
+        return run_id
+    import hashlib
+
+    return f"{readable[:120]}~{hashlib.sha256(run_id.encode()).hexdigest()[:12]}"

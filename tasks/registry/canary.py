@@ -14,18 +14,23 @@ from typing import Any
 
 from tasks.core.log import log
 from tasks.registry.models import ModelVersions
-from tasks.registry.repo import RegistryError, check_version
+from tasks.registry.repo import ANY, RegistryError, check_expected, check_version
 from tasks.registry.serving import (SERVED_ARTIFACT, check_artifact_name, check_mode, check_reason,
                                     check_weight)
 
 
 class CanaryReleases(ModelVersions):
     def start_canary(self, version: str, weight: int, mode: str = "split", reason: str | None = None, *,
-                     artifact: str = SERVED_ARTIFACT, who: str | None = None) -> dict[str, Any]:
+                     artifact: str = SERVED_ARTIFACT, who: str | None = None, expect_champion: Any = ANY,
+                     expect_data: Any = ANY) -> dict[str, Any]:
         """Serve `version` as the challenger at `weight` percent. It must exist and not be the
         champion; there must be a champion (the first model is promoted directly), and no other
         challenger (promote or roll that one back first). With the same challenger already in
-        place, its weight, mode and artifact are updated."""
+        place, its weight, mode and artifact are updated.
+
+        Compare-and-set: with `expect_champion` (the prod model `version` was evaluated against)
+        and/or `expect_data` (the data version it was trained on, still current), a registry that
+        moved since is refused (RegistryError naming what moved)."""
         check_version("model", version)
         check_weight(weight)
         check_mode(mode)
@@ -38,6 +43,7 @@ class CanaryReleases(ModelVersions):
             state = self.state()
             before = state["serving"]
             champion, challenger = before["champion"], before["challenger"]
+            check_expected(state, f"start_canary {version}", prod_model=expect_champion, current_data=expect_data)
             if champion is None:
                 raise RegistryError(f"cannot start a canary of {version}: there is no champion yet "
                                     f"(promote the first model directly)")
@@ -77,9 +83,11 @@ class CanaryReleases(ModelVersions):
                 reason=reason, model_version=challenger, previous=before["challenger_weight"], weight=weight)
             return {"changed": True, "from": before, "serving": after, "commit": commit}
 
-    def rollback_canary(self, reason: str | None = None, *, who: str | None = None) -> dict[str, Any]:
+    def rollback_canary(self, reason: str | None = None, *, who: str | None = None,
+                        expect_challenger: str | None = None) -> dict[str, Any]:
         """Retire the challenger (stage rolled_back): the champion answers all traffic again.
-        Without a challenger nothing changes (`changed: False`)."""
+        Without a challenger nothing changes (`changed: False`). With `expect_challenger`, another
+        challenger in place (someone else's canary) is refused, not retired."""
         check_reason("rollback_canary", reason)
         with self.transaction():
             state = self.state()
@@ -87,6 +95,9 @@ class CanaryReleases(ModelVersions):
             if before["challenger"] is None:
                 return {"changed": False, "retired": None, "serving": before}
             retired = before["challenger"]["model_version"]
+            if expect_challenger is not None and retired != expect_challenger:
+                raise RegistryError(f"rollback_canary refused: the challenger is {retired}, not {expect_challenger}; "
+                                    f"nothing was changed")
             after = {**before, "challenger": None, "challenger_weight": 0, "mode": "split"}
             state["models"].setdefault(retired, {})["stage"] = "rolled_back"
             champion = (before["champion"] or {}).get("model_version")

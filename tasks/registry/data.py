@@ -30,11 +30,18 @@ class DataVersions(RepoBase):
             raise RegistryError(f"data version {version} does not exist (have: {self.tags('data') or 'none'})")
         return json.loads(self.git("show", f"{version}:data/versions/{version}.json"))
 
-    def snapshot(self, partitions: dict[str, Path], meta: dict[str, Any], dataset: str = DEFAULT_DATASET) -> dict[str, Any]:
+    def snapshot(self, partitions: dict[str, Path], meta: dict[str, Any], dataset: str = DEFAULT_DATASET, *,
+                 sources: dict[str, str] | None = None) -> dict[str, Any]:
         """Add labeled partitions ({batch_id: parquet file}) as a new data version: the current
         version's partitions plus these. Only the new files are hashed and pushed.
 
-        Idempotent: if every batch is already in the current data version, that version is returned.
+        `sources` ({batch_id: sha256 of the delivered file}) is recorded with each new partition
+        (`source_sha256`): a batch's identity is its content, not only its name.
+
+        Idempotent: if every batch is already in the current data version with the same content,
+        that version is returned. The same batch id with other content (a corrected re-delivery)
+        is refused: it would otherwise be taken as "nothing to add". Content is the delivered file's
+        sha256 when both sides have one, else the partition file's md5.
         """
         if not partitions:
             raise RegistryError("a snapshot needs at least one partition")
@@ -53,6 +60,7 @@ class DataVersions(RepoBase):
             parts = parent["partitions"]
             have = {p["batch_id"] for p in parts}
             if set(partitions) <= have:
+                self._check_same_content(partitions, sources or {}, parts, current)
                 log(f"registry: {sorted(partitions)} already in {current}; nothing to add")
                 self._push()
                 return {"data_version": current, "created": False, **self.data_version_info(current)}
@@ -71,7 +79,8 @@ class DataVersions(RepoBase):
             with self._dvc() as repo:
                 repo.add([str(self.root / rel) for rel in targets.values()])
             rows = meta.get("rows_by_batch", {})
-            new = [{"batch_id": b, "path": str(rel), "md5": _dvc_md5(self.root / f"{rel}.dvc"), "rows": rows.get(b)}
+            new = [{"batch_id": b, "path": str(rel), "md5": _dvc_md5(self.root / f"{rel}.dvc"), "rows": rows.get(b),
+                    **({"source_sha256": sources[b]} if sources and sources.get(b) else {})}
                    for b, rel in targets.items()]
             info = {"version": version, "dataset": dataset, "parent": current, "partitions": [*parts, *new],
                     "created_at": datetime.now(timezone.utc).isoformat(),
@@ -85,6 +94,25 @@ class DataVersions(RepoBase):
             self._push([str(self.root / rel) for rel in targets.values()])   # only what is new
             log(f"registry: {version} tagged at {commit[:10]} with {len(info['partitions'])} partitions, pushed")
             return {"data_version": version, "created": True, "commit": commit, **info}
+
+    @staticmethod
+    def _check_same_content(partitions: dict[str, Path], sources: dict[str, str], parts: list[dict[str, Any]],
+                            current: str | None) -> None:
+        recorded = {p["batch_id"]: p for p in parts}
+        for batch_id, path in partitions.items():
+            part = recorded[batch_id]
+            if part.get("source_sha256") and sources.get(batch_id):
+                same, what = part["source_sha256"] == sources[batch_id], "delivered file's sha256"
+            elif sources.get(batch_id):        # a version recorded before source hashes: no way to tell
+                log(f"registry: {batch_id} in {current} has no recorded source hash; taking it as the same batch")
+                continue
+            else:
+                same, what = part.get("md5") == _file_md5(Path(path)), "partition's md5"
+            if not same:
+                raise RegistryError(
+                    f"batch {batch_id} is already in {current} with other content (the {what} differs): a "
+                    f"corrected re-delivery is not taken under a known batch id, and the versioned original is "
+                    f"kept. Deliver it under a new batch id (e.g. {batch_id}-r2), or remove it from landing/")
 
     def open_data_version(self, version: str, repo_url: str | None = None) -> tuple[Any, dict[str, Any]]:
         """(a DVC filesystem at the version's tag, the version's metadata): read partitions with
@@ -114,6 +142,17 @@ class DataVersions(RepoBase):
             with fs.open(part["path"], "rb") as f:
                 frames.append(pd.read_parquet(f))
         return pd.concat(frames, ignore_index=True)
+
+
+def _file_md5(path: Path) -> str:
+    """The md5 DVC records for a file: of its bytes."""
+    import hashlib
+
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _dvc_md5(dvc_file: Path) -> str:

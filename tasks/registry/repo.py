@@ -34,6 +34,31 @@ class RegistryError(RefusedError):
     """A registry operation was refused; nothing was changed."""
 
 
+class MirrorError(RuntimeError):
+    """A change was committed, but pushing it to SLUICE_REGISTRY_GIT_REMOTE failed. Not a refusal: a
+    retry (or any later transaction) pushes again."""
+
+
+class _Unchecked:
+    def __repr__(self) -> str:
+        return "ANY"
+
+
+# `expect_*=` of a pointer move: no expectation (a sentinel, since None is a real expectation: "no prod yet").
+ANY: Any = _Unchecked()
+
+
+def check_expected(state: dict[str, Any], action: str, **expected: Any) -> None:
+    """Compare-and-set: refuse `action` (RegistryError naming what moved) when a pointer is not what
+    the caller read. expected: prod_model=..., current_data=... (ANY: not checked)."""
+    names = {"prod_model": "the prod model", "current_data": "the current data version"}
+    moved = [f"{names[k]} is {state.get(k) or 'none'}, not {v or 'none'}"
+             for k, v in expected.items() if v is not ANY and state.get(k) != v]
+    if moved:
+        raise RegistryError(f"{action} refused: {' and '.join(moved)} as this run read it; "
+                            f"the registry moved since (an operator rollback?), so nothing was changed")
+
+
 def check_version(kind: str, version: str) -> str:
     is_version = is_data_version if kind == "data" else is_model_version
     if not isinstance(version, str) or not is_version(version):
@@ -64,6 +89,7 @@ class RepoBase:
         self.root = settings.layout.registry
         self.remote = settings.dvc_remote or str(settings.layout.dvc_remote)
         self.lock_path = settings.home / "registry.lock"
+        self._in_transaction = False
 
     # ---- plumbing ---------------------------------------------------------------
     def git(self, *args: str, check: bool = True) -> str:
@@ -84,11 +110,16 @@ class RepoBase:
         self.settings.home.mkdir(parents=True, exist_ok=True)
         with open(self.lock_path, "a+") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            self._in_transaction = True
             try:
                 self.ensure()
                 self.recover()
                 yield self
+                # Every pointer commit reaches the git mirror (replicas read the pointers there); after
+                # any data push the body made, so a tag the mirror shows has its data on the DVC remote.
+                self._mirror()
             finally:
+                self._in_transaction = False
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
     def ensure(self) -> None:
@@ -184,16 +215,36 @@ class RepoBase:
         remote (after the data: a tag a pod can see always has its data on the DVC remote)."""
         with self._dvc() as repo:
             repo.push(targets=targets)
-        if self.settings.registry_git_remote:
-            self.git("push", "--quiet", self.settings.registry_git_remote,
-                     "refs/heads/main:refs/heads/main", "refs/tags/*:refs/tags/*")
+        self._mirror()
+
+    def _mirror(self) -> None:
+        """Push the branch and the version tags to SLUICE_REGISTRY_GIT_REMOTE (when set). Called at the
+        end of every transaction, so pointer moves (promote, rollback, canary) reach it too."""
+        remote = self.settings.registry_git_remote
+        if not remote:
+            return
+        proc = subprocess.run(["git", "-C", str(self.root), "push", "--quiet", remote,
+                               "refs/heads/main:refs/heads/main", "refs/tags/*:refs/tags/*"],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise MirrorError(f"committed, but the push to the registry mirror {remote} failed (a retry pushes "
+                              f"again): {proc.stderr.strip() or proc.stdout.strip()}")
 
     # ---- state, tags, audit -----------------------------------------------------
     def state(self) -> dict[str, Any]:
+        """The pointers. Outside a transaction: the committed ones (`registry.json` at HEAD), never a
+        file a writer has changed but not committed (a reader takes no lock). Inside this object's own
+        transaction: the working file, which that transaction is building."""
         path = self.root / "registry.json"
-        if not path.exists():
+        if self._in_transaction:
+            if not path.exists():
+                return json.loads(json.dumps(EMPTY_STATE))
+            return {**EMPTY_STATE, **json.loads(path.read_text())}
+        proc = subprocess.run(["git", "-C", str(self.root), "show", "HEAD:registry.json"], capture_output=True,
+                              text=True) if (self.root / ".git").is_dir() else None
+        if proc is None or proc.returncode != 0:      # no repository, or no first commit yet
             return json.loads(json.dumps(EMPTY_STATE))
-        return {**EMPTY_STATE, **json.loads(path.read_text())}
+        return {**EMPTY_STATE, **json.loads(proc.stdout)}
 
     def _write_state(self, state: dict[str, Any]) -> None:
         atomic_write_json(self.root / "registry.json", state)

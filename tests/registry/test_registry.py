@@ -210,7 +210,8 @@ def test_nightly_model_rejection_rolls_data_back_to_prods_lineage(settings, tmp_
     reg.promote(reg.register_model("r1", {"model.int8.onnx": art}, {"data_version": "data-v1"})["model_version"], "t")
     p2, df2 = partition(tmp_path, "b2", seed=2)
     reg.snapshot({"batch-0002": p2}, {"rows_by_batch": {"batch-0002": len(df2)}})   # tonight's data
-    gate = EvaluateRecord.model_construct(passed=False, reasons=["test ROC AUC 0.61 is below the floor 0.70"])
+    gate = EvaluateRecord.model_construct(passed=False, reasons=["test ROC AUC 0.61 is below the floor 0.70"],
+                                          champion_version="model-v1")
     out = reject_model(StepContext.create("run-2", settings), evaluate=gate)
     assert out.rolled_back and out.prod_model == "model-v1" and out.current_data == "data-v1" and out.gate == "evaluate"
     last = json.loads((reg.root / "audit.jsonl").read_text().splitlines()[-1])
@@ -226,7 +227,7 @@ def test_rejection_without_a_prod_model_changes_nothing(settings, tmp_path):
     reg = Registry(settings)
     p1, df1 = partition(tmp_path, "b1", seed=1)
     reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
-    passed = EvaluateRecord.model_construct(passed=True, reasons=[])
+    passed = EvaluateRecord.model_construct(passed=True, reasons=[], champion_version=None)
     out = reject_model(StepContext.create("run-1", settings), evaluate=passed,
                        compress=CompressRecord.model_construct(passed=False, reasons=["int8 drop"]))
     assert not out.rolled_back and out.prod_model is None and out.current_data == "data-v1" and out.gate == "compress"
