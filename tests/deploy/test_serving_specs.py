@@ -75,9 +75,9 @@ def test_the_schema_check_is_strict():
 
 def test_kinds_and_namespace(docs):
     assert set(docs) == EXPECTED_KINDS
-    values = yaml.safe_load((ROOT / "k8s" / "values.yaml").read_text())
-    namespace = {e["name"]: e["value"] for e in values["env"]}["SLUICE_K8S_NAMESPACE"]
-    assert {d["metadata"]["namespace"] for d in docs.values()} == {namespace}
+    # The model server runs in Airflow's namespace (beside the sluice-state claim), not the trainers'.
+    pvc = yaml.safe_load((ROOT / "k8s" / "sluice-state-pvc.yaml").read_text())
+    assert {d["metadata"]["namespace"] for d in docs.values()} == {pvc["metadata"]["namespace"]}
 
 
 # ---- labels and selectors -------------------------------------------------------------------
@@ -231,13 +231,15 @@ def test_env_wiring(container):
 
 
 def test_credentials_come_from_the_registry_secret(container):
-    rbac = [d for d in yaml.safe_load_all((ROOT / "k8s" / "sluice-rbac.yaml").read_text()) if d]
-    (secret,) = [d for d in rbac if d["kind"] == "Secret"]
+    # No manifest ships the Secret (k8s/sluice-rbac.yaml says how to create it): the refs name the
+    # same Secret and keys as the Airflow chart's `secret:` entries.
+    values = yaml.safe_load((ROOT / "k8s" / "values.yaml").read_text())
+    chart = {(e["secretName"], e["secretKey"]) for e in values["secret"]}
     env = _env(container)
     refs = {n: e["valueFrom"]["secretKeyRef"] for n, e in env.items() if "valueFrom" in e}
     assert set(refs) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
     for name, ref in refs.items():
-        assert ref["name"] == secret["metadata"]["name"] and ref["key"] in secret["stringData"]
+        assert (ref["name"], ref["key"]) in chart
     assert not any("value" in env[n] for n in refs)                  # no key written into the manifest
 
 
