@@ -29,6 +29,7 @@ BENCHMARKS = {
     "bench.compression": [f"compress_{m}{s}" for s in ("", "_demo") for m in ("size_ratio", "quality_kept", "speedup_b1")],
     "bench.serving": ["serve_cold_start_s", "serve_vs_raw_ort", "serve_p99_ms"],
     "bench.canary": ["swap_failed_requests", "canary_detect_requests"],
+    "bench.reproduce": ["reproduce_identical"],
 }
 
 

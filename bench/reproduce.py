@@ -7,7 +7,8 @@ compress -> register, then promote, as a run whose canary passed), with small ep
 warm-starts from the previous prod model. Then each model version is reproduced (depth 0: its
 parent's weights read through the registry) from its recorded commit in a git worktree. The
 project's checkout must have that commit: run it on a committed tree (a dirty one is reproduced
-from its commit, without the local changes, and the verdict says so).
+from its commit, without the local changes, and the verdict says so; a commit whose code does not
+run, or a reproduction that fails, counts as not identical, its error in the details).
 """
 from __future__ import annotations
 
@@ -77,10 +78,14 @@ def run() -> list[Record]:
             build_s = time.monotonic() - t0
             results, t1 = [], time.monotonic()
             for v in versions:
-                rec = reproduce_model(settings, v, work_dir=Path(tmp) / "reproduce" / v)
+                try:
+                    rec = reproduce_model(settings, v, work_dir=Path(tmp) / "reproduce" / v)
+                except Exception as exc:  # noqa: BLE001 - a model that cannot be rebuilt counts as not identical
+                    results.append({"model_version": v, "verdict": "failed", "error": f"{type(exc).__name__}: {exc}"})
+                    continue
                 results.append({"model_version": v, "verdict": rec.verdict, "warm_start": rec.warm_start,
-                                "weights_max_abs": rec.weights["max_abs"], "inputs_differed": rec.inputs_differed,
-                                "summary": rec.summary})
+                                "code_commit": rec.code_commit, "weights_max_abs": rec.weights["max_abs"],
+                                "inputs_differed": rec.inputs_differed, "summary": rec.summary})
             reproduce_s = time.monotonic() - t1
         finally:
             for k, v in saved.items():
