@@ -1,4 +1,5 @@
 """SIGKILL a registry transaction at many points: the next one sees the old state or the new, never half."""
+import hashlib
 import json
 import os
 import shutil
@@ -53,7 +54,19 @@ def consistent(reg):
         assert len(reg.read_data_version(tag)) == sum(p["rows"] for p in info["partitions"])
     if state["prod_model"]:
         assert state["serving"]["champion"]["model_version"] == state["prod_model"]
+    for tag in reg.tags("model"):                     # every model version's files are what it recorded
+        for name, digest in reg.model_version_info(tag)["artifacts"].items():
+            assert hashlib.sha256(reg.read_model_artifact(tag, name)).hexdigest() == digest["sha256"], (tag, name)
+    assert cache_intact(reg)
     return state
+
+
+def cache_intact(reg):
+    """Every object in the DVC cache holds the bytes its name (their md5) says: nothing wrote through a link."""
+    for obj in (reg.root / ".dvc" / "cache" / "files" / "md5").rglob("*"):
+        if obj.is_file() and not obj.name.endswith(".dir"):
+            assert hashlib.md5(obj.read_bytes()).hexdigest() == obj.parent.name + obj.name, obj
+    return True
 
 
 def kill_points(settings, code, args, tmp_path, n=14):
@@ -159,3 +172,72 @@ def test_killed_canary_starts_leave_old_or_new_serving_state(settings, tmp_path)
     reg.start_canary("model-v2", 10, reason="finish")
     audit = [json.loads(line) for line in (reg.root / "audit.jsonl").read_text().splitlines()]
     assert sum(a["action"] == "start_canary" for a in audit) == 1
+
+
+REGISTER_PROMOTE = """
+import sys
+from pathlib import Path
+from tasks.registry import Registry
+from tasks.core.settings import Settings
+reg = Registry(Settings.from_env())
+v = reg.register_model(sys.argv[1], {"model.int8.onnx": Path(sys.argv[2])}, {"data_version": "data-v1"})
+print(reg.promote(v["model_version"], "kill test")["prod_model"])
+"""
+
+
+class Killed(BaseException):
+    pass
+
+
+def test_a_registration_killed_after_dvc_add_leaves_the_cache_whole(settings, tmp_path, monkeypatch):
+    """The first registration dies after `dvc add` linked its files into the cache, before its tag; the
+    next one (another run, other bytes, the same version name) must not write through those links."""
+    reg = Registry(settings)
+    p1, df1 = partition(tmp_path, "b1", seed=1)
+    reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
+    first, second = tmp_path / "a.onnx", tmp_path / "b.onnx"
+    first.write_bytes(b"killed run's model")
+    second.write_bytes(b"next run's model, other bytes")
+    commit = reg._commit
+
+    def die(*args, **kwargs):
+        raise Killed()
+
+    monkeypatch.setattr(reg, "_commit", die)
+    with pytest.raises(Killed):
+        reg.register_model("run-killed", {"model.int8.onnx": first}, {"data_version": "data-v1"})
+    monkeypatch.setattr(reg, "_commit", commit)
+    v = reg.register_model("run-next", {"model.int8.onnx": second}, {"data_version": "data-v1"})
+    assert v["model_version"] == "model-v1"
+    assert reg.read_model_artifact("model-v1", "model.int8.onnx") == second.read_bytes()
+    assert first.read_bytes() == b"killed run's model"
+    consistent(reg)
+
+
+def test_killed_registrations_and_promotions_leave_old_or_new_state(settings, tmp_path):
+    """register_model then promote, from the first model version on, killed at points over the whole
+    run; each attempt is a new run with new bytes (as the next night's would be)."""
+    reg = Registry(settings)
+    p1, df1 = partition(tmp_path, "b1", seed=1)
+    reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
+    arts = []
+    for k in range(12):
+        art = tmp_path / f"m{k}.onnx"
+        art.write_bytes(f"model of attempt {k}".encode() * (k + 1))
+        arts.append(art)
+    delays = kill_points(settings, REGISTER_PROMOTE, ["timing", str(arts[0])], tmp_path, n=10)
+    for k, delay in enumerate(delays):
+        run_and_kill(settings, REGISTER_PROMOTE, [f"run-{k}", str(arts[k])], delay)
+        state = consistent(reg)
+        tags = reg.tags("model")
+        assert tags == [f"model-v{i}" for i in range(1, len(tags) + 1)]
+        if state["prod_model"]:                       # promoted: the whole move, to a whole version
+            assert state["prod_model"] in tags and state["models"][state["prod_model"]]["stage"] == "prod"
+    # A run that is not killed registers and promotes exactly once more.
+    before = len(reg.tags("model"))
+    env = {**os.environ, "SLUICE_HOME": str(settings.home)}
+    out = subprocess.run([sys.executable, "-c", REGISTER_PROMOTE, "run-final", str(arts[-1])], env=env, cwd=REPO_ROOT,
+                         check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    assert out == f"model-v{before + 1}" and reg.state()["prod_model"] == out
+    assert reg.read_model_artifact(out, "model.int8.onnx") == arts[-1].read_bytes()
+    consistent(reg)
