@@ -9,8 +9,13 @@
   (simulated work proportional to its micro-batch, injected by `bench/slow_engine.py`,
   the workers' entry module here); mean step time over the ideal
   (the batch split in proportion to speed). Goal: balanced <= 1.1 (static ~1.5).
-- checkpoint_overhead: extra training time from checkpointing every 50 steps, the
-  bench model with its AdamW state, asynchronous saving. Goal <= 0.03.
+- checkpoint_overhead: the share of the run's training time that the step loop is
+  blocked by checkpointing every 50 steps (its own clock, summed over the run:
+  `checkpoint_blocked_s` over `seconds` in train_metrics.json), the bench model with its
+  AdamW state, asynchronous saving; the larger of 2 runs. Goal <= 0.03. Beside it in
+  the details: the wall-time comparison with runs that do not checkpoint (too noisy on
+  a shared machine to resolve 3%), and a control run with synchronous saving, which
+  must fail the goal (else the figure could not tell).
 - recovery_redo_ratio / recovery_seconds: SIGKILL of one worker mid-run (restarts
   allowed): steps redone over the checkpoint interval (goal <= 1), and seconds from
   the kill to the first step after the restart (goal <= 30).
@@ -34,9 +39,11 @@ from tasks.core.params import load_params
 from tasks.registry import Registry
 from tasks.core.settings import Settings
 from tasks.core.files import read_json
+from tasks.core.wait import wait_until
 from tasks.training.local import run_torchrun, start_torchrun
 
 ROWS_PER_PROCESS = 1024
+CHECKPOINT_GOAL = 0.03        # checkpoint_overhead: at most this share of training time blocked by saving
 
 
 def _data_version(home: Path, rows: int) -> str:
@@ -62,14 +69,47 @@ def _steps(out: Path) -> list[dict]:
 
 
 def _wait_step(out: Path, step: int, proc, timeout: float = 300) -> int:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
-        if (out / "metrics.jsonl").exists():
-            lines = _steps(out)
-            if lines and lines[-1]["step"] >= step:
-                return lines[-1]["step"]
-        time.sleep(0.01)
-    raise RuntimeError(f"training never reached step {step}")
+    """The last step in metrics.jsonl once it is `step` or later (the launcher must still run)."""
+    def reached() -> int | None:
+        if proc.poll() is not None:
+            raise RuntimeError(f"training ended (exit {proc.returncode}) before step {step}")
+        lines = _steps(out) if (out / "metrics.jsonl").exists() else []
+        return lines[-1]["step"] if lines and lines[-1]["step"] >= step else None
+
+    return wait_until(reached, timeout_s=timeout, interval_s=0.01, what=f"training step {step} in {out}",
+                      retry_on=(json.JSONDecodeError,))        # a line being written
+
+
+def blocked_fraction(metrics: dict) -> float:
+    """The share of a run's training time its step loop spent blocked by checkpointing
+    (train_metrics.json's `checkpoint_blocked_s` over `seconds`)."""
+    return metrics["checkpoint_blocked_s"] / metrics["seconds"]
+
+
+def checkpoint_overhead(version: str, tmp: Path, bench) -> Record:
+    """Checkpoint every 50 steps, asynchronously: the step loop's blocked share (2 runs, the larger),
+    with runs that do not checkpoint (wall-time comparison) and a synchronous-saving control alternated."""
+    ck = bench.replace(nproc=1, batch_size=256, epochs=2)
+    plain, async_, sync = [], [], []
+    for k in range(2):
+        run_torchrun(version, tmp / f"p{k}", ck)
+        plain.append(read_json(tmp / f"p{k}" / "train_metrics.json"))
+        run_torchrun(version, tmp / f"c{k}", ck.replace(checkpoint_every=50))
+        async_.append(read_json(tmp / f"c{k}" / "train_metrics.json"))
+    run_torchrun(version, tmp / "sync", ck.replace(checkpoint_every=50), **slowed(sync_checkpoints=True))
+    sync.append(read_json(tmp / "sync" / "train_metrics.json"))
+    fractions = [blocked_fraction(m) for m in async_]
+    control = blocked_fraction(sync[0])
+    wall = statistics.median(m["seconds"] for m in async_) / statistics.median(m["seconds"] for m in plain) - 1
+    return Record("checkpoint_overhead", max(fractions), "share", f"<= {CHECKPOINT_GOAL}",
+                  {"blocked_fraction_per_run": fractions,
+                   "checkpoint_blocked_s": [m["checkpoint_blocked_s"] for m in async_],
+                   "seconds_checkpointing": [m["seconds"] for m in async_],
+                   "checkpoints_per_run": async_[0]["checkpoints"],
+                   "wall_time_overhead": wall, "seconds_plain": [m["seconds"] for m in plain],
+                   "sync_control_blocked_fraction": control,
+                   "sync_control_blocked_s": sync[0]["checkpoint_blocked_s"],
+                   "sync_control_fails_goal": control > CHECKPOINT_GOAL})
 
 
 def _steady_throughput(out: Path) -> float:
@@ -118,19 +158,8 @@ def run() -> list[Record]:
                                   {"ratios": ratios, "samples_per_s": sps, "rows_per_process": ROWS_PER_PROCESS,
                                    "hidden": BENCH_HIDDEN}))
 
-            # Checkpoint overhead: the same 78 steps with and without a checkpoint every 50... plus one more run
-            # so both sides are measured twice, alternating.
-            ck = bench.replace(nproc=1, batch_size=256, epochs=2)
-            plain, with_ck = [], []
-            for k in range(2):
-                run_torchrun(version, tmp / f"p{k}", ck)
-                plain.append(read_json(tmp / f"p{k}" / "train_metrics.json")["seconds"])
-                run_torchrun(version, tmp / f"c{k}", ck.replace(checkpoint_every=50))
-                with_ck.append(read_json(tmp / f"c{k}" / "train_metrics.json")["seconds"])
-            overhead = statistics.median(with_ck) / statistics.median(plain) - 1
-            records.append(Record("checkpoint_overhead", overhead, "share", "<= 0.03",
-                                  {"seconds_plain": plain, "seconds_checkpointing": with_ck,
-                                   "checkpoints": len(list((tmp / "c0" / "checkpoints").glob("*.pt")))}))
+            # Checkpoint overhead: the step loop's time blocked by saving, 156 steps, a checkpoint every 50.
+            records.append(checkpoint_overhead(version, tmp, bench))
 
             # Load balancing on the demo model: rank 1 costs 2x per sample.
             demo = base.replace(epochs=4, log_every=1, checkpoint_every=10_000, warm_start=False)

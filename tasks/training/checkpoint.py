@@ -1,12 +1,17 @@
 """Atomic, checksummed checkpoints: temp file, fsync, rename, sha256 beside it.
 
 A checkpoint whose bytes do not match its checksum (a kill mid-write, a bad disk)
-is skipped and the previous good one used.
+is skipped and the previous good one used. Checkpoints are read as data only
+(`torch.load(weights_only=True)`: tensors, numbers, strings, lists, dicts): on
+Kubernetes they come from the output bucket, and a checksum only proves the file is
+whole, not who wrote it, so one that would build other objects (a pickled
+`__reduce__` payload) is refused and skipped like a corrupt one.
 """
 from __future__ import annotations
 
 import hashlib
 import io
+import pickle
 import re
 from pathlib import Path
 from typing import Any, Callable
@@ -32,8 +37,14 @@ def save_checkpoint(folder: Path, step: int, state: dict[str, Any], keep: int = 
     return path
 
 
+def load_checkpoint_bytes(data: bytes) -> dict[str, Any]:
+    """A checkpoint's state, unpickled as data only: anything else raises pickle.UnpicklingError."""
+    return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+
+
 def latest_valid_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:
-    """Newest checkpoint whose checksum verifies; corrupt or partial ones are reported and skipped."""
+    """Newest checkpoint whose checksum verifies and that holds data only; corrupt, partial or
+    refused ones are reported and skipped (None: none left, a fresh start)."""
     if not folder.is_dir():
         return None
     for path in sorted((p for p in folder.iterdir() if _NAME.match(p.name)), reverse=True):
@@ -42,7 +53,14 @@ def latest_valid_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:
         if not digest_file.exists() or digest_file.read_text().strip() != hashlib.sha256(data).hexdigest():
             log(f"checkpoint {path.name} fails its checksum: skipped")
             continue
-        return path, torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)
+        try:
+            return path, load_checkpoint_bytes(data)
+        except pickle.UnpicklingError as exc:
+            why = re.search(r"Unsupported global: GLOBAL \S+|Unsupported operand \d+", str(exc))
+            log(f"checkpoint {path.name} refused: it holds more than tensors and plain values "
+                f"({why.group(0) if why else type(exc).__name__}): not loaded, skipped")
+        except Exception as exc:  # noqa: BLE001 - any unreadable file is skipped like a corrupt one
+            log(f"checkpoint {path.name} is unreadable ({type(exc).__name__}: {exc}): skipped")
     return None
 
 

@@ -9,7 +9,9 @@ Streams the data version's partitions from the registry by tag (through DVC; see
 step by step: each step one global batch, split into per-rank micro-batches
 (re-split by throughput when balancing), gradients accumulated and averaged exactly.
 Checkpoints every `checkpoint_every` steps (asynchronously) and on SIGTERM; resumes
-from the newest valid checkpoint of the same training (`state.py`). Only rank 0 logs
+from the newest valid checkpoint of the same training (`state.py`). The time the step
+loop spends blocked by checkpointing is summed (`checkpoint_blocked_s` in
+train_metrics.json; the `checkpoint_overhead` benchmark's figure). Only rank 0 logs
 and writes files; with `--out` a URI (a pod), rank 0 publishes them there (`outputs.py`).
 """
 from __future__ import annotations
@@ -241,9 +243,12 @@ def make_checkpointer(store: OutputStore) -> AsyncCheckpointer:
 
 def run_training(data_version: str, out: str, p: TrainParams, registry_url: str | None = None,
                  init_from: str | None = None, workdir: Path | None = None, *, store_dir: str | Path | None = None,
-                 dist_timeout_s: int = 300, on_micro_batch: MicroBatchHook | None = None) -> dict:
+                 dist_timeout_s: int = 300, on_micro_batch: MicroBatchHook | None = None,
+                 sync_checkpoints: bool = False) -> dict:
     """Train `p.epochs` epochs of `data_version` into `out` (resuming if a checkpoint of this same
-    training is there); returns what train_metrics.json holds."""
+    training is there); returns what train_metrics.json holds. `sync_checkpoints`: wait for each
+    periodic checkpoint's write in the step loop (a benchmark's control: what the background
+    writer saves)."""
     device = pick_device(p)
     ranks = join_process_group(device, store_dir, dist_timeout_s)
     stop, store = StopSignal(), OutputStore(out, workdir)
@@ -263,6 +268,7 @@ def run_training(data_version: str, out: str, p: TrainParams, registry_url: str 
     autocast, loss_fn = autocast_for(p, device), make_loss(data.stats.spam_share).to(device)
     checkpointer = make_checkpointer(store) if ranks.master else None
     metrics = TrainingMetrics(store.local / "metrics.jsonl", enabled=ranks.master)
+    blocked_s, saves = 0.0, 0          # the step loop's time inside checkpointing, by its own clock
     t0 = time.time()
 
     while state.step < total_steps:
@@ -297,15 +303,20 @@ def run_training(data_version: str, out: str, p: TrainParams, registry_url: str 
         if any(r.stop for r in stats):
             stop_with_checkpoint(state, checkpointer, ranks, device)
         if state.step % p.checkpoint_every == 0 and state.step < total_steps:
-            checkpoint(state, checkpointer, ranks, device)
+            blocked = time.perf_counter()
+            checkpoint(state, checkpointer, ranks, device, wait=sync_checkpoints)
+            blocked_s, saves = blocked_s + time.perf_counter() - blocked, saves + 1
     if checkpointer is not None:
+        blocked = time.perf_counter()
         checkpointer.close()                          # the last write is part of the run's time
+        blocked_s += time.perf_counter() - blocked
 
     result = {"data_version": data_version, "rows": int(len(data)), "partitions": len(data.counts),
               "epochs": p.epochs, "world_size": ranks.world, "device": device.type, "steps": total_steps,
               "resumed_from_step": resumed_from, "warm_started_from": warm, "losses": state.losses,
               "final_loss": state.losses[-1], "final_splits": state.splits, "partition_loads": data.cache.loads,
-              "seconds": time.time() - t0, "n_parameters": sum(t.numel() for t in model.parameters())}
+              "seconds": time.time() - t0, "checkpoints": saves, "checkpoint_blocked_s": blocked_s,
+              "n_parameters": sum(t.numel() for t in model.parameters())}
     finish(result, model, store, ranks)
     return result
 
@@ -349,16 +360,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None, on_micro_batch: MicroBatchHook | None = None) -> int:
+def main(argv: list[str] | None = None, on_micro_batch: MicroBatchHook | None = None,
+         sync_checkpoints: bool = False) -> int:
     """The torchrun worker: arguments and settings in, `run_training` (`on_micro_batch`: see
-    MicroBatchHook; bench/slow_engine.py passes one)."""
+    MicroBatchHook; `sync_checkpoints`: see run_training; bench/slow_engine.py passes them)."""
     args = parse_args(argv)
     settings = Settings.from_env()
     raw = json.loads(args.params)
     raw["hidden"] = tuple(raw["hidden"])
     run_training(args.data_version, args.out, TrainParams.model_validate(raw),
                  args.registry_url or settings.registry_url or None, args.init_from or None, args.workdir,
-                 store_dir=args.store_dir, dist_timeout_s=settings.dist_timeout_s, on_micro_batch=on_micro_batch)
+                 store_dir=args.store_dir, dist_timeout_s=settings.dist_timeout_s, on_micro_batch=on_micro_batch,
+                 sync_checkpoints=sync_checkpoints)
     return 0
 
 

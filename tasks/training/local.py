@@ -1,4 +1,9 @@
-"""Build and run the torchrun command for the local backend (loopback only)."""
+"""Build and run the torchrun command for the local backend (loopback only).
+
+The launcher and its workers get an allowlisted environment (`worker_env`), not this
+process's: under Airflow that holds the JWT and session secrets, the Fernet key, the
+database URL and the admin password file, none of which the training code needs.
+"""
 from __future__ import annotations
 
 import json
@@ -7,12 +12,38 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 from tasks.core.params import TrainParams
 from tasks.core.log import log
 
 ENGINE_MODULE = "tasks.training.engine"          # the torchrun workers' entry module
+
+
+# Names passed to the workers as they are, and prefixes of names passed (all else is dropped):
+# the process basics, Sluice's settings, the DVC remote's credentials and config (AWS_*, DVC_*),
+# git's (the registry), TLS trust and proxies, thread counts and the CUDA/NCCL/gloo/torch knobs.
+WORKER_ENV_NAMES = frozenset({
+    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
+    "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
+})
+WORKER_ENV_PREFIXES = ("LC_", "SLUICE_", "AWS_", "DVC_", "GIT_", "OMP_", "MKL_", "CUDA_", "NCCL_", "GLOO_",
+                       "TORCH_", "TORCHELASTIC_", "PYTORCH_", "NVIDIA_")
+
+
+def worker_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The local backend's environment for torchrun and its workers: the allowlisted part of
+    `environ` (default: this process's), then the settings that keep them on loopback. One
+    compute thread per process unless told otherwise below; sockets on `lo` for gloo and NCCL
+    (Kubernetes pods build their own environment: there NCCL must use the pod network)."""
+    environ = os.environ if environ is None else environ
+    env = {k: v for k, v in environ.items() if k in WORKER_ENV_NAMES or k.startswith(WORKER_ENV_PREFIXES)}
+    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
+                "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo",
+                # Otherwise the launcher opens a TCPStore server (all interfaces) to share with workers.
+                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+    return env
 
 
 def params_json(p: TrainParams) -> str:
@@ -66,11 +97,8 @@ def start_torchrun(data_version: str, out: Path | str, p: TrainParams, init_from
     store_dir.mkdir(parents=True)
     cmd = torchrun_command(data_version, str(out), p, store_dir, max_restarts, init_from, workdir, module,
                            module_args)
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo", "PYTHONUNBUFFERED": "1",
-           # Otherwise the launcher opens a TCPStore server (all interfaces) to share with workers.
-           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"}
     log(f"launching: {' '.join(cmd[:9])} ...")
-    return subprocess.Popen(cmd, env=env, start_new_session=True)
+    return subprocess.Popen(cmd, env=worker_env(), start_new_session=True)
 
 
 def run_torchrun(data_version: str, out: Path | str, p: TrainParams, timeout_s: float = 3600,

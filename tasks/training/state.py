@@ -4,30 +4,49 @@
 epoch order (`batching.py`), fixes everything the next step does: the step number
 (which is also the data position), the losses so far and the batch split. A
 checkpoint is `state.to_dict(rng)` with every rank's RNG state; `load_dict` puts
-one back, so a resumed run continues bit-identical to one that never stopped.
+one back, so a resumed run continues bit-identical to one that never stopped. It holds
+tensors and plain values only (RNG states included), so it loads with
+`torch.load(weights_only=True)` (`checkpoint.py`).
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 
 from tasks.core.params import TrainParams
 
 
 def rng_state(device: torch.device) -> dict:
-    """This process's random generators (CPU, and the GPU's when training on one)."""
+    """This process's random generators (torch's CPU one, the GPU's when training on one, Python's
+    and numpy's global ones) as tensors and plain numbers, so a checkpoint loads as data only
+    (`torch.load(weights_only=True)`)."""
+    version, mt, gauss = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
     return {"torch": torch.get_rng_state(),
-            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+            "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+            "python": {"version": int(version), "state": torch.tensor(mt, dtype=torch.int64),
+                       "gauss": None if gauss is None else float(gauss)},
+            "numpy": {"name": str(name), "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                      "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}}
 
 
 def set_rng_state(state: dict, device: torch.device) -> None:
     torch.set_rng_state(state["torch"])
     if state["cuda"] is not None and device.type == "cuda":
         torch.cuda.set_rng_state(state["cuda"], device)
+    if state.get("python") is not None:          # absent in checkpoints written before they were kept
+        py = state["python"]
+        random.setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss"]))
+    if state.get("numpy") is not None:
+        npy = state["numpy"]
+        np.random.set_state((npy["name"], npy["keys"].numpy().astype(np.uint32), npy["pos"], npy["has_gauss"],
+                             npy["cached_gaussian"]))
 
 
 def training_fingerprint(data_version: str, p: TrainParams, init_from: str | None, world: int) -> str:

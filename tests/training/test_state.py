@@ -36,7 +36,7 @@ def test_to_dict_then_load_dict_continues_bit_identical():
     a.splits = [40, 24]
     buf = io.BytesIO()
     torch.save(a.to_dict([rng_state(CPU), rng_state(CPU)]), buf)       # as a checkpoint file holds it
-    blob = torch.load(io.BytesIO(buf.getvalue()), weights_only=False)
+    blob = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)    # data only, as checkpoints load
 
     b = new_state(p.replace(seed=p.seed + 1), stats)              # other weights, fresh optimizer
     b.load_dict(blob, rank=1, device=CPU)

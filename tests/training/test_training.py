@@ -59,16 +59,17 @@ def params(**kw):
 
 
 def wait_for_step(out, step, proc, timeout=60):
-    """Block until metrics.jsonl shows `step` done (or the launcher ended)."""
-    import time
+    """Block until metrics.jsonl shows `step` done; fails if the launcher ends first."""
+    from tasks.core.wait import wait_until
 
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and proc.poll() is None:
+    def reached():
+        if proc.poll() is not None:
+            raise AssertionError(f"training ended (exit {proc.returncode}) before step {step}")
         lines = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
-        if lines and json.loads(lines[-1])["step"] >= step:
-            return json.loads(lines[-1])["step"]
-        time.sleep(0.01)
-    raise AssertionError(f"training did not reach step {step}")
+        return json.loads(lines[-1])["step"] if lines and json.loads(lines[-1])["step"] >= step else None
+
+    return wait_until(reached, timeout_s=timeout, interval_s=0.01, what=f"training step {step}",
+                      retry_on=(json.JSONDecodeError,))          # a line being written
 
 
 @pytest.mark.slow
