@@ -9,7 +9,7 @@ between is kept (the step is refused).
 from __future__ import annotations
 
 from tasks.core.log import log
-from tasks.core.records import CompressRecord, EvaluateRecord, GateRecord, RejectRecord
+from tasks.core.records import CompressRecord, EvaluateRecord, GateRecord, RejectRecord, TrainRecord
 from tasks.core.steps import StepContext, StepError, step
 from tasks.registry import ANY, Registry
 
@@ -24,12 +24,13 @@ def failed_gate(**gates: GateRecord | None) -> tuple[str, list[str]]:
 
 @step
 def reject_model(ctx: StepContext, evaluate: EvaluateRecord | None = None,
-                 compress: CompressRecord | None = None) -> RejectRecord:
+                 compress: CompressRecord | None = None, train: TrainRecord | None = None) -> RejectRecord:
     gate, reasons = failed_gate(evaluate=evaluate, compress=compress)
     registry = Registry(ctx.settings)
     rolled = registry.rollback_to_prod_lineage(
         f"nightly run {ctx.run_id}: challenger rejected at {gate}: {'; '.join(reasons)}", who="nightly_pipeline",
-        expect_prod=evaluate.champion_version if evaluate else ANY)
+        expect_prod=evaluate.champion_version if evaluate else ANY,
+        expect_data=train.data_version if train else ANY)      # an operator's data rollback meanwhile stays
     state = registry.state()
     log(f"challenger rejected at {gate}: {'; '.join(reasons)}; prod stays {state['prod_model'] or '(none)'}, "
         f"data pointer {state['current_data']}")

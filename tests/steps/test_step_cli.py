@@ -65,7 +65,7 @@ def test_step_declaration_reads_upstream_records_from_the_signature():
     from tasks.reject_model import reject_model
 
     assert register.reads == {"train": True, "evaluate": True, "compress": True}
-    assert reject_model.reads == {"evaluate": False, "compress": False} and register.record_type is not EvaluateRecord
+    assert reject_model.reads == {"evaluate": False, "compress": False, "train": False} and register.record_type is not EvaluateRecord
 
 
 def test_every_module_in_tasks_is_a_declared_step():

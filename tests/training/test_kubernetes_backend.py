@@ -14,6 +14,7 @@ import pytest
 
 from tasks.training.kubernetes import render_manifests, validate_manifests, KubernetesTraining
 from tasks.core.params import load_params
+from tasks.core.settings import safe_run_id
 from tests.airflow_helpers import python_json
 
 RUN = "scheduled__2026-11-30T02:00:00+00:00"
@@ -85,7 +86,7 @@ def test_one_node_the_dag_sends_a_valid_pod_running_the_planned_command(settings
                                  KubernetesTraining.from_env(), init_from="model-v3", out_root=settings.train_out_uri)
     assert pod["spec"]["containers"] == direct["spec"]["containers"]
     args = pod["spec"]["containers"][0]["args"]
-    assert args[args.index("--out") + 1] == f"s3://sluice-artifacts/runs/{RUN.replace(':', '_').replace('+', '_')}/train"
+    assert args[args.index("--out") + 1] == f"s3://sluice-artifacts/runs/{safe_run_id(RUN)}/train"
     assert args[args.index("--init-from") + 1] == "model-v3"
     assert pod["metadata"]["name"] == plan["name"] and pod["metadata"]["annotations"]["sluice/airflow-run-id"] == RUN
 
