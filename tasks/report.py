@@ -10,14 +10,15 @@ from typing import Any
 from tasks.core.files import atomic_write_bytes, atomic_write_json
 from tasks.core.log import log
 from tasks.core.records import GateRecord, Record, ReportRecord
-from tasks.core.steps import StepContext, load_records, step
+from tasks.core.steps import StepContext, load_records, load_refusals, step
 from tasks.evaluation.quality import fmt_quality
 from tasks.registry import Registry
 
 
-def outcome_of(steps: dict[str, Any], failed_steps: list[str]) -> str:
+def outcome_of(steps: dict[str, Any], failed_steps: list[str], refused: dict[str, str] | None = None) -> str:
     if failed_steps:
-        return f"FAILED at {', '.join(failed_steps)}"
+        why = [f"{t} refused: {refused[t]}" for t in failed_steps if t in (refused or {})]
+        return f"FAILED at {', '.join(failed_steps)}" + (f" ({'; '.join(why)})" if why else "")
     if "promote" in steps:
         return f"deployed {steps['promote'].prod_model}"
     if "rollback_canary" in steps:
@@ -38,7 +39,7 @@ def outcome_of(steps: dict[str, Any], failed_steps: list[str]) -> str:
 
 
 def build_summary(run_id: str, steps: dict[str, Any], registry_state: dict[str, Any],
-                  failed_steps: list[str]) -> dict[str, Any]:
+                  failed_steps: list[str], refused: dict[str, str] | None = None) -> dict[str, Any]:
     """Pure: the summary dict from the typed step records."""
     ing, wl, snap = steps.get("ingest"), steps.get("weak_label"), steps.get("snapshot")
     tr, ev, cp = steps.get("train"), steps.get("evaluate"), steps.get("compress")
@@ -48,7 +49,7 @@ def build_summary(run_id: str, steps: dict[str, Any], registry_state: dict[str, 
 
     return {
         "run_id": run_id,
-        "outcome": outcome_of(steps, failed_steps),
+        "outcome": outcome_of(steps, failed_steps, refused),
         "batch": {"id": ing.batch_id if ing else None, "rows_in": ing.rows if ing else None,
                   "rows_labeled": (wl.rows - wl.abstained_rows) if wl else None,
                   "rows_unlabeled": wl.abstained_rows if wl else None},
@@ -181,7 +182,8 @@ def canary_lines(c: dict[str, Any] | None) -> list[str]:
 def report(ctx: StepContext, *, failed_steps: str = "") -> ReportRecord:
     run_dir = ctx.run_dir
     failed = [s for s in failed_steps.split(",") if s]
-    summary = build_summary(ctx.run_id, load_records(run_dir), Registry(ctx.settings).state(), failed)
+    summary = build_summary(ctx.run_id, load_records(run_dir), Registry(ctx.settings).state(), failed,
+                            load_refusals(run_dir))
     text = render_text(summary)
     atomic_write_json(run_dir / "summary.json", summary)
     atomic_write_bytes(run_dir / "summary.txt", text.encode())

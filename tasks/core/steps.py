@@ -58,6 +58,16 @@ def record_path(run_dir: Path, name: str) -> Path:
     return run_dir / "steps" / f"{name}.json"
 
 
+def record_refusal(run_dir: Path, task: str, reason: str) -> None:
+    """A step refused by a store (nothing changed): its reason, kept for the run's report."""
+    atomic_write_json(run_dir / "refused" / f"{task}.json", {"task": task, "reason": reason})
+
+
+def load_refusals(run_dir: Path) -> dict[str, str]:
+    folder = run_dir / "refused"
+    return {p.stem: read_json(p)["reason"] for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
+
+
 def load_records(run_dir: Path) -> dict[str, Record]:
     """Every step record of a run, typed (the report reads them all)."""
     folder = run_dir / "steps"
@@ -180,6 +190,7 @@ def run_airflow_task(ref: str, context: dict[str, Any], overrides: dict[str, dic
     except RefusedError as exc:                       # refused, nothing changed: a retry cannot help
         from airflow.sdk.exceptions import AirflowFailException
 
+        record_refusal(ctx.run_dir, ti.task_id, str(exc))
         raise AirflowFailException(str(exc)) from exc
     ti.xcom_push(key="result", value=json_safe(rec.model_dump(mode="json")))
     return rec
