@@ -182,6 +182,9 @@ def run() -> list[Record]:
                     raise RuntimeError("the restarted run failed")
                 resumed = read_json(out / "train_metrics.json")["resumed_from_step"]
                 first_after = next(s for s in _steps(out) if s["time"] > killed)
+                # The progress lost is up to the last step done before the kill (seen after the run: the
+                # worker may have gone on past `at` while the kill was aimed), not the step seen when aiming.
+                at = max([at] + [s["step"] for s in _steps(out) if s["time"] <= killed])
                 redo.append((at - resumed) / rec.checkpoint_every)
                 seconds.append(first_after["time"] - killed)
             records.append(Record("recovery_redo_ratio", max(redo), "ratio", "<= 1",
