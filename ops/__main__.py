@@ -1,8 +1,10 @@
 """Operate Sluice's local Airflow: `python -m ops {up,down,status,run}`.
 
   up      start api-server, scheduler, dag-processor and the model server on 127.0.0.1, print their addresses
-  down    stop them (SIGTERM, then SIGKILL of each process group)
-  status  say whether they are running
+          (when they are up already: restart any part whose process died, saying which and why)
+  down    stop them (SIGTERM, then SIGKILL of each process group), saying what it found: each part alive,
+          dead, or dead with orphans left in its group (killed); a pid now another program's is never signalled
+  status  say whether each part is running and healthy (exit 0), some are not (exit 1), or none is (exit 3)
   run     run nightly_pipeline once through the scheduler (triggered via the REST API), print the summary
   clean-state  stop them and delete SLUICE_HOME, only if it carries the marker file .sluice-home
 """
@@ -13,11 +15,11 @@ import json
 import shutil
 import sys
 import time
-from pathlib import Path
 from datetime import datetime, timezone
+from pathlib import Path
 
 from ops.airflow_env import ADMIN_USER, ensure_secrets
-from ops.services import AirflowServices, ApiClient, stop_groups
+from ops.services import AirflowServices, ApiClient, ServiceError
 from tasks.core.settings import HOME_MARKER, Settings
 
 DAG_ID = "nightly_pipeline"
@@ -31,11 +33,24 @@ def _login_lines(settings: Settings, port: int, serve_port: int | None = None) -
                if serve_port else ""))
 
 
+def _recorded(settings: Settings) -> AirflowServices | None:
+    """The services recorded in services.json, or None when nothing is."""
+    return AirflowServices.attach(settings) if AirflowServices.recorded(settings) else None
+
+
 def cmd_up(settings: Settings) -> int:
-    running = AirflowServices.running(settings)
-    if running:
-        print("already running.\n" + _login_lines(settings, running["port"], running.get("serve_port")))
-        return 0
+    recorded = _recorded(settings)
+    if recorded and any(p.leader() == "alive" for p in recorded.parts.values()):
+        restarted = recorded.heal()
+        problems = recorded.check()
+        head = ("restarted " + ", ".join(restarted)) if restarted else "already running"
+        print(head + ("; some parts are not healthy:\n" + "\n".join(f"  {n}: {w}" for n, w in problems.items())
+                      + "\n  (`make down && make up` starts everything afresh)" if problems else ".")
+              + "\n" + _login_lines(settings, recorded.port, recorded.serve_port))
+        return 1 if problems else 0
+    if recorded:         # every part died: clean up what they left (orphans), then start afresh
+        for line in recorded.stop():
+            print(f"[sluice] found {line}")
     services = AirflowServices(settings).start()
     print(_login_lines(settings, services.port, services.serve_port))
     print("stop with: make down")
@@ -43,21 +58,32 @@ def cmd_up(settings: Settings) -> int:
 
 
 def cmd_down(settings: Settings) -> int:
-    state_file = settings.layout.airflow_home / "services.json"
-    if not state_file.exists():
+    recorded = _recorded(settings)
+    if recorded is None:
         print("not running")
         return 0
-    stop_groups(json.loads(state_file.read_text())["pgids"])
-    state_file.unlink()
+    for line in recorded.stop():
+        print(line)
     print("stopped")
     return 0
 
 
 def cmd_status(settings: Settings) -> int:
-    running = AirflowServices.running(settings)
-    print(("running.\n" + _login_lines(settings, running["port"], running.get("serve_port")))
-          if running else "not running")
-    return 0 if running else 3
+    recorded = _recorded(settings)
+    if recorded is None:
+        print("not running")
+        return 3
+    problems = recorded.check()
+    if len(problems) == len(recorded.parts) and all(p.leader() != "alive" for p in recorded.parts.values()):
+        print("not running (every recorded part is dead):\n" + "\n".join(f"  {n}: {w}" for n, w in problems.items())
+              + "\n  `make up` starts them; `make down` cleans up what they left")
+        return 3
+    if problems:
+        print("degraded:\n" + "\n".join(f"  {n}: {problems.get(n, 'alive and healthy')}" for n in recorded.parts)
+              + "\n  `make up` restarts a dead part\n" + _login_lines(settings, recorded.port, recorded.serve_port))
+        return 1
+    print("running.\n" + _login_lines(settings, recorded.port, recorded.serve_port))
+    return 0
 
 
 def clean_state_refusal(home: Path) -> str | None:
@@ -99,27 +125,47 @@ def cmd_clean_state(settings: Settings) -> int:
     return 0
 
 
-def run_pipeline(client: ApiClient, settings: Settings, conf: dict, timeout_s: float) -> tuple[str, str]:
+def run_pipeline(client: ApiClient, settings: Settings, conf: dict, timeout_s: float,
+                 services: AirflowServices | None = None) -> tuple[str, str]:
     client.wait_for_dag(DAG_ID)
     client.unpause(DAG_ID)
     run_id = client.trigger(DAG_ID, conf, run_id=f"make_run__{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}")
     print(f"[sluice] triggered {DAG_ID} run {run_id} via the REST API", flush=True)
     t0 = time.monotonic()
+
+    def on_unhealthy(problems: dict[str, str]) -> None:
+        # A part whose process died is restarted; one alive but unhealthy (hung) is named, with what to do.
+        restarted = services.heal(say=lambda line: print(line, flush=True)) if services else []
+        for part, why in problems.items():
+            if part not in restarted and part not in warned:
+                print(f"[sluice] {part} is unhealthy: {why}; the run waits for it "
+                      f"(`make down && make up` restarts everything)", file=sys.stderr, flush=True)
+        warned.clear()
+        warned.update(problems)
+
+    warned: set[str] = set()
     state = client.wait_for_run(DAG_ID, run_id, timeout_s, on_change=lambda task, st: print(
-        f"[sluice] {time.monotonic() - t0:6.1f}s  {task:<24} {st}", flush=True))
+        f"[sluice] {time.monotonic() - t0:6.1f}s  {task:<24} {st}", flush=True), on_unhealthy=on_unhealthy)
     return run_id, state
 
 
 def cmd_run(settings: Settings, conf: dict, timeout_s: float) -> int:
-    running = AirflowServices.running(settings)
-    if running:
-        services = AirflowServices(settings, port=running["port"])
-        run_id, state = run_pipeline(services.client(), settings, conf, timeout_s)
-    else:
-        print("[sluice] starting Airflow (api-server, scheduler, dag-processor) and the model server on 127.0.0.1",
-              flush=True)
-        with AirflowServices(settings, nightly_schedule=False) as services:
-            run_id, state = run_pipeline(services.client(), settings, conf, timeout_s)
+    recorded = _recorded(settings)
+    try:
+        if recorded and any(p.leader() == "alive" for p in recorded.parts.values()):
+            recorded.heal(say=lambda line: print(line, flush=True))       # restarts a part that died, saying so
+            run_id, state = run_pipeline(recorded.client(), settings, conf, timeout_s, recorded)
+        else:
+            if recorded:
+                for line in recorded.stop():
+                    print(f"[sluice] found {line}", flush=True)
+            print("[sluice] starting Airflow (api-server, scheduler, dag-processor) and the model server on 127.0.0.1",
+                  flush=True)
+            with AirflowServices(settings, nightly_schedule=False) as services:
+                run_id, state = run_pipeline(services.client(), settings, conf, timeout_s, services)
+    except ServiceError as exc:
+        print(f"[sluice] {exc}", file=sys.stderr)
+        return 1
     summary = settings.layout.run_dir(run_id) / "summary.txt"
     print()
     print(summary.read_text() if summary.exists() else f"(no summary written: see the task logs under "

@@ -4,6 +4,14 @@ api-server (REST API + UI, 127.0.0.1 only), scheduler (LocalExecutor, no log
 server: task logs are read from the shared log folder) and dag-processor each run
 in their own process group, so stopping escalates from SIGTERM to SIGKILL of the
 whole group (LocalExecutor workers can ignore SIGTERM after a failed task).
+
+Each part is recorded with its own pid, the start time of that pid (/proc/<pid>/stat field
+22, clock ticks since boot) and its command line, so a part that died is told apart from a
+live one even when its group still holds orphans (a SIGKILLed scheduler leaves its
+LocalExecutor workers behind), and a pid the kernel gave to another program since is never
+taken for ours. A process group's id stays allocated while any member lives, so the members
+of the group of a dead leader of ours are ours; a group whose leader pid now names another
+process is not, and is never signalled.
 """
 from __future__ import annotations
 
@@ -29,6 +37,7 @@ COMPONENTS = {
     "scheduler": ["scheduler", "--skip-serve-logs"],
     "dag-processor": ["dag-processor"],
 }
+PARTS = (*COMPONENTS, "model-server")
 
 
 class ServiceError(RuntimeError):
@@ -58,14 +67,107 @@ def _reap(pgid: int) -> None:
 
 
 def _group_alive(pgid: int) -> bool:
+    """Whether the group has a live member: zombies do not count (one that is not our child, we cannot reap)."""
     _reap(pgid)
     try:
         os.killpg(pgid, 0)
-        return True
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
+    return bool(group_members(pgid))
+
+
+def _proc(pid: int) -> tuple[str, int, int, tuple[str, ...]] | None:
+    """(state letter, pgrp, start time in clock ticks, command line) of `pid`, or None if there is none."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    rest = stat[stat.rindex(")") + 2:].split()          # rest[0] is field 3: the comm may hold spaces
+    return rest[0], int(rest[2]), int(rest[19]), tuple(a.decode(errors="replace") for a in cmdline.split(b"\0") if a)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes whose process group is `pgid`."""
+    _reap(pgid)
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            info = _proc(int(entry.name))
+            if info and info[1] == pgid and info[0] != "Z":
+                members.append(int(entry.name))
+    return members
+
+
+@dataclass(frozen=True)
+class Part:
+    """One recorded service process: its pid (its group's id too), start time and command line."""
+
+    name: str
+    pid: int
+    start: int | None = None                   # None: recorded before identities were (trust the pid)
+    cmdline: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, name: str, pid: int) -> "Part":
+        info = _proc(pid)
+        if info is None:
+            raise ServiceError(f"{name} (pid {pid}) is not running")
+        return cls(name, pid, info[2], info[3])
+
+    def to_json(self) -> dict:
+        return {"pid": self.pid, "start": self.start, "cmdline": list(self.cmdline or ())}
+
+    @classmethod
+    def from_json(cls, name: str, d: dict | int) -> "Part":
+        if isinstance(d, int):
+            return cls(name, d)
+        return cls(name, d["pid"], d.get("start"), tuple(d["cmdline"]) if d.get("cmdline") else None)
+
+    def leader(self, cmdline: bool = True) -> str:
+        """'alive' (our process), 'dead' (gone or a zombie) or 'reused' (the pid names another process now).
+        `cmdline=False` checks the start time only (while a part may still retitle itself at start)."""
+        _reap(self.pid)
+        info = _proc(self.pid)
+        if info is None or info[0] == "Z":
+            return "dead"
+        if (self.start is not None and info[2] != self.start) or (cmdline and self.cmdline and info[3] != self.cmdline):
+            return "reused"
+        return "alive"
+
+    def survey(self) -> tuple[str, list[int]]:
+        """(leader state, orphans): orphans are the live members of the group of a dead leader (ours: the
+        group id cannot be handed out again while they live). A reused pid's group is someone else's."""
+        state = self.leader()
+        return state, (group_members(self.pid) if state == "dead" else [])
+
+    def describe(self, state: str, orphans: list[int]) -> str:
+        if state == "alive":
+            return f"{self.name}: alive (pid {self.pid})"
+        if state == "reused":
+            return f"{self.name}: dead (pid {self.pid} now belongs to another process: not ours, not signalled)"
+        return f"{self.name}: dead (pid {self.pid} is gone" + (
+            f"; {len(orphans)} orphaned process(es) left in its group: {orphans})" if orphans else ")")
+
+
+def stop_parts(parts: list[Part], grace_s: float = 15.0) -> list[str]:
+    """Stop the groups of `parts` that are ours (a live leader, or orphans of a dead one); never one whose
+    leader pid now names another process. Returns one line per part: what was found and done."""
+    found, signal_these = [], {}
+    for part in parts:
+        state, orphans = part.survey()
+        line = part.describe(state, orphans)
+        if state == "alive":
+            signal_these[part.name] = part.pid
+            line += ": stopped"
+        elif orphans:
+            signal_these[f"{part.name}'s orphans"] = part.pid
+            line += ": killed them"
+        found.append(line)
+    stop_groups(signal_these, grace_s)
+    return found
 
 
 def stop_groups(pgids: dict[str, int], grace_s: float = 15.0) -> None:
@@ -105,7 +207,13 @@ class AirflowServices:
         self.serve_port = free_port()
         self.env = airflow_env(settings, self.port)
         self.env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = str(nightly_schedule)
-        self.pgids: dict[str, int] = {}
+        self.nightly_schedule = nightly_schedule
+        self.parts: dict[str, Part] = {}
+        self.retired: list[Part] = []        # dead leaders whose orphans (a scheduler's workers) may still run
+
+    @property
+    def pgids(self) -> dict[str, int]:
+        return {name: part.pid for name, part in self.parts.items()}
 
     @property
     def base_url(self) -> str:
@@ -130,31 +238,117 @@ class AirflowServices:
 
     def start(self, timeout_s: float = 120) -> "AirflowServices":
         self.migrate()
-        logs = self.home / "logs" / "services"
-        logs.mkdir(parents=True, exist_ok=True)
-        for name, args in COMPONENTS.items():
-            out = open(logs / f"{name}.log", "ab")
-            proc = subprocess.Popen(_airflow_cmd(*args), env=self.env, stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, start_new_session=True)
-            self.pgids[name] = proc.pid          # session leader: its pid is the group id
-        # The model server beside them: it follows the registry's serving state by itself.
-        out = open(logs / "model-server.log", "ab")
-        proc = subprocess.Popen([sys.executable, "-m", "tasks.serving", "--host", "127.0.0.1",
-                                 "--port", str(self.serve_port)], env={**self.env, "PYTHONUNBUFFERED": "1"},
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        self.pgids["model-server"] = proc.pid
-        self.state_file.write_text(json.dumps({"port": self.port, "serve_port": self.serve_port,
-                                               "pgids": self.pgids}))
+        for name in PARTS:
+            self._spawn(name)
+        self._write_state()
         try:
             self._wait_healthy(timeout_s)
         except BaseException:
             self.stop()
             raise
+        self._record_identities()
         return self
+
+    def _spawn(self, name: str) -> None:
+        logs = self.home / "logs" / "services"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"{name}.log", "ab") as out:
+            if name == "model-server":       # beside Airflow: it follows the registry's serving state by itself
+                cmd, env = ([sys.executable, "-m", "tasks.serving", "--host", "127.0.0.1", "--port",
+                             str(self.serve_port)], {**self.env, "PYTHONUNBUFFERED": "1"})
+            else:
+                cmd, env = _airflow_cmd(*COMPONENTS[name]), self.env
+            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)   # session leader: its pid is the group id
+        self.parts[name] = Part.of(name, proc.pid)
+
+    def _record_identities(self) -> None:
+        """Once healthy, record each command line as it now reads (the api-server retitles itself)."""
+        for name, part in self.parts.items():
+            info = _proc(part.pid)
+            if info and info[2] == part.start:
+                self.parts[name] = Part(name, part.pid, part.start, info[3])
+        self._write_state()
+
+    def _write_state(self) -> None:
+        state = {"port": self.port, "serve_port": self.serve_port, "nightly_schedule": self.nightly_schedule,
+                 "pgids": self.pgids, "parts": {n: p.to_json() for n, p in self.parts.items()},
+                 "retired": [{"name": p.name, **p.to_json()} for p in self.retired]}
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state))
+        tmp.replace(self.state_file)
+
+    @classmethod
+    def attach(cls, settings: Settings, state: dict | None = None) -> "AirflowServices":
+        """The services a previous start recorded (alive or not), to check, heal or stop."""
+        state = state if state is not None else cls.recorded(settings)
+        if state is None:
+            raise ServiceError("no services recorded (make up)")
+        svc = cls(settings, port=state["port"], nightly_schedule=state.get("nightly_schedule", True))
+        svc.serve_port = state.get("serve_port") or svc.serve_port
+        parts = state.get("parts") or state["pgids"]
+        svc.parts = {n: Part.from_json(n, d) for n, d in parts.items()}
+        svc.retired = [Part.from_json(d["name"], d) for d in state.get("retired", [])]
+        return svc
+
+    def endpoint_health(self) -> dict[str, str]:
+        """What the services say of themselves: {part: problem} for each part whose endpoint is not healthy."""
+        problems = {}
+        try:
+            health = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=5).json()
+            problems.update(health_problems(health))
+        except (httpx.HTTPError, ValueError) as exc:
+            problems["api-server"] = f"its health endpoint does not answer ({type(exc).__name__})"
+        try:
+            code = httpx.get(f"{self.serve_url}/v2/health/live", timeout=5).status_code
+            if code != 200:
+                problems["model-server"] = f"/v2/health/live answers {code}"
+        except httpx.HTTPError as exc:
+            problems["model-server"] = f"/v2/health/live does not answer ({type(exc).__name__})"
+        return problems
+
+    def check(self) -> dict[str, str]:
+        """{part: problem} for each part not alive and healthy; {} when all are."""
+        problems = {}
+        for name, part in self.parts.items():
+            state, orphans = part.survey()
+            if state != "alive":
+                problems[name] = part.describe(state, orphans).split(": ", 1)[1]
+        if len(problems) < len(self.parts):
+            for name, why in self.endpoint_health().items():
+                problems.setdefault(name, f"alive, but {why}")
+        return problems
+
+    def heal(self, timeout_s: float = 120, say: Callable[[str], None] = print) -> list[str]:
+        """Restart every part whose process is dead (or whose pid now names another process), saying which and
+        why; a live part that reports itself unhealthy is named, not killed. Returns the parts restarted."""
+        dead = {}
+        for name, part in self.parts.items():
+            state, orphans = part.survey()
+            if state != "alive":
+                dead[name] = (part, state, orphans)
+        for name, (part, state, orphans) in dead.items():
+            why = part.describe(state, orphans).split(": ", 1)[1]
+            if orphans and name == "scheduler":
+                # Its LocalExecutor workers may be running a task that still reports to the API: left to
+                # finish, and recorded, so `make down` stops them.
+                self.retired.append(part)
+                say(f"[sluice] {name} is {why}: restarting it (its orphans are left to finish; make down stops them)")
+            else:
+                if orphans:
+                    stop_groups({f"{name}'s orphans": part.pid}, grace_s=5)
+                say(f"[sluice] {name} is {why}: restarting it")
+            self._spawn(name)
+        if dead:
+            self._write_state()
+            self._wait_healthy(timeout_s)
+            self._record_identities()
+            say(f"[sluice] restarted: {', '.join(dead)}")
+        return list(dead)
 
     def _wait_healthy(self, timeout_s: float) -> None:
         def healthy() -> dict | None:
-            dead = [n for n, p in self.pgids.items() if not _group_alive(p)]
+            dead = [n for n, p in self.parts.items() if p.leader(cmdline=False) != "alive"]
             if dead:
                 raise ServiceError(f"{dead} exited at start: see {self.home / 'logs' / 'services'}")
             health = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=2).json()
@@ -170,10 +364,12 @@ class AirflowServices:
         except TimeoutError as exc:
             raise ServiceError(str(exc)) from None
 
-    def stop(self) -> None:
-        stop_groups(self.pgids)
-        self.pgids = {}
+    def stop(self) -> list[str]:
+        """Stop every part (and the orphans of any that died); returns what was found, one line a part."""
+        found = stop_parts(list(self.parts.values()) + self.retired)
+        self.parts, self.retired = {}, []
         self.state_file.unlink(missing_ok=True)
+        return found
 
     def __enter__(self) -> "AirflowServices":
         return self.start()
@@ -185,15 +381,31 @@ class AirflowServices:
         return ApiClient(self.base_url, ADMIN_USER, ensure_secrets(self.home)["password"])
 
     @staticmethod
-    def running(settings: Settings) -> dict | None:
-        """The services a previous `make up` left running, if they are still alive."""
+    def recorded(settings: Settings) -> dict | None:
+        """What a previous start recorded in services.json (its parts may have died since), or None."""
         state_file = settings.layout.airflow_home / "services.json"
-        if not state_file.exists():
+        return json.loads(state_file.read_text()) if state_file.exists() else None
+
+    @classmethod
+    def running(cls, settings: Settings) -> dict | None:
+        """The services a previous `make up` left running, if every part's own process is still alive."""
+        state = cls.recorded(settings)
+        if state is None:
             return None
-        state = json.loads(state_file.read_text())
-        if all(_group_alive(p) for p in state["pgids"].values()):
-            return state
-        return None
+        svc = cls.attach(settings, state)
+        return state if all(p.leader() == "alive" for p in svc.parts.values()) else None
+
+
+def health_problems(health: dict) -> dict[str, str]:
+    """{part: problem} from Airflow's /api/v2/monitor/health answer (scheduler, dag-processor, database)."""
+    problems = {}
+    for key, part in (("scheduler", "scheduler"), ("dag_processor", "dag-processor"), ("metadatabase", "api-server")):
+        entry = health.get(key) or {}
+        if entry.get("status") not in ("healthy", None) or (key != "metadatabase" and entry.get("status") is None):
+            beat = next((v for k, v in entry.items() if k.endswith("heartbeat")), None)
+            problems[part] = (f"the health endpoint says {key} is {entry.get('status') or 'unknown'}"
+                              + (f" (last heartbeat {beat})" if beat else ""))
+    return problems
 
 
 @dataclass
@@ -246,19 +458,52 @@ class ApiClient:
     def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
         return self._ok(self.request("GET", f"/dags/{dag_id}/dagRuns/{run_id}/taskInstances"))["task_instances"]
 
+    def health(self) -> dict[str, str]:
+        """{part: problem} from Airflow's health endpoint (scheduler, dag-processor, metadatabase)."""
+        return health_problems(httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=10).json())
+
     def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 1800,
-                     on_change: Callable[[str, str], None] | None = None) -> str:
-        """Poll until the run ends; report each task state change. Returns the run's final state."""
+                     on_change: Callable[[str, str], None] | None = None,
+                     on_unhealthy: Callable[[dict[str, str]], None] | None = None,
+                     health_every_s: float = 10, unreachable_s: float = 15) -> str:
+        """Poll until the run ends; report each task state change. Returns the run's final state.
+
+        Every `health_every_s` the health endpoint is read too: a scheduler or dag-processor it calls
+        unhealthy (no heartbeat for 30 s: dead or hung) is passed to `on_unhealthy` (which may restart it),
+        or, without one, named once on stderr with what to do. An API unreachable for `unreachable_s`
+        (the services were stopped) is a ServiceError saying so."""
         seen: dict[str, str] = {}
         deadline = time.monotonic() + timeout_s
+        next_health = time.monotonic() + health_every_s
+        unreachable_since: float | None = None
+        warned: set[str] = set()
         while time.monotonic() < deadline:
-            run_state = self.dag_run(dag_id, run_id)["state"]      # read first: the tasks below are newer
-            for ti in self.task_instances(dag_id, run_id):
-                state = ti["state"] or "none"
-                if on_change and seen.get(ti["task_id"]) != state and state not in ("none", "scheduled", "queued"):
-                    on_change(ti["task_id"], state)
-                seen[ti["task_id"]] = state
-            if run_state in ("success", "failed"):
-                return run_state
+            try:
+                run_state = self.dag_run(dag_id, run_id)["state"]      # read first: the tasks below are newer
+                for ti in self.task_instances(dag_id, run_id):
+                    state = ti["state"] or "none"
+                    if on_change and seen.get(ti["task_id"]) != state and state not in ("none", "scheduled", "queued"):
+                        on_change(ti["task_id"], state)
+                    seen[ti["task_id"]] = state
+                if run_state in ("success", "failed"):
+                    return run_state
+                if time.monotonic() >= next_health:
+                    next_health = time.monotonic() + health_every_s
+                    problems = self.health()
+                    if problems and on_unhealthy:
+                        on_unhealthy(problems)
+                    for part, why in problems.items():
+                        if not on_unhealthy and part not in warned:
+                            print(f"[sluice] waiting for run {run_id}, but {part} is unhealthy: {why}. "
+                                  f"`make up` restarts a dead part; the run goes on once it is back", file=sys.stderr,
+                                  flush=True)
+                    warned = set(problems)
+                unreachable_since = None
+            except httpx.TransportError as exc:
+                unreachable_since = unreachable_since or time.monotonic()
+                if time.monotonic() - unreachable_since >= unreachable_s:
+                    raise ServiceError(f"lost the Airflow API at {self.base_url} while waiting for run {run_id} "
+                                       f"({type(exc).__name__}: {exc}); were the services stopped (make down)? "
+                                       f"`make status` says what is running") from None
             time.sleep(1)
         raise ServiceError(f"run {run_id} did not finish within {timeout_s:.0f}s")
