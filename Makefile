@@ -8,7 +8,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: help env run test test-fast bench up down status clean-state
+.PHONY: help env run test lint test-fast bench up down status clean-state
 
 help:
 	@sed -n '1,6p' Makefile
@@ -26,8 +26,12 @@ env: $(STAMP)
 run: $(STAMP)
 	$(PY) -m ops run
 
-test: $(STAMP)
+test: $(STAMP) lint
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

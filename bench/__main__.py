@@ -4,6 +4,7 @@ Prints a table and writes bench/results/latest.json: a list of
 {name, value, unit, goal, passed, details}. Each benchmark measures its ratio
 side by side in one run, because absolute times on shared machines are not stable.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,10 +24,19 @@ BENCHMARKS = {
     "bench.weak_vs_gold": [f"{kind}_k{k}" for kind in ("weak_vs_gold", "gold_only") for k in (5, 10, 20)],
     "bench.lf_applier": ["lf_applier_speedup"],
     "bench.hier_allreduce": ["hier_internode_bytes_ratio"],
-    "bench.training": ["ddp_scaling_efficiency", "checkpoint_overhead", "balance_static_vs_ideal",
-                       "balance_balanced_vs_ideal", "recovery_redo_ratio", "recovery_seconds", "preempt_redo_steps"],
+    "bench.training": [
+        "ddp_scaling_efficiency",
+        "checkpoint_overhead",
+        "balance_static_vs_ideal",
+        "balance_balanced_vs_ideal",
+        "recovery_redo_ratio",
+        "recovery_seconds",
+        "preempt_redo_steps",
+    ],
     "bench.streaming_memory": ["streaming_memory_ratio"],
-    "bench.compression": [f"compress_{m}{s}" for s in ("", "_demo") for m in ("size_ratio", "quality_kept", "speedup_b1")],
+    "bench.compression": [
+        f"compress_{m}{s}" for s in ("", "_demo") for m in ("size_ratio", "quality_kept", "speedup_b1")
+    ],
     "bench.serving": ["serve_cold_start_s", "serve_vs_raw_ort", "serve_p99_ms"],
     "bench.canary": ["swap_failed_requests", "canary_detect_requests"],
     "bench.reproduce": ["reproduce_identical"],
@@ -54,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         records += new
         merged.update({r.name: r.to_dict() for r in new})
-        RESULTS.write_text(json.dumps(list(merged.values()), indent=2) + "\n")   # after each: nothing lost
+        RESULTS.write_text(json.dumps(list(merged.values()), indent=2) + "\n")  # after each: nothing lost
     print(f"\n{'benchmark':<28}{'value':>10}  {'unit':<10}{'goal':<10}result")
     for r in records:
         print(f"{r.name:<28}{r.value:>10.3f}  {r.unit:<10}{r.goal:<10}{'pass' if r.passed else 'MISS'}")

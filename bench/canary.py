@@ -31,6 +31,7 @@ challengers are real ONNX models with real defects (`CanaryWorld`):
 `python -m bench --only canary_detect_requests` (or swap_failed_requests) runs both; the test
 suite uses the same world (tests/serving/test_rollout.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -50,9 +51,9 @@ from bench.record import Record
 from tasks.core.settings import REPO_ROOT, Settings
 
 ARTIFACT = "model.int8.onnx"
-SLOW_TARGET_MS = 200.0        # the slow challenger's added time per request
-SLOW_WIDTH = 256              # the busy chain's matrices
-NAN_SHARE = 0.05              # the failing challenger's share of gold rows that score NaN
+SLOW_TARGET_MS = 200.0  # the slow challenger's added time per request
+SLOW_WIDTH = 256  # the busy chain's matrices
+NAN_SHARE = 0.05  # the failing challenger's share of gold rows that score NaN
 # Small canary steps for the tests and the bench: 25% then 100%, 300 replayed gold rows each (of the
 # 785: each row sent once). At 25% the challenger sees 80 requests, the champion 220 (the slow
 # challenger takes ~16 s of them: scoring runs on the event loop). Fewer would not do: with the
@@ -60,8 +61,7 @@ NAN_SHARE = 0.05              # the failing challenger's share of gold rows that
 # these rows, against max_psi 0.25; of 80 vs 220 it is 0.16. Online ROC AUC is judged once both
 # arms have 100 labeled rows (the 100% step): on 80 rows, ~7 of them spam, the difference of two
 # arms' AUC cannot be told from noise.
-CANARY = {"steps": (25, 100), "requests_per_step": 300, "replay_rate": 400.0, "min_samples": 30,
-          "min_labeled": 100}
+CANARY = {"steps": (25, 100), "requests_per_step": 300, "replay_rate": 400.0, "min_samples": 30, "min_labeled": 100}
 
 
 # ---- real ONNX models --------------------------------------------------------------------------
@@ -75,25 +75,45 @@ def _save(model: Any, path: Path) -> Path:
     return path
 
 
-def lr_onnx(path: Path, w: np.ndarray, b: float, *, extra_nodes: list | None = None, extra_inits: list | None = None,
-            extra_term: str | None = None, name: str = "lr") -> Path:
+def lr_onnx(
+    path: Path,
+    w: np.ndarray,
+    b: float,
+    *,
+    extra_nodes: list | None = None,
+    extra_inits: list | None = None,
+    extra_term: str | None = None,
+    name: str = "lr",
+) -> Path:
     """features FP32 [batch, n] -> p_spam FP32 [batch] = Sigmoid(x @ w + b) (+ `extra_term` [batch, 1] or [1, 1],
     computed by `extra_nodes`), the served signature."""
     from onnx import TensorProto, helper, numpy_helper
 
     n = len(w)
-    inits = [numpy_helper.from_array(np.asarray(w, np.float32).reshape(n, 1), "w"),
-             numpy_helper.from_array(np.array([b], np.float32), "b"),
-             numpy_helper.from_array(np.array([1], np.int64), "axes"), *(extra_inits or [])]
-    nodes = [helper.make_node("MatMul", ["features", "w"], ["z0"]), helper.make_node("Add", ["z0", "b"], ["z"]),
-             helper.make_node("Sigmoid", ["z"], ["p0"]), *(extra_nodes or [])]
+    inits = [
+        numpy_helper.from_array(np.asarray(w, np.float32).reshape(n, 1), "w"),
+        numpy_helper.from_array(np.array([b], np.float32), "b"),
+        numpy_helper.from_array(np.array([1], np.int64), "axes"),
+        *(extra_inits or []),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["features", "w"], ["z0"]),
+        helper.make_node("Add", ["z0", "b"], ["z"]),
+        helper.make_node("Sigmoid", ["z"], ["p0"]),
+        *(extra_nodes or []),
+    ]
     if extra_term:
         nodes.append(helper.make_node("Add", ["p0", extra_term], ["p"]))
     else:
         nodes.append(helper.make_node("Identity", ["p0"], ["p"]))
     nodes.append(helper.make_node("Squeeze", ["p", "axes"], ["p_spam"]))
-    graph = helper.make_graph(nodes, name, [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", n])],
-                              [helper.make_tensor_value_info("p_spam", TensorProto.FLOAT, ["batch"])], inits)
+    graph = helper.make_graph(
+        nodes,
+        name,
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", n])],
+        [helper.make_tensor_value_info("p_spam", TensorProto.FLOAT, ["batch"])],
+        inits,
+    )
     return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
@@ -104,16 +124,25 @@ def slow_onnx(path: Path, w: np.ndarray, b: float, layers: int, width: int = SLO
     from onnx import helper, numpy_helper
 
     rng = np.random.default_rng(5)
-    inits = [numpy_helper.from_array(rng.normal(0, 1, (width, width)).astype(np.float32), "m0"),
-             numpy_helper.from_array((rng.normal(0, 1, (width, width)) / math.sqrt(width)).astype(np.float32), "wb"),
-             numpy_helper.from_array(np.array(0.0, np.float32), "zero")]
-    nodes = [helper.make_node("ReduceSum", ["features"], ["xs"], keepdims=1),          # [1, 1]
-             helper.make_node("Mul", ["xs", "zero"], ["xs0"]),
-             helper.make_node("Add", ["m0", "xs0"], ["h0"])]
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 1, (width, width)).astype(np.float32), "m0"),
+        numpy_helper.from_array((rng.normal(0, 1, (width, width)) / math.sqrt(width)).astype(np.float32), "wb"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+    ]
+    nodes = [
+        helper.make_node("ReduceSum", ["features"], ["xs"], keepdims=1),  # [1, 1]
+        helper.make_node("Mul", ["xs", "zero"], ["xs0"]),
+        helper.make_node("Add", ["m0", "xs0"], ["h0"]),
+    ]
     for i in range(layers):
-        nodes += [helper.make_node("MatMul", [f"h{i}", "wb"], [f"g{i}"]), helper.make_node("Tanh", [f"g{i}"], [f"h{i + 1}"])]
-    nodes += [helper.make_node("ReduceMean", [f"h{layers}"], ["hm"], keepdims=1),     # [1, 1]
-              helper.make_node("Mul", ["hm", "zero"], ["busy"])]
+        nodes += [
+            helper.make_node("MatMul", [f"h{i}", "wb"], [f"g{i}"]),
+            helper.make_node("Tanh", [f"g{i}"], [f"h{i + 1}"]),
+        ]
+    nodes += [
+        helper.make_node("ReduceMean", [f"h{layers}"], ["hm"], keepdims=1),  # [1, 1]
+        helper.make_node("Mul", ["hm", "zero"], ["busy"]),
+    ]
     return lr_onnx(path, w, b, extra_nodes=nodes, extra_inits=inits, extra_term="busy", name="slow")
 
 
@@ -122,14 +151,19 @@ def nan_onnx(path: Path, w: np.ndarray, b: float, feature: int, above: float) ->
     exactly where x[:, feature] >= above (0 * -inf is NaN too), the champion's score elsewhere."""
     from onnx import helper, numpy_helper
 
-    inits = [numpy_helper.from_array(np.array([feature], np.int64), "k0"),
-             numpy_helper.from_array(np.array([feature + 1], np.int64), "k1"),
-             numpy_helper.from_array(np.array([1], np.int64), "ax1"),
-             numpy_helper.from_array(np.array(above, np.float32), "a"),
-             numpy_helper.from_array(np.array(0.0, np.float32), "zero")]
-    nodes = [helper.make_node("Slice", ["features", "k0", "k1", "ax1"], ["xk"]),           # [batch, 1]
-             helper.make_node("Sub", ["a", "xk"], ["room"]), helper.make_node("Log", ["room"], ["lg"]),
-             helper.make_node("Mul", ["lg", "zero"], ["defect"])]
+    inits = [
+        numpy_helper.from_array(np.array([feature], np.int64), "k0"),
+        numpy_helper.from_array(np.array([feature + 1], np.int64), "k1"),
+        numpy_helper.from_array(np.array([1], np.int64), "ax1"),
+        numpy_helper.from_array(np.array(above, np.float32), "a"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+    ]
+    nodes = [
+        helper.make_node("Slice", ["features", "k0", "k1", "ax1"], ["xk"]),  # [batch, 1]
+        helper.make_node("Sub", ["a", "xk"], ["room"]),
+        helper.make_node("Log", ["room"], ["lg"]),
+        helper.make_node("Mul", ["lg", "zero"], ["defect"]),
+    ]
     return lr_onnx(path, w, b, extra_nodes=nodes, extra_inits=inits, extra_term="defect", name="nan")
 
 
@@ -137,7 +171,7 @@ def ort_session(path: Path) -> Any:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = opts.inter_op_num_threads = 1        # as the server runs it
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1  # as the server runs it
     opts.log_severity_level = 3
     return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
 
@@ -152,7 +186,7 @@ def batch1_ms(path: Path, x: np.ndarray, runs: int = 5, stat: Any = np.median, c
     times = []
     for i in range(runs):
         t0 = clock()
-        sess.run(None, {"features": x[i % len(x):i % len(x) + 1]})
+        sess.run(None, {"features": x[i % len(x) : i % len(x) + 1]})
         times.append((clock() - t0) * 1000)
     return float(stat(times))
 
@@ -194,11 +228,11 @@ def pick_nan_feature(x: np.ndarray, share: float = NAN_SHARE, tolerance: float =
 class CanaryWorld:
     root: Path
     settings: Settings
-    params: Any                        # Params with the small CANARY section and serving.poll_s 0.1
+    params: Any  # Params with the small CANARY section and serving.poll_s 0.1
     params_file: Path
-    versions: dict[str, str]           # case -> model version: champion, good, inverted, slow, failing
+    versions: dict[str, str]  # case -> model version: champion, good, inverted, slow, failing
     paths: dict[str, Path]
-    gold_x: np.ndarray                 # featurized gold test rows
+    gold_x: np.ndarray  # featurized gold test rows
     gold_y: np.ndarray
     facts: dict[str, Any] = field(default_factory=dict)
     server: Any = None
@@ -221,7 +255,10 @@ class CanaryWorld:
         while True:
             got = self.serving()
             have = {v: m["model_version"] for v, m in got["variants"].items()}
-            if not got["pending"] and have == {"champion": champion, **({"challenger": challenger} if challenger else {})}:
+            if not got["pending"] and have == {
+                "champion": champion,
+                **({"challenger": challenger} if challenger else {}),
+            }:
                 return got
             if time.monotonic() > deadline:
                 raise TimeoutError(f"the server serves {have}, not champion {champion} + challenger {challenger}")
@@ -254,8 +291,9 @@ class CanaryWorld:
             self.server.stop()
 
 
-def build_world(root: Path, cases: tuple[str, ...] = ("good", "inverted", "slow", "failing"),
-                start: bool = True) -> CanaryWorld:
+def build_world(
+    root: Path, cases: tuple[str, ...] = ("good", "inverted", "slow", "failing"), start: bool = True
+) -> CanaryWorld:
     """Gold sets, a real champion, the challengers of `cases`, registered; champion promoted; the
     server started (stop it with world.stop(), in a finally)."""
     from tasks.core.params import load_params
@@ -297,7 +335,7 @@ def build_world(root: Path, cases: tuple[str, ...] = ("good", "inverted", "slow"
         probe = slow_onnx(models / "probe.onnx", w, b, layers=64)
         per_layer = batch1_ms(probe, gx, runs=7, stat=np.min, clock=time.thread_time) / 64
         layers = max(64, math.ceil(SLOW_TARGET_MS / per_layer))
-        for _ in range(3):      # measure the real thing; lengthen it if the probe's estimate was short
+        for _ in range(3):  # measure the real thing; lengthen it if the probe's estimate was short
             paths["slow"] = slow_onnx(models / "slow" / ARTIFACT, w, b, layers)
             took = batch1_ms(paths["slow"], gx, runs=3, stat=np.min, clock=time.thread_time)
             if took >= SLOW_TARGET_MS * 0.95:
@@ -312,7 +350,9 @@ def build_world(root: Path, cases: tuple[str, ...] = ("good", "inverted", "slow"
     reg = Registry(settings)
     versions = {}
     for case, path in paths.items():
-        versions[case] = reg.register_model(f"bench-{case}", {ARTIFACT: path}, {"data_version": "data-v1"})["model_version"]
+        versions[case] = reg.register_model(f"bench-{case}", {ARTIFACT: path}, {"data_version": "data-v1"})[
+            "model_version"
+        ]
     reg.promote(versions["champion"], reason="bench: the champion", who="bench")
     world = CanaryWorld(root, settings, params, params_file, versions, paths, gx, gy, facts)
     if start:
@@ -381,10 +421,13 @@ class Load:
         with self.lock:
             sel = [r for r in self.results if start <= r[0] < end]
         lat = [r[1] for r in sel if r[2]]
-        return {"requests": len(sel), "failed": sum(not r[2] for r in sel),
-                "p50_ms": round(float(np.percentile(lat, 50)), 2) if lat else None,
-                "p99_ms": round(float(np.percentile(lat, 99)), 2) if lat else None,
-                "errors": sorted({r[3] for r in sel if not r[2]})[:5]}
+        return {
+            "requests": len(sel),
+            "failed": sum(not r[2] for r in sel),
+            "p50_ms": round(float(np.percentile(lat, 50)), 2) if lat else None,
+            "p99_ms": round(float(np.percentile(lat, 99)), 2) if lat else None,
+            "errors": sorted({r[3] for r in sel if not r[2]})[:5],
+        }
 
 
 def swap_failed_requests(world: CanaryWorld, phase_s: float = 4.0) -> Record:
@@ -407,17 +450,33 @@ def swap_failed_requests(world: CanaryWorld, phase_s: float = 4.0) -> Record:
         move("rollback_canary", lambda: reg.rollback_canary(reason="bench", who="bench"), champion, None)
         move("start_canary 50%", lambda: reg.start_canary(good, 50, reason="bench", who="bench"), champion, good)
         move("promote", lambda: reg.promote(good, reason="bench", who="bench"), good, None)
-        move("rollback (to the old prod)", lambda: reg.rollback(None, champion, reason="bench", who="bench"),
-             champion, None)
+        move(
+            "rollback (to the old prod)",
+            lambda: reg.rollback(None, champion, reason="bench", who="bench"),
+            champion,
+            None,
+        )
         t_after = time.monotonic()
         time.sleep(phase_s)
         t_end = time.monotonic()
-    phases = {"before": load.phase(t_start, t_during), "during": load.phase(t_during, t_after),
-              "after": load.phase(t_after, t_end + 60)}
+    phases = {
+        "before": load.phase(t_start, t_during),
+        "during": load.phase(t_during, t_after),
+        "after": load.phase(t_after, t_end + 60),
+    }
     failed = sum(p["failed"] for p in phases.values())
-    return Record("swap_failed_requests", failed, "requests", "<= 0",
-                  {"requests": sum(p["requests"] for p in phases.values()), **phases, "moves": moves,
-                   "client": f"{load.threads} threads, one-row /v1/predict, each paced to {load.rate:g}/s"})
+    return Record(
+        "swap_failed_requests",
+        failed,
+        "requests",
+        "<= 0",
+        {
+            "requests": sum(p["requests"] for p in phases.values()),
+            **phases,
+            "moves": moves,
+            "client": f"{load.threads} threads, one-row /v1/predict, each paced to {load.rate:g}/s",
+        },
+    )
 
 
 # ---- canary_detect_requests --------------------------------------------------------------------
@@ -427,17 +486,31 @@ def canary_detect_requests(world: CanaryWorld, cases: tuple[str, ...] = ("invert
     for case in (*cases, "good"):
         t0 = time.monotonic()
         rollout = world.canary(case)
-        per_case[case] = {"rolled_back": not rollout.passed, "requests": requests_until_verdict(rollout),
-                          "failed_at_step": next((i + 1 for i, s in enumerate(rollout.steps) if not s.passed), None),
-                          "reasons": rollout.reasons, "seconds": round(time.monotonic() - t0, 1)}
+        per_case[case] = {
+            "rolled_back": not rollout.passed,
+            "requests": requests_until_verdict(rollout),
+            "failed_at_step": next((i + 1 for i, s in enumerate(rollout.steps) if not s.passed), None),
+            "reasons": rollout.reasons,
+            "seconds": round(time.monotonic() - t0, 1),
+        }
     missed = [k for k in cases if not per_case[k]["rolled_back"]]
     # a bad case that was not rolled back counts as never detected: more than the whole canary sent
-    value = max((per_case[k]["requests"] if k not in missed else c.requests_per_step * len(c.steps) + 1)
-                for k in cases)
-    return Record("canary_detect_requests", value, "requests", f"<= {c.requests_per_step}",
-                  {"per_case": per_case, "missed": missed, "good_passed": not per_case["good"]["rolled_back"],
-                   "steps": list(c.steps), "requests_per_step": c.requests_per_step,
-                   "replay_rate": c.replay_rate, **world.facts})
+    value = max((per_case[k]["requests"] if k not in missed else c.requests_per_step * len(c.steps) + 1) for k in cases)
+    return Record(
+        "canary_detect_requests",
+        value,
+        "requests",
+        f"<= {c.requests_per_step}",
+        {
+            "per_case": per_case,
+            "missed": missed,
+            "good_passed": not per_case["good"]["rolled_back"],
+            "steps": list(c.steps),
+            "requests_per_step": c.requests_per_step,
+            "replay_rate": c.replay_rate,
+            **world.facts,
+        },
+    )
 
 
 def run() -> list[Record]:

@@ -13,6 +13,7 @@ technique alone and per chain: size ratio, batch-1 latency ratio, ROC AUC delta.
 Split: the labeled source shuffled with a fixed seed, 70% training rows (fit, fine-tune,
 distillation, calibration), 30% gold dev (measure, choose). One run, side by side.
 """
+
 from __future__ import annotations
 
 import logging
@@ -27,7 +28,7 @@ import numpy as np
 from bench.record import Record
 
 BENCH_EPOCHS, DEMO_EPOCHS = 1, 40
-BENCH_TUNE_ROWS = 768         # rows for the bench model's fine-tunes, distillation, calibration (time)
+BENCH_TUNE_ROWS = 768  # rows for the bench model's fine-tunes, distillation, calibration (time)
 
 
 def _train(X, y, hidden, epochs, seed=0):
@@ -45,7 +46,7 @@ def _train(X, y, hidden, epochs, seed=0):
     for _ in range(epochs):
         order = torch.randperm(len(x), generator=gen)
         for i in range(0, len(x), 64):
-            idx = order[i:i + 64]
+            idx = order[i : i + 64]
             loss = F.binary_cross_entropy_with_logits(model(x[idx]), t[idx])
             opt.zero_grad()
             loss.backward()
@@ -83,44 +84,75 @@ def _profile(tag, hidden, epochs, candidates, data, dev_X, dev_y, masks, workdir
     base, chosen = out["rows"][0], out["chosen"]
     table = []
     for r in out["rows"]:
-        table.append({"chain": "+".join(r["chain"]) or "fp32", "size_ratio": r["size_bytes"] / base["size_bytes"],
-                      "latency_b1_ratio": r["latency_b1_ms"] / base["latency_b1_ms"],
-                      "latency_b256_ratio": r["latency_b256_ms"] / base["latency_b256_ms"],
-                      "roc_auc_delta": r["overall"]["roc_auc"] - base["overall"]["roc_auc"],
-                      "worst_slice_ratio": min(r["slices"][k]["roc_auc"] / base["slices"][k]["roc_auc"]
-                                               for k in r["slices"]),
-                      "max_abs_diff_parent": r["max_abs_diff_parent"], "apply_s": r.get("apply_s", 0.0)})
-    print(f"\n[{tag}] hidden {list(hidden)}: trained {epochs} epochs in {t_train:.1f} s; fp32 ONNX "
-          f"{base['size_bytes']:,} B, ROC AUC {base['overall']['roc_auc']:.4f}; torch eager b1 {torch_ms:.3f} ms, "
-          f"fp32 ONNX b1 {base['latency_b1_ms']:.3f} ms", file=sys.stderr)
+        table.append(
+            {
+                "chain": "+".join(r["chain"]) or "fp32",
+                "size_ratio": r["size_bytes"] / base["size_bytes"],
+                "latency_b1_ratio": r["latency_b1_ms"] / base["latency_b1_ms"],
+                "latency_b256_ratio": r["latency_b256_ms"] / base["latency_b256_ms"],
+                "roc_auc_delta": r["overall"]["roc_auc"] - base["overall"]["roc_auc"],
+                "worst_slice_ratio": min(r["slices"][k]["roc_auc"] / base["slices"][k]["roc_auc"] for k in r["slices"]),
+                "max_abs_diff_parent": r["max_abs_diff_parent"],
+                "apply_s": r.get("apply_s", 0.0),
+            }
+        )
+    print(
+        f"\n[{tag}] hidden {list(hidden)}: trained {epochs} epochs in {t_train:.1f} s; fp32 ONNX "
+        f"{base['size_bytes']:,} B, ROC AUC {base['overall']['roc_auc']:.4f}; torch eager b1 {torch_ms:.3f} ms, "
+        f"fp32 ONNX b1 {base['latency_b1_ms']:.3f} ms",
+        file=sys.stderr,
+    )
     print(f"{'chain':<40}{'size':>8}{'b1 lat':>8}{'b256':>8}{'dAUC':>9}{'worst sl':>9}{'apply s':>8}", file=sys.stderr)
     for t in table:
-        print(f"{t['chain']:<40}{t['size_ratio']:>8.3f}{t['latency_b1_ratio']:>8.3f}{t['latency_b256_ratio']:>8.3f}"
-              f"{t['roc_auc_delta']:>+9.4f}{t['worst_slice_ratio']:>9.4f}{t['apply_s']:>8.1f}", file=sys.stderr)
+        print(
+            f"{t['chain']:<40}{t['size_ratio']:>8.3f}{t['latency_b1_ratio']:>8.3f}{t['latency_b256_ratio']:>8.3f}"
+            f"{t['roc_auc_delta']:>+9.4f}{t['worst_slice_ratio']:>9.4f}{t['apply_s']:>8.1f}",
+            file=sys.stderr,
+        )
     print(f"chosen: {chosen['name'] if chosen else None}; gate: {out['gate'] or 'pass'}", file=sys.stderr)
     if chosen is None:
         chosen = base
     kept = chosen["overall"]["roc_auc"] / base["overall"]["roc_auc"]
     worst = min((chosen["slices"][k]["roc_auc"] / base["slices"][k]["roc_auc"], k) for k in chosen["slices"])
-    details = {"hidden": list(hidden), "chosen": chosen["name"], "gate": out["gate"], "reasons": out["reasons"],
-               "table": table, "fp32_bytes": base["size_bytes"], "chosen_bytes": chosen["size_bytes"],
-               "torch_b1_ms": torch_ms, "chosen_b1_ms": chosen["latency_b1_ms"], "train_epochs": epochs}
+    details = {
+        "hidden": list(hidden),
+        "chosen": chosen["name"],
+        "gate": out["gate"],
+        "reasons": out["reasons"],
+        "table": table,
+        "fp32_bytes": base["size_bytes"],
+        "chosen_bytes": chosen["size_bytes"],
+        "torch_b1_ms": torch_ms,
+        "chosen_b1_ms": chosen["latency_b1_ms"],
+        "train_epochs": epochs,
+    }
     suffix = "" if tag == "bench" else f"_{tag}"
-    return [Record(f"compress_size_ratio{suffix}", chosen["size_bytes"] / base["size_bytes"], "ratio", "<= 0.1",
-                   details),
-            Record(f"compress_quality_kept{suffix}", kept, "ratio", ">= 0.99",
-                   {"chosen": chosen["name"], "worst_slice": worst[1], "worst_slice_kept": worst[0]}),
-            Record(f"compress_speedup_b1{suffix}", torch_ms / chosen["latency_b1_ms"], "x", ">= 2",
-                   {"chosen": chosen["name"], "torch_b1_ms": torch_ms, "chosen_b1_ms": chosen["latency_b1_ms"]})]
+    return [
+        Record(f"compress_size_ratio{suffix}", chosen["size_bytes"] / base["size_bytes"], "ratio", "<= 0.1", details),
+        Record(
+            f"compress_quality_kept{suffix}",
+            kept,
+            "ratio",
+            ">= 0.99",
+            {"chosen": chosen["name"], "worst_slice": worst[1], "worst_slice_kept": worst[0]},
+        ),
+        Record(
+            f"compress_speedup_b1{suffix}",
+            torch_ms / chosen["latency_b1_ms"],
+            "x",
+            ">= 2",
+            {"chosen": chosen["name"], "torch_b1_ms": torch_ms, "chosen_b1_ms": chosen["latency_b1_ms"]},
+        ),
+    ]
 
 
 def run() -> list[Record]:
     warnings.filterwarnings("ignore")
     logging.getLogger("torch").setLevel(logging.ERROR)
     from tasks.compression.chain import CompressionData
-    from tasks.datasets.emails import slices
     from tasks.core.params import load_params
     from tasks.datasets import load_dataset
+    from tasks.datasets.emails import slices
 
     params = load_params()
     ds = load_dataset("tasks.datasets.emails")
@@ -131,15 +163,36 @@ def run() -> list[Record]:
     data = CompressionData(ds.featurize(train), train[ds.GOLD_COLUMN].to_numpy())
     dev_X, dev_y, masks = ds.featurize(dev), dev[ds.GOLD_COLUMN].to_numpy(), slices(dev)
     alone = [("int8_dynamic",), ("int8_static",), ("fp16",), ("prune(0.5)",), ("prune_structured(0.5)",)]
-    bench_c = alone + [("lowrank(64)",), ("distil(32,16)",), ("prune_structured(0.75)", "int8_dynamic"),
-                       ("lowrank(64)", "int8_dynamic"), ("distil(64,32)", "int8_dynamic")]
+    bench_c = alone + [
+        ("lowrank(64)",),
+        ("distil(32,16)",),
+        ("prune_structured(0.75)", "int8_dynamic"),
+        ("lowrank(64)", "int8_dynamic"),
+        ("distil(64,32)", "int8_dynamic"),
+    ]
     demo_hidden = list(params.train.hidden)
-    demo_c = alone + [("lowrank(4)",), ("distil(8)",), ("prune_structured(0.5)", "int8_dynamic"),
-                      ("lowrank(4)", "int8_dynamic"), ("distil(8)", "int8_dynamic"), ("distil(8)", "fp16")]
+    demo_c = alone + [
+        ("lowrank(4)",),
+        ("distil(8)",),
+        ("prune_structured(0.5)", "int8_dynamic"),
+        ("lowrank(4)", "int8_dynamic"),
+        ("distil(8)", "int8_dynamic"),
+        ("distil(8)", "fp16"),
+    ]
     records = []
     with tempfile.TemporaryDirectory(prefix="bench-compress-") as tmp:
-        records += _profile("bench", params.scaling.bench_hidden, BENCH_EPOCHS, bench_c, data, dev_X, dev_y, masks,
-                            Path(tmp) / "bench", tune_rows=BENCH_TUNE_ROWS)
+        records += _profile(
+            "bench",
+            params.scaling.bench_hidden,
+            BENCH_EPOCHS,
+            bench_c,
+            data,
+            dev_X,
+            dev_y,
+            masks,
+            Path(tmp) / "bench",
+            tune_rows=BENCH_TUNE_ROWS,
+        )
         records += _profile("demo", demo_hidden, DEMO_EPOCHS, demo_c, data, dev_X, dev_y, masks, Path(tmp) / "demo")
     return records
 

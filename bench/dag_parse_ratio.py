@@ -10,6 +10,7 @@ from a process that has Airflow imported), alternating, many times; medians are
 compared. The
 ratio against a one-task DAG is reported beside it, for scale.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,7 +23,7 @@ from bench.record import Record
 from ops.airflow_env import airflow_env
 from tasks.core.settings import REPO_ROOT, Settings
 
-ONE_TASK_DAG = '''
+ONE_TASK_DAG = """
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import dag
 
@@ -31,7 +32,7 @@ def one_task():
     EmptyOperator(task_id="noop")
 
 one_task()
-'''
+"""
 
 MEASURE = r'''
 import ast, json, os, statistics, sys, time
@@ -103,13 +104,28 @@ def run(repeats: int = 30) -> list[Record]:
         one_task.write_text(ONE_TASK_DAG)
         env = airflow_env(Settings.from_env({"SLUICE_HOME": str(Path(tmp) / "home")}), 8080)
         env["AIRFLOW__LOGGING__LOGGING_LEVEL"] = "WARNING"
-        out = subprocess.run([sys.executable, "-c", MEASURE, json.dumps(dag_files), str(one_task), tmp,
-                              str(repeats)], env=env, capture_output=True, text=True)
+        out = subprocess.run(
+            [sys.executable, "-c", MEASURE, json.dumps(dag_files), str(one_task), tmp, str(repeats)],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         if out.returncode != 0:
             raise RuntimeError(out.stderr[-3000:])
     med = json.loads(out.stdout.strip().splitlines()[-1])
     stems = [Path(p).stem for p in dag_files]
     ratios = {s: med[s] / med[f"twin_{s}"] for s in stems}
-    return [Record("dag_parse_ratio", max(ratios.values()), "ratio", "<= 1.5",
-                   {"per_file_ratio_vs_twin": ratios, "median_seconds": med, "repeats": repeats,
-                    "vs_one_task_dag": {s: med[s] / med["one_task"] for s in stems}})]
+    return [
+        Record(
+            "dag_parse_ratio",
+            max(ratios.values()),
+            "ratio",
+            "<= 1.5",
+            {
+                "per_file_ratio_vs_twin": ratios,
+                "median_seconds": med,
+                "repeats": repeats,
+                "vs_one_task_dag": {s: med[s] / med["one_task"] for s in stems},
+            },
+        )
+    ]

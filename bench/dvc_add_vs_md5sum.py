@@ -4,6 +4,7 @@
 configuration: hardlink cache) hashes them and links them into its cache. Both
 read from the page cache (a warm-up pass first); alternated, medians compared.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,7 +32,7 @@ def _fresh_dvc_repo(root: Path, files: dict[str, Path]) -> list[str]:
     subprocess.run([DVC, "config", "cache.type", "hardlink"], cwd=root, check=True, env=env)
     targets = []
     for name, src in files.items():
-        os.link(src, root / "data" / f"{name}.parquet")     # same bytes, no copy
+        os.link(src, root / "data" / f"{name}.parquet")  # same bytes, no copy
         targets.append(f"data/{name}.parquet")
     return targets
 
@@ -42,7 +43,7 @@ def run(n: int = 100, mb_each: int = 10, repeats: int = 3) -> list[Record]:
         tmp = Path(tmp)
         files = make_partitions(tmp / "src", n, mb_each * MB, seed=4)
         paths = [str(p) for p in files.values()]
-        subprocess.run(["md5sum", *paths], check=True, capture_output=True)          # warm the page cache
+        subprocess.run(["md5sum", *paths], check=True, capture_output=True)  # warm the page cache
         md5, dvc = [], []
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -54,5 +55,12 @@ def run(n: int = 100, mb_each: int = 10, repeats: int = 3) -> list[Record]:
             dvc.append(time.perf_counter() - t0)
         size = total_bytes(files)
     m, d = statistics.median(md5), statistics.median(dvc)
-    return [Record("dvc_add_vs_md5sum", d / m, "ratio", "<= 3",
-                   {"md5sum_seconds": m, "dvc_add_seconds": d, "bytes": size, "files": n})]
+    return [
+        Record(
+            "dvc_add_vs_md5sum",
+            d / m,
+            "ratio",
+            "<= 3",
+            {"md5sum_seconds": m, "dvc_add_seconds": d, "bytes": size, "files": n},
+        )
+    ]

@@ -10,6 +10,7 @@ are 6 per parameter per sample (2 forward, 4 backward); the peak comes from a ta
 of known GPUs or --peak-tflops. CI never has a GPU: without one, and without
 --device cpu, the script says so and exits 2 having measured nothing.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from tasks.core.params import load_params
 
-BENCH_HIDDEN = load_params().scaling.bench_hidden        # params.yaml: the benchmark model profile
+BENCH_HIDDEN = load_params().scaling.bench_hidden  # params.yaml: the benchmark model profile
 N_FEATURES = 20
 # Dense bf16 peak TFLOP/s (no sparsity), per GPU, from the vendors' data sheets.
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "L4": 121.0, "A10": 125.0}
@@ -47,8 +48,9 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store_dir: str, out
 
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
     torch.set_num_threads(1)
-    p = TrainParams(hidden=BENCH_HIDDEN, nproc=world, batch_size=args.batch * world, device=args.device,
-                    precision="auto")
+    p = TrainParams(
+        hidden=BENCH_HIDDEN, nproc=world, batch_size=args.batch * world, device=args.device, precision="auto"
+    )
     device = pick_device(p)
     if world > 1:
         init_process_group(device, store_dir)
@@ -57,8 +59,11 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store_dir: str, out
     y = (torch.rand(args.batch, generator=g) < 0.1).float().to(device)
     stats = FeatureStats(args.batch, torch.zeros(N_FEATURES), torch.ones(N_FEATURES), 0.1)
     model = make_model(stats, p).to(device)
-    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None) \
-        if world > 1 else model
+    ddp = (
+        DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        if world > 1
+        else model
+    )
     opt, loss_fn = make_optimizer(model, p), make_loss(stats.spam_share).to(device)
     autocast = autocast_for(p, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
@@ -84,12 +89,21 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store_dir: str, out
         achieved = 6 * params * samples_per_s / 1e12
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         peak = args.peak_tflops or (peak_tflops(name) if device.type == "cuda" else None)
-        result = {"device": name, "processes": world, "backend": "nccl" if device.type == "cuda" else "gloo",
-                  "bf16_autocast": autocast is not contextlib.nullcontext,
-                  "parameters": params, "batch_per_process": args.batch, "steps": steps, "seconds": seconds,
-                  "samples_per_s": samples_per_s, "achieved_tflops": achieved,
-                  "peak_tflops": peak, "mfu": achieved / (peak * world) if peak else None,
-                  "gpu_mem_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None}
+        result = {
+            "device": name,
+            "processes": world,
+            "backend": "nccl" if device.type == "cuda" else "gloo",
+            "bf16_autocast": autocast is not contextlib.nullcontext,
+            "parameters": params,
+            "batch_per_process": args.batch,
+            "steps": steps,
+            "seconds": seconds,
+            "samples_per_s": samples_per_s,
+            "achieved_tflops": achieved,
+            "peak_tflops": peak,
+            "mfu": achieved / (peak * world) if peak else None,
+            "gpu_mem_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
+        }
         Path(out).write_text(json.dumps(result))
     if world > 1:
         import torch.distributed as dist
@@ -113,8 +127,11 @@ def main(argv: list[str] | None = None) -> int:
     import torch.multiprocessing as mp
 
     if args.device == "cuda" and not torch.cuda.is_available():
-        print("gpu_check: no NVIDIA GPU visible to torch (CUDA build: %s); nothing measured"
-              % (torch.version.cuda or "no"), file=sys.stderr)
+        print(
+            "gpu_check: no NVIDIA GPU visible to torch (CUDA build: %s); nothing measured"
+            % (torch.version.cuda or "no"),
+            file=sys.stderr,
+        )
         return 2
     world = args.nproc or (torch.cuda.device_count() if args.device == "cuda" else 1)
     # One machine: collectives' bootstrap sockets stay on loopback (the store is a file).
@@ -129,8 +146,10 @@ def main(argv: list[str] | None = None) -> int:
             mp.spawn(_worker, args=(world, args, store, out), nprocs=world, join=True)
         result = json.loads(Path(out).read_text())
     mfu = f"{result['mfu']:.1%}" if result["mfu"] is not None else "n/a (peak unknown)"
-    print(f"gpu_check: {result['device']} x{world} {result['backend']} bf16={result['bf16_autocast']}: "
-          f"{result['samples_per_s']:,.0f} samples/s, {result['achieved_tflops']:.2f} TFLOP/s, MFU {mfu}")
+    print(
+        f"gpu_check: {result['device']} x{world} {result['backend']} bf16={result['bf16_autocast']}: "
+        f"{result['samples_per_s']:,.0f} samples/s, {result['achieved_tflops']:.2f} TFLOP/s, MFU {mfu}"
+    )
     print(json.dumps(result))
     return 0
 

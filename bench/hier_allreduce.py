@@ -6,6 +6,7 @@ local world size (0.5 here). Mean step times of flat, hierarchical and DDP's own
 allreduce are reported beside it (on one machine every link is local, so the time
 advantage of hierarchical allreduce across real nodes does not show here).
 """
+
 from __future__ import annotations
 
 import json
@@ -22,12 +23,31 @@ from tasks.core.settings import REPO_ROOT
 def run_two_nodes(out: Path, width: int = 64, steps: int = 1) -> list[dict]:
     store = out / "store"
     store.mkdir()
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
-           "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1", "PYTHONPATH": str(REPO_ROOT),
-           "HIER_WIDTH": str(width), "HIER_STEPS": str(steps)}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=2",
-           "--rdzv-backend=c10d", f"--rdzv-endpoint={store / 'rendezvous'}", "--rdzv-conf=store_type=file",
-           "--rdzv-id=hier", "--local-addr=127.0.0.1", "-m", "bench.hier_allreduce_worker", str(out), str(store)]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "GLOO_SOCKET_IFNAME": "lo",
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        "PYTHONPATH": str(REPO_ROOT),
+        "HIER_WIDTH": str(width),
+        "HIER_STEPS": str(steps),
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=2",
+        "--nproc-per-node=2",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={store / 'rendezvous'}",
+        "--rdzv-conf=store_type=file",
+        "--rdzv-id=hier",
+        "--local-addr=127.0.0.1",
+        "-m",
+        "bench.hier_allreduce_worker",
+        str(out),
+        str(store),
+    ]
     nodes = [subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, start_new_session=True) for _ in range(2)]
     codes = [n.wait(timeout=600) for n in nodes]
     if codes != [0, 0]:
@@ -41,7 +61,20 @@ def run() -> list[Record]:
     hier = sum(r["hier_internode_bytes"] for r in ranks)
     flat = sum(r["flat_internode_bytes"] for r in ranks)
     steps = {k: max(r["step_seconds"][k] for r in ranks) for k in ranks[0]["step_seconds"]}
-    return [Record("hier_internode_bytes_ratio", hier / flat, "ratio", "<= 0.5",
-                   {"hierarchical_bytes": hier, "flat_bytes": flat, "parameters": ranks[0]["parameters"],
-                    "max_grad_diff_vs_ddp": max(r["max_abs_diff"] for r in ranks), "step_seconds": steps,
-                    "nodes": 2, "local_world_size": 2})]
+    return [
+        Record(
+            "hier_internode_bytes_ratio",
+            hier / flat,
+            "ratio",
+            "<= 0.5",
+            {
+                "hierarchical_bytes": hier,
+                "flat_bytes": flat,
+                "parameters": ranks[0]["parameters"],
+                "max_grad_diff_vs_ddp": max(r["max_abs_diff"] for r in ranks),
+                "step_seconds": steps,
+                "nodes": 2,
+                "local_world_size": 2,
+            },
+        )
+    ]

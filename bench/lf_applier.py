@@ -8,6 +8,7 @@ the speedup (goal >= 20) with each side's time and peak memory growth while appl
 The model-based LF is left out of both (row-wise it would refit nothing but predict
 one row at a time, which no one would do).
 """
+
 from __future__ import annotations
 
 import json
@@ -49,8 +50,9 @@ print(json.dumps({"seconds": elapsed, "peak_growth_mb": max(0.0, peak - before)}
 
 
 def _apply(rows: int, which: str, out: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", CHILD, str(rows), which, out], capture_output=True, text=True,
-                          cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", CHILD, str(rows), which, out], capture_output=True, text=True, cwd=REPO_ROOT
+    )
     if proc.returncode != 0:
         raise RuntimeError(proc.stderr[-3000:])
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -67,6 +69,18 @@ def run(rows: int = 1_000_000) -> list[Record]:
         same = bool((np.load(f"{tmp}/sluice.npy") == np.load(f"{tmp}/snorkel.npy")).all())
     if not same:
         raise RuntimeError("the two appliers produced different label matrices")
-    return [Record("lf_applier_speedup", snorkel["seconds"] / sluice["seconds"], "x", ">= 20",
-                   {"rows": rows, "lfs": 10, "sluice": sluice, "snorkel_pandas_lf_applier": snorkel,
-                    "identical_label_matrix": same})]
+    return [
+        Record(
+            "lf_applier_speedup",
+            snorkel["seconds"] / sluice["seconds"],
+            "x",
+            ">= 20",
+            {
+                "rows": rows,
+                "lfs": 10,
+                "sluice": sluice,
+                "snorkel_pandas_lf_applier": snorkel,
+                "identical_label_matrix": same,
+            },
+        )
+    ]

@@ -5,6 +5,7 @@ fresh SLUICE_HOME; one nightly_pipeline run triggered over REST on the demo data
 From the task instances' start/end times (REST API): busy = the union of task
 intervals; overhead = 1 - busy / (run end - run start). Goal <= 0.2.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -55,5 +56,12 @@ def run() -> list[Record]:
     start, end = _t(dr["start_date"]), _t(dr["end_date"])
     share, busy = idle_share(start, end, [(_t(t["start_date"]), _t(t["end_date"])) for t in tis])
     per_task = {t["task_id"]: round(_t(t["end_date"]) - _t(t["start_date"]), 2) for t in tis}
-    return [Record("orchestration_overhead", share, "share", "<= 0.2",
-                   {"run_seconds": end - start, "busy_seconds": busy, "tasks_run": len(tis), "task_seconds": per_task})]
+    return [
+        Record(
+            "orchestration_overhead",
+            share,
+            "share",
+            "<= 0.2",
+            {"run_seconds": end - start, "busy_seconds": busy, "tasks_run": len(tis), "task_seconds": per_task},
+        )
+    ]

@@ -1,4 +1,5 @@
 """The record every benchmark returns: {name, value, unit, goal, passed} (+ details)."""
+
 from __future__ import annotations
 
 import operator
@@ -13,7 +14,7 @@ class Record:
     name: str
     value: float
     unit: str
-    goal: str                      # e.g. "<= 1.5"
+    goal: str  # e.g. "<= 1.5"
     details: dict[str, Any] = field(default_factory=dict)
 
     @property

@@ -1,4 +1,5 @@
 """Synthetic partitions for the registry benchmarks: real parquet files of random floats."""
+
 from __future__ import annotations
 
 from pathlib import Path

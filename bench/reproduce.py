@@ -10,6 +10,7 @@ project's checkout must have that commit: run it on a committed tree (a dirty on
 from its commit, without the local changes, and the verdict says so; a commit whose code does not
 run, or a reproduction that fails, counts as not identical, its error in the details).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,12 +22,21 @@ from typing import Any
 from bench.record import Record
 
 EPOCHS = 3
-FAST_COMPRESS = {"candidates": [["int8_dynamic"], ["prune_structured(0.5)", "int8_dynamic"]],
-                 "fine_tune_epochs": 1, "latency_repeats": 5, "tune_rows": 500}
+FAST_COMPRESS = {
+    "candidates": [["int8_dynamic"], ["prune_structured(0.5)", "int8_dynamic"]],
+    "fine_tune_epochs": 1,
+    "latency_repeats": 5,
+    "tune_rows": 500,
+}
 
 
-def nightly_like(settings, run_id: str, epochs: int = EPOCHS, overrides: dict[str, dict[str, Any]] | None = None,
-                 promote: bool = True) -> dict[str, Any]:
+def nightly_like(
+    settings,
+    run_id: str,
+    epochs: int = EPOCHS,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    promote: bool = True,
+) -> dict[str, Any]:
     """One nightly run through the steps (the demo feed delivers the next batch), up to register and,
     when `promote`, the prod pointer moved to the new model. Returns the records by step name."""
     from tasks.compress import compress
@@ -51,8 +61,13 @@ def nightly_like(settings, run_id: str, epochs: int = EPOCHS, overrides: dict[st
     r["weak_label"] = weak_label(ctx, ingest=r["ingest"])
     r["validate_labeled"] = validate_labeled(ctx, weak_label=r["weak_label"])
     assert r["validate_labeled"].passed, r["validate_labeled"].why
-    r["snapshot"] = snapshot(ctx, ingest=r["ingest"], weak_label=r["weak_label"], validate_raw=r["validate_raw"],
-                             validate_labeled=r["validate_labeled"])
+    r["snapshot"] = snapshot(
+        ctx,
+        ingest=r["ingest"],
+        weak_label=r["weak_label"],
+        validate_raw=r["validate_raw"],
+        validate_labeled=r["validate_labeled"],
+    )
     r["train"] = train(ctx, snapshot=r["snapshot"])
     r["evaluate"] = evaluate(ctx, train=r["train"])
     r["compress"] = compress(ctx, train=r["train"])
@@ -83,9 +98,17 @@ def run() -> list[Record]:
                 except Exception as exc:  # noqa: BLE001 - a model that cannot be rebuilt counts as not identical
                     results.append({"model_version": v, "verdict": "failed", "error": f"{type(exc).__name__}: {exc}"})
                     continue
-                results.append({"model_version": v, "verdict": rec.verdict, "warm_start": rec.warm_start,
-                                "code_commit": rec.code_commit, "weights_max_abs": rec.weights["max_abs"],
-                                "inputs_differed": rec.inputs_differed, "summary": rec.summary})
+                results.append(
+                    {
+                        "model_version": v,
+                        "verdict": rec.verdict,
+                        "warm_start": rec.warm_start,
+                        "code_commit": rec.code_commit,
+                        "weights_max_abs": rec.weights["max_abs"],
+                        "inputs_differed": rec.inputs_differed,
+                        "summary": rec.summary,
+                    }
+                )
             reproduce_s = time.monotonic() - t1
         finally:
             for k, v in saved.items():
@@ -94,9 +117,15 @@ def run() -> list[Record]:
                 else:
                     os.environ[k] = v
     identical = sum(r["verdict"] == "identical" for r in results)
-    return [Record("reproduce_identical", identical / len(results), "fraction", ">= 1.0",
-                   {"models": results, "epochs": EPOCHS, "build_s": round(build_s, 1),
-                    "reproduce_s": round(reproduce_s, 1)})]
+    return [
+        Record(
+            "reproduce_identical",
+            identical / len(results),
+            "fraction",
+            ">= 1.0",
+            {"models": results, "epochs": EPOCHS, "build_s": round(build_s, 1), "reproduce_s": round(reproduce_s, 1)},
+        )
+    ]
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ Two registries of 100 partitions each (10 MB and 1 MB partitions), each with two
 data versions and two model versions; rollbacks alternate v2 -> v1 -> v2, several
 times, medians compared. A rollback moves pointers and links: it copies no bytes.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -26,8 +27,12 @@ def _registry(tmp: Path, name: str, n: int, bytes_each: int) -> tuple[Registry, 
     art.write_bytes(b"\0" * 1024)
     for i, chunk in enumerate((names[:-1], names[-1:]), start=1):
         reg.snapshot({b: parts[b] for b in chunk}, {})
-        reg.promote(reg.register_model(f"{name}-{i}", {"model.int8.onnx": art}, {"data_version": f"data-v{i}"})
-                    ["model_version"], "bench")
+        reg.promote(
+            reg.register_model(f"{name}-{i}", {"model.int8.onnx": art}, {"data_version": f"data-v{i}"})[
+                "model_version"
+            ],
+            "bench",
+        )
     return reg, total_bytes(parts)
 
 
@@ -44,6 +49,16 @@ def run(n: int = 100, repeats: int = 5) -> list[Record]:
                 assert reg.rollback(*target, reason="bench")["changed"]
                 times[name].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
-    return [Record("rollback_scale_ratio", med["large"] / med["small"], "ratio", "<= 1.5",
-                   {"median_seconds": med, "bytes": {"small": small_bytes, "large": large_bytes},
-                    "rollbacks_each": len(times["small"])})]
+    return [
+        Record(
+            "rollback_scale_ratio",
+            med["large"] / med["small"],
+            "ratio",
+            "<= 1.5",
+            {
+                "median_seconds": med,
+                "bytes": {"small": small_bytes, "large": large_bytes},
+                "rollbacks_each": len(times["small"]),
+            },
+        )
+    ]

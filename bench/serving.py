@@ -15,6 +15,7 @@ the demo model's figures stand beside them (there HTTP and JSON dominate a ~1,20
                       at 100/s): requests are sent on a schedule and timed from their scheduled
                       send time, so a stall counts against every request it delays.
 """
+
 from __future__ import annotations
 
 import json
@@ -46,19 +47,27 @@ def write_mlp_onnx(path: Path, widths: tuple[int, ...] = (21, 32, 16, 1), seed: 
     rng = np.random.default_rng(seed)
     nodes, inits, prev = [], [], "features"
     for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
-        inits += [numpy_helper.from_array((rng.normal(0, 1 / np.sqrt(a), (a, b))).astype(np.float32), f"w{i}"),
-                  numpy_helper.from_array(np.zeros(b, np.float32), f"b{i}")]
-        nodes += [helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
-                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"z{i}"])]
+        inits += [
+            numpy_helper.from_array((rng.normal(0, 1 / np.sqrt(a), (a, b))).astype(np.float32), f"w{i}"),
+            numpy_helper.from_array(np.zeros(b, np.float32), f"b{i}"),
+        ]
+        nodes += [
+            helper.make_node("MatMul", [prev, f"w{i}"], [f"m{i}"]),
+            helper.make_node("Add", [f"m{i}", f"b{i}"], [f"z{i}"]),
+        ]
         prev = f"z{i}"
         if i < len(widths) - 2:
             nodes.append(helper.make_node("Relu", [prev], [f"r{i}"]))
             prev = f"r{i}"
     inits.append(numpy_helper.from_array(np.array([1], np.int64), "axes"))
     nodes += [helper.make_node("Sigmoid", [prev], ["p"]), helper.make_node("Squeeze", ["p", "axes"], ["p_spam"])]
-    graph = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("features", TensorProto.FLOAT,
-                                                                          ["batch", widths[0]])],
-                              [helper.make_tensor_value_info("p_spam", TensorProto.FLOAT, ["batch"])], inits)
+    graph = helper.make_graph(
+        nodes,
+        "mlp",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", widths[0]])],
+        [helper.make_tensor_value_info("p_spam", TensorProto.FLOAT, ["batch"])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -70,11 +79,20 @@ def start_server(home: Path, timeout_s: float = 60) -> tuple[subprocess.Popen, s
     """(process, url, seconds from Popen to ready)."""
     address = home / "serving" / "address.json"
     address.unlink(missing_ok=True)
-    env = {**{k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")},
-           "SLUICE_HOME": str(home), "DVC_NO_ANALYTICS": "1"}
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")},
+        "SLUICE_HOME": str(home),
+        "DVC_NO_ANALYTICS": "1",
+    }
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "tasks.serving"], cwd=REPO_ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tasks.serving"],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = ""
     try:
         while time.monotonic() - t0 < timeout_s:
@@ -100,15 +118,16 @@ def start_server(home: Path, timeout_s: float = 60) -> tuple[subprocess.Popen, s
 
 
 def infer_body(x: np.ndarray) -> bytes:
-    return json.dumps({"inputs": [{"name": "features", "datatype": "FP32", "shape": list(x.shape),
-                                   "data": x.reshape(-1).tolist()}]}).encode()
+    return json.dumps(
+        {"inputs": [{"name": "features", "datatype": "FP32", "shape": list(x.shape), "data": x.reshape(-1).tolist()}]}
+    ).encode()
 
 
 def raw_ort_rate(model: Path, x: np.ndarray, seconds: float = 2.0) -> float:
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1        # as the server runs it
+    opts.intra_op_num_threads = 1  # as the server runs it
     sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
     for _ in range(50):
         sess.run(None, {"features": x})
@@ -128,10 +147,11 @@ def server_rate(url: str, body: bytes, seconds: float = 4.0, threads: int = 2) -
             while not stop.is_set():
                 assert c.post("/v2/models/emails/infer", content=body, headers=headers).status_code == 200
                 counts[i] += 1
+
     workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
     for w in workers:
         w.start()
-    time.sleep(0.5)                                   # warm
+    time.sleep(0.5)  # warm
     start = sum(counts)
     t0 = time.perf_counter()
     time.sleep(seconds)
@@ -168,6 +188,7 @@ def fixed_rate_latencies(url: str, body: bytes, rate: float, seconds: float = 5.
                 assert r.status_code == 200
                 with lock:
                     out.append(took)
+
     workers = [threading.Thread(target=loop) for _ in range(threads)]
     for w in workers:
         w.start()
@@ -181,8 +202,10 @@ def measure(home: Path, model: Path, version_tag: str, starts: int) -> dict:
     from tasks.registry import Registry
 
     reg = Registry(settings_at(home))
-    reg.promote(reg.register_model(version_tag, {"model.int8.onnx": model}, {"data_version": "data-v1"})
-                ["model_version"], "bench")
+    reg.promote(
+        reg.register_model(version_tag, {"model.int8.onnx": model}, {"data_version": "data-v1"})["model_version"],
+        "bench",
+    )
     cold = []
     for _ in range(starts):
         proc, url, seconds = start_server(home)
@@ -198,8 +221,7 @@ def measure(home: Path, model: Path, version_tag: str, starts: int) -> dict:
         lat = sorted(fixed_rate_latencies(url, body, rate))
     finally:
         stop_groups({"model-server": proc.pid}, grace_s=10)
-    return {"cold": cold, "raw": raw, "served": served, "rate": rate, "lat": lat,
-            "model_bytes": model.stat().st_size}
+    return {"cold": cold, "raw": raw, "served": served, "rate": rate, "lat": lat, "model_bytes": model.stat().st_size}
 
 
 def run(starts: int = 5) -> list[Record]:
@@ -213,20 +235,48 @@ def run(starts: int = 5) -> list[Record]:
         big = measure(tmp / "bench", write_mlp_onnx(tmp / "bench.onnx", bench_widths), "bench", starts)
     p50, p99 = float(np.percentile(big["lat"], 50)), float(np.percentile(big["lat"], 99))
     return [
-        Record("serve_cold_start_s", statistics.median(big["cold"]), "s", "<= 1.0",
-               {"bench_model_starts_s": [round(c, 3) for c in big["cold"]],
+        Record(
+            "serve_cold_start_s",
+            statistics.median(big["cold"]),
+            "s",
+            "<= 1.0",
+            {
+                "bench_model_starts_s": [round(c, 3) for c in big["cold"]],
                 "demo_model_median_s": round(statistics.median(demo["cold"]), 3),
-                "bench_model_bytes": big["model_bytes"]}),
-        Record("serve_vs_raw_ort", big["served"] / big["raw"], "ratio", ">= 0.7",
-               {"server_requests_per_s": round(big["served"], 1), "raw_ort_batches_per_s": round(big["raw"], 1),
+                "bench_model_bytes": big["model_bytes"],
+            },
+        ),
+        Record(
+            "serve_vs_raw_ort",
+            big["served"] / big["raw"],
+            "ratio",
+            ">= 0.7",
+            {
+                "server_requests_per_s": round(big["served"], 1),
+                "raw_ort_batches_per_s": round(big["raw"], 1),
                 "demo_model_ratio": round(demo["served"] / demo["raw"], 4),
                 "demo_server_requests_per_s": round(demo["served"], 1),
                 "demo_raw_ort_batches_per_s": round(demo["raw"], 1),
-                "batch": BATCH, "client_threads": 2, "protocol": "OIP v2 JSON", "widths": list(bench_widths)}),
-        Record("serve_p99_ms", p99, "ms", "<= 100",
-               {"p50_ms": round(p50, 3), "rate_per_s": round(big["rate"], 1), "requests": len(big["lat"]),
-                "batch": BATCH, "demo_p50_ms": round(float(np.percentile(demo["lat"], 50)), 3),
-                "demo_p99_ms": round(float(np.percentile(demo["lat"], 99)), 3)}),
+                "batch": BATCH,
+                "client_threads": 2,
+                "protocol": "OIP v2 JSON",
+                "widths": list(bench_widths),
+            },
+        ),
+        Record(
+            "serve_p99_ms",
+            p99,
+            "ms",
+            "<= 100",
+            {
+                "p50_ms": round(p50, 3),
+                "rate_per_s": round(big["rate"], 1),
+                "requests": len(big["lat"]),
+                "batch": BATCH,
+                "demo_p50_ms": round(float(np.percentile(demo["lat"], 50)), 3),
+                "demo_p99_ms": round(float(np.percentile(demo["lat"], 99)), 3),
+            },
+        ),
     ]
 
 

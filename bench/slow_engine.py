@@ -9,6 +9,7 @@ engine's `on_micro_batch` hook). `--sync-checkpoints` makes the step loop wait f
 checkpoint's write (the checkpoint benchmark's control). The engine itself knows nothing
 of either. Launch it with `run_torchrun(..., **slowed("1:0.002"))`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,10 +33,12 @@ def seconds_per_row(spec: str, rank: int) -> float:
 
 def slowdown(spec: str) -> Callable[[int, int], None]:
     """An `on_micro_batch` hook: sleep in proportion to the micro-batch, per the spec."""
+
     def hook(rank: int, rows: int) -> None:
         delay = seconds_per_row(spec, rank)
         if delay:
             time.sleep(delay * rows)
+
     return hook
 
 
@@ -47,10 +50,11 @@ def slowed(spec: str = "", sync_checkpoints: bool = False) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, allow_abbrev=False, add_help=False)
     parser.add_argument("--slow", default="", help="RANK:SECONDS[,RANK:SECONDS] per row ('*': every rank)")
-    parser.add_argument("--sync-checkpoints", action="store_true",
-                        help="wait for each checkpoint's write in the step loop")
+    parser.add_argument(
+        "--sync-checkpoints", action="store_true", help="wait for each checkpoint's write in the step loop"
+    )
     args, rest = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    seconds_per_row(args.slow, 0)                  # a malformed spec fails here, before torch starts
+    seconds_per_row(args.slow, 0)  # a malformed spec fails here, before torch starts
     return engine.main(rest, on_micro_batch=slowdown(args.slow), sync_checkpoints=args.sync_checkpoints)
 
 

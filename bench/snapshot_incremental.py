@@ -5,6 +5,7 @@ all 101 partitions in one snapshot (hash, link, commit, tag, push everything).
 Incremental: a registry already holding the 100 takes the new one (only it is
 hashed and pushed). Goal <= 0.1. Registry.snapshot does both, with the DVC local remote.
 """
+
 from __future__ import annotations
 
 import tempfile
@@ -37,6 +38,18 @@ def run(n: int = 100, mb_each: int = 10) -> list[Record]:
         inc_reg.snapshot(new, {})
         incremental = time.perf_counter() - t0
         size = total_bytes(every)
-    return [Record("snapshot_incremental_ratio", incremental / full, "ratio", "<= 0.1",
-                   {"full_seconds": full, "incremental_seconds": incremental, "bytes": size,
-                    "partitions": n + 1, "new_share": 1 / (n + 1)})]
+    return [
+        Record(
+            "snapshot_incremental_ratio",
+            incremental / full,
+            "ratio",
+            "<= 0.1",
+            {
+                "full_seconds": full,
+                "incremental_seconds": incremental,
+                "bytes": size,
+                "partitions": n + 1,
+                "new_share": 1 / (n + 1),
+            },
+        )
+    ]

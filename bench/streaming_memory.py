@@ -7,6 +7,7 @@ a fresh process each time; its peak resident memory is read from the kernel
 (ru_maxrss of the finished child). Beside it, for scale, the same ratio for reading
 each version whole into memory, as the engine did before it streamed.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,9 +19,9 @@ from pathlib import Path
 
 from bench.record import Record
 from tasks.core.params import load_params
-from tasks.training.local import engine_args, params_json
-from tasks.registry import Registry
 from tasks.core.settings import Settings
+from tasks.registry import Registry
+from tasks.training.local import engine_args, params_json
 
 ROWS_PER_PARTITION = 50_000
 CACHE_MB = 16
@@ -38,10 +39,12 @@ print(x.shape)
 
 def _peak_rss_mb(cmd: list[str], env: dict[str, str]) -> float:
     """Peak resident memory of `cmd`, measured by a fresh wrapper process (ru_maxrss of its child)."""
-    wrapper = ("import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
-               "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    wrapper = (
+        "import resource, subprocess, sys; subprocess.run(sys.argv[1:], check=True); "
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
     out = subprocess.run([sys.executable, "-c", wrapper, *cmd], env=env, check=True, capture_output=True, text=True)
-    return int(out.stdout.strip().splitlines()[-1]) / 1024          # Linux reports kilobytes
+    return int(out.stdout.strip().splitlines()[-1]) / 1024  # Linux reports kilobytes
 
 
 def _versions(home: Path) -> tuple[str, str]:
@@ -70,8 +73,16 @@ def _versions(home: Path) -> tuple[str, str]:
 
 
 def run() -> list[Record]:
-    p = load_params().train.replace(epochs=1, batch_size=4096, nproc=1, log_every=50,
-                            checkpoint_every=10_000, warm_start=False, stream_cache_mb=CACHE_MB, device="cpu")
+    p = load_params().train.replace(
+        epochs=1,
+        batch_size=4096,
+        nproc=1,
+        log_every=50,
+        checkpoint_every=10_000,
+        warm_start=False,
+        stream_cache_mb=CACHE_MB,
+        device="cpu",
+    )
     with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
         tmp = Path(tmp)
         env = {**os.environ, "SLUICE_HOME": str(tmp / "home"), "OMP_NUM_THREADS": "1"}
@@ -83,9 +94,24 @@ def run() -> list[Record]:
             whole[name] = _peak_rss_mb([sys.executable, "-c", _WHOLE, version], env)
             m = json.loads((tmp / f"out-{name}" / "train_metrics.json").read_text())
             assert m["rows"] == ROWS_PER_PARTITION * (4 if name == "1x" else 40), m["rows"]
-            print(f"[bench] {name}: engine peak {peak[name]:.0f} MB, whole-version read {whole[name]:.0f} MB",
-                  file=sys.stderr, flush=True)
-    return [Record("streaming_memory_ratio", peak["10x"] / peak["1x"], "ratio", "<= 1.2",
-                   {"engine_peak_mb": peak, "whole_read_peak_mb": whole,
-                    "whole_read_ratio": whole["10x"] / whole["1x"], "rows_per_partition": ROWS_PER_PARTITION,
-                    "partitions": {"1x": 4, "10x": 40}, "cache_mb": CACHE_MB})]
+            print(
+                f"[bench] {name}: engine peak {peak[name]:.0f} MB, whole-version read {whole[name]:.0f} MB",
+                file=sys.stderr,
+                flush=True,
+            )
+    return [
+        Record(
+            "streaming_memory_ratio",
+            peak["10x"] / peak["1x"],
+            "ratio",
+            "<= 1.2",
+            {
+                "engine_peak_mb": peak,
+                "whole_read_peak_mb": whole,
+                "whole_read_ratio": whole["10x"] / whole["1x"],
+                "rows_per_partition": ROWS_PER_PARTITION,
+                "partitions": {"1x": 4, "10x": 40},
+                "cache_mb": CACHE_MB,
+            },
+        )
+    ]

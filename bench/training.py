@@ -22,6 +22,7 @@
 - preempt_redo_steps: SIGTERM to the launcher (a node drain), then a re-run: steps
   redone (goal 0: the engine checkpoints at the step it stops).
 """
+
 from __future__ import annotations
 
 import json
@@ -32,18 +33,19 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.gpu_check import BENCH_HIDDEN     # the bench model profile: ~9.6M parameters
+from bench.gpu_check import BENCH_HIDDEN  # the bench model profile: ~9.6M parameters
 from bench.record import Record
-from bench.slow_engine import MODULE as SLOW_ENGINE, slowed
-from tasks.core.params import load_params
-from tasks.registry import Registry
-from tasks.core.settings import Settings
+from bench.slow_engine import MODULE as SLOW_ENGINE
+from bench.slow_engine import slowed
 from tasks.core.files import read_json
+from tasks.core.params import load_params
+from tasks.core.settings import Settings
 from tasks.core.wait import wait_until
+from tasks.registry import Registry
 from tasks.training.local import run_torchrun, start_torchrun
 
 ROWS_PER_PROCESS = 1024
-CHECKPOINT_GOAL = 0.03        # checkpoint_overhead: at most this share of training time blocked by saving
+CHECKPOINT_GOAL = 0.03  # checkpoint_overhead: at most this share of training time blocked by saving
 
 
 def _data_version(home: Path, rows: int) -> str:
@@ -61,7 +63,8 @@ def _data_version(home: Path, rows: int) -> str:
     df.to_parquet(home / "part.parquet", index=False)
     settings = Settings.from_env({"SLUICE_HOME": str(home)})
     return Registry(settings).snapshot({"batch-0001": home / "part.parquet"}, {"rows_by_batch": {"batch-0001": rows}})[
-        "data_version"]
+        "data_version"
+    ]
 
 
 def _steps(out: Path) -> list[dict]:
@@ -70,14 +73,20 @@ def _steps(out: Path) -> list[dict]:
 
 def _wait_step(out: Path, step: int, proc, timeout: float = 300) -> int:
     """The last step in metrics.jsonl once it is `step` or later (the launcher must still run)."""
+
     def reached() -> int | None:
         if proc.poll() is not None:
             raise RuntimeError(f"training ended (exit {proc.returncode}) before step {step}")
         lines = _steps(out) if (out / "metrics.jsonl").exists() else []
         return lines[-1]["step"] if lines and lines[-1]["step"] >= step else None
 
-    return wait_until(reached, timeout_s=timeout, interval_s=0.01, what=f"training step {step} in {out}",
-                      retry_on=(json.JSONDecodeError,))        # a line being written
+    return wait_until(
+        reached,
+        timeout_s=timeout,
+        interval_s=0.01,
+        what=f"training step {step} in {out}",
+        retry_on=(json.JSONDecodeError,),
+    )  # a line being written
 
 
 def blocked_fraction(metrics: dict) -> float:
@@ -101,15 +110,23 @@ def checkpoint_overhead(version: str, tmp: Path, bench) -> Record:
     fractions = [blocked_fraction(m) for m in async_]
     control = blocked_fraction(sync[0])
     wall = statistics.median(m["seconds"] for m in async_) / statistics.median(m["seconds"] for m in plain) - 1
-    return Record("checkpoint_overhead", max(fractions), "share", f"<= {CHECKPOINT_GOAL}",
-                  {"blocked_fraction_per_run": fractions,
-                   "checkpoint_blocked_s": [m["checkpoint_blocked_s"] for m in async_],
-                   "seconds_checkpointing": [m["seconds"] for m in async_],
-                   "checkpoints_per_run": async_[0]["checkpoints"],
-                   "wall_time_overhead": wall, "seconds_plain": [m["seconds"] for m in plain],
-                   "sync_control_blocked_fraction": control,
-                   "sync_control_blocked_s": sync[0]["checkpoint_blocked_s"],
-                   "sync_control_fails_goal": control > CHECKPOINT_GOAL})
+    return Record(
+        "checkpoint_overhead",
+        max(fractions),
+        "share",
+        f"<= {CHECKPOINT_GOAL}",
+        {
+            "blocked_fraction_per_run": fractions,
+            "checkpoint_blocked_s": [m["checkpoint_blocked_s"] for m in async_],
+            "seconds_checkpointing": [m["seconds"] for m in async_],
+            "checkpoints_per_run": async_[0]["checkpoints"],
+            "wall_time_overhead": wall,
+            "seconds_plain": [m["seconds"] for m in plain],
+            "sync_control_blocked_fraction": control,
+            "sync_control_blocked_s": sync[0]["checkpoint_blocked_s"],
+            "sync_control_fails_goal": control > CHECKPOINT_GOAL,
+        },
+    )
 
 
 def _steady_throughput(out: Path) -> float:
@@ -126,11 +143,20 @@ def balance(version: str, tmp: Path, demo) -> list[Record]:
     records = []
     for name in ("static", "balanced"):
         times = [b["time"] - a["time"] for a, b in zip(_steps(tmp / name), _steps(tmp / name)[1:])]
-        step = statistics.median(times[len(times) // 2:])          # after balancing settled
-        records.append(Record(f"balance_{name}_vs_ideal", step / ideal, "ratio",
-                              "<= 1.1" if name == "balanced" else ">= 1.0",
-                              {"median_step_s": step, "ideal_step_s": ideal,
-                               "final_splits": read_json(tmp / name / "train_metrics.json")["final_splits"]}))
+        step = statistics.median(times[len(times) // 2 :])  # after balancing settled
+        records.append(
+            Record(
+                f"balance_{name}_vs_ideal",
+                step / ideal,
+                "ratio",
+                "<= 1.1" if name == "balanced" else ">= 1.0",
+                {
+                    "median_step_s": step,
+                    "ideal_step_s": ideal,
+                    "final_splits": read_json(tmp / name / "train_metrics.json")["final_splits"],
+                },
+            )
+        )
     return records
 
 
@@ -143,8 +169,9 @@ def run() -> list[Record]:
         os.environ["SLUICE_HOME"] = str(tmp / "home")
         try:
             version = _data_version(tmp / "home", 20_000)
-            bench = base.replace(hidden=BENCH_HIDDEN, epochs=1, log_every=1000, checkpoint_every=10_000,
-                                        warm_start=False)
+            bench = base.replace(
+                hidden=BENCH_HIDDEN, epochs=1, log_every=1000, checkpoint_every=10_000, warm_start=False
+            )
 
             # Scaling: 1,024 rows per process per step, 1 then 2 processes, twice.
             ratios, sps = [], {1: [], 2: []}
@@ -154,9 +181,20 @@ def run() -> list[Record]:
                     run_torchrun(version, tmp / f"s{n}-{k}", p)
                     sps[n].append(_steady_throughput(tmp / f"s{n}-{k}"))
                 ratios.append(sps[2][-1] / (2 * sps[1][-1]))
-            records.append(Record("ddp_scaling_efficiency", statistics.median(ratios), "ratio", ">= 0.85",
-                                  {"ratios": ratios, "samples_per_s": sps, "rows_per_process": ROWS_PER_PROCESS,
-                                   "hidden": BENCH_HIDDEN}))
+            records.append(
+                Record(
+                    "ddp_scaling_efficiency",
+                    statistics.median(ratios),
+                    "ratio",
+                    ">= 0.85",
+                    {
+                        "ratios": ratios,
+                        "samples_per_s": sps,
+                        "rows_per_process": ROWS_PER_PROCESS,
+                        "hidden": BENCH_HIDDEN,
+                    },
+                )
+            )
 
             # Checkpoint overhead: the step loop's time blocked by saving, 156 steps, a checkpoint every 50.
             records.append(checkpoint_overhead(version, tmp, bench))
@@ -174,8 +212,7 @@ def run() -> list[Record]:
                 at = _wait_step(out, kill_at, proc)
                 import psutil
 
-                workers = [c for c in psutil.Process(proc.pid).children()
-                           if SLOW_ENGINE in " ".join(c.cmdline())]
+                workers = [c for c in psutil.Process(proc.pid).children() if SLOW_ENGINE in " ".join(c.cmdline())]
                 killed = time.time()
                 workers[-1].kill()
                 if proc.wait(timeout=300) != 0:
@@ -187,10 +224,16 @@ def run() -> list[Record]:
                 at = max([at] + [s["step"] for s in _steps(out) if s["time"] <= killed])
                 redo.append((at - resumed) / rec.checkpoint_every)
                 seconds.append(first_after["time"] - killed)
-            records.append(Record("recovery_redo_ratio", max(redo), "ratio", "<= 1",
-                                  {"per_kill": redo, "checkpoint_every": rec.checkpoint_every}))
-            records.append(Record("recovery_seconds", statistics.median(seconds), "s", "<= 30",
-                                  {"per_kill": seconds}))
+            records.append(
+                Record(
+                    "recovery_redo_ratio",
+                    max(redo),
+                    "ratio",
+                    "<= 1",
+                    {"per_kill": redo, "checkpoint_every": rec.checkpoint_every},
+                )
+            )
+            records.append(Record("recovery_seconds", statistics.median(seconds), "s", "<= 30", {"per_kill": seconds}))
 
             # Preemption: SIGTERM to the launcher, then the re-run.
             out = tmp / "preempt"
@@ -201,8 +244,15 @@ def run() -> list[Record]:
             stopped = _steps(out)[-1]["step"]
             run_torchrun(version, out, rec, **slow)
             resumed = read_json(out / "train_metrics.json")["resumed_from_step"]
-            records.append(Record("preempt_redo_steps", stopped - resumed, "steps", "<= 0",
-                                  {"stopped_at": stopped, "resumed_from": resumed}))
+            records.append(
+                Record(
+                    "preempt_redo_steps",
+                    stopped - resumed,
+                    "steps",
+                    "<= 0",
+                    {"stopped_at": stopped, "resumed_from": resumed},
+                )
+            )
         finally:
             if old_home is None:
                 os.environ.pop("SLUICE_HOME", None)

@@ -14,6 +14,7 @@ Records `weak_vs_gold_k{5,10,20}` = weak / full gold (goal for k5: >= 0.95) and
 `gold_only_k{5,10,20}` = gold only / full gold; weak is worth something where it
 beats gold only. Means over the splits.
 """
+
 from __future__ import annotations
 
 import statistics
@@ -22,13 +23,12 @@ import numpy as np
 import torch
 
 from bench.record import Record
+from tasks.core.params import load_params
 from tasks.datasets import load_dataset
-from tasks.datasets.emails import load_source
+from tasks.datasets.emails import GOLD_COLUMN, featurize, load_source
+from tasks.evaluation.scoring import gold_quality
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
-from tasks.core.params import load_params
-from tasks.datasets.emails import GOLD_COLUMN, featurize
-from tasks.evaluation.scoring import gold_quality
 from tasks.training.loop import fit_in_memory
 
 KS = (5, 10, 20)
@@ -58,8 +58,9 @@ def run(splits: int = 5) -> list[Record]:
         full = _auc(rest, rest[GOLD_COLUMN].to_numpy(), test, p)
         details["full_gold_auc"].append(full)
         for k in KS:
-            dev, pool = train_test_split(rest, train_size=round(n * k / 100), stratify=rest[GOLD_COLUMN],
-                                         random_state=200 + s)
+            dev, pool = train_test_split(
+                rest, train_size=round(n * k / 100), stratify=rest[GOLD_COLUMN], random_state=200 + s
+            )
             y_dev = dev[GOLD_COLUMN].to_numpy()
             lfs = lf_module.make_lfs(dev, y_dev)
             out = label_batch(apply_lfs(pool, lfs), apply_lfs_dev(dev, lfs), y_dev, lfs, wp)
@@ -71,16 +72,30 @@ def run(splits: int = 5) -> list[Record]:
             details.setdefault(f"label_source_k{k}", []).append(out.chosen)
             details.setdefault(f"weak_auc_k{k}", []).append(weak)
             details.setdefault(f"gold_only_auc_k{k}", []).append(gold_only)
-            print(f"[bench] split {s} k={k}%: full gold {full:.3f}  weak {weak:.3f}  gold-only {gold_only:.3f}"
-                  f"  ({out.chosen}, coverage {covered.mean():.1%})", flush=True)
+            print(
+                f"[bench] split {s} k={k}%: full gold {full:.3f}  weak {weak:.3f}  gold-only {gold_only:.3f}"
+                f"  ({out.chosen}, coverage {covered.mean():.1%})",
+                flush=True,
+            )
     records = []
     for k in KS:
         weak, gold = statistics.mean(ratios[f"weak_vs_gold_k{k}"]), statistics.mean(ratios[f"gold_only_k{k}"])
-        goal = ">= 0.95" if k == 5 else f">= {gold:.3f}"          # weak must beat gold-only at every k
-        records.append(Record(f"weak_vs_gold_k{k}", weak, "ratio", goal,
-                              {"per_split": ratios[f"weak_vs_gold_k{k}"], "gold_only": gold,
-                               "beats_gold_only": weak > gold, **{key: v for key, v in details.items()
-                                                                  if key.endswith(f"k{k}") or key == "full_gold_auc"}}))
-        records.append(Record(f"gold_only_k{k}", gold, "ratio", f"<= {weak:.3f}",
-                              {"per_split": ratios[f"gold_only_k{k}"]}))
+        goal = ">= 0.95" if k == 5 else f">= {gold:.3f}"  # weak must beat gold-only at every k
+        records.append(
+            Record(
+                f"weak_vs_gold_k{k}",
+                weak,
+                "ratio",
+                goal,
+                {
+                    "per_split": ratios[f"weak_vs_gold_k{k}"],
+                    "gold_only": gold,
+                    "beats_gold_only": weak > gold,
+                    **{key: v for key, v in details.items() if key.endswith(f"k{k}") or key == "full_gold_auc"},
+                },
+            )
+        )
+        records.append(
+            Record(f"gold_only_k{k}", gold, "ratio", f"<= {weak:.3f}", {"per_split": ratios[f"gold_only_k{k}"]})
+        )
     return records

@@ -29,6 +29,7 @@ This file only wires tasks and branches: every step is declared once in `tasks/<
 (its upstream records and options), and `_run` calls it inside the task, so parsing
 stays light and the same step runs as `python -m tasks.<step>`.
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -41,7 +42,7 @@ DAG_ID = "nightly_pipeline"
 
 
 def _train_backend() -> str:
-    from tasks.core.settings import Settings     # light: pydantic, which Airflow has loaded already
+    from tasks.core.settings import Settings  # light: pydantic, which Airflow has loaded already
 
     return Settings.from_env().train_backend
 
@@ -67,10 +68,19 @@ def _run(step: str, context: dict, **options):
     tags=["sluice", "nightly"],
     doc_md=__doc__,
     params={
-        "batch": Param(None, type=["null", "string"], pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
-                       description="Landing file (or batch id) to take; default: the oldest waiting."),
-        "epochs": Param(None, type=["null", "integer"], minimum=1, maximum=1000,
-                        description="Training epochs; default: params.yaml train.epochs."),
+        "batch": Param(
+            None,
+            type=["null", "string"],
+            pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+            description="Landing file (or batch id) to take; default: the oldest waiting.",
+        ),
+        "epochs": Param(
+            None,
+            type=["null", "integer"],
+            minimum=1,
+            maximum=1000,
+            description="Training epochs; default: params.yaml train.epochs.",
+        ),
     },
 )
 def nightly_pipeline():
@@ -79,11 +89,11 @@ def nightly_pipeline():
         from airflow.sdk.exceptions import AirflowFailException
 
         unknown = sorted(set(context["dag_run"].conf or {}) - set(context["params"]))
-        if unknown:           # a typo such as {"epoch": 5} would otherwise run silently with the defaults
+        if unknown:  # a typo such as {"epoch": 5} would otherwise run silently with the defaults
             raise AirflowFailException(f"unknown run conf key(s) {unknown}; known: {sorted(context['params'])}")
         try:
             r = _run("tasks.ingest", context, batch=context["params"]["batch"])
-        except (FileNotFoundError, ValueError) as exc:   # a bad `batch` param: retrying cannot help
+        except (FileNotFoundError, ValueError) as exc:  # a bad `batch` param: retrying cannot help
             raise AirflowFailException(str(exc)) from exc
         return "no_batch" if r.status == "no_batch" else "validate_raw"
 
@@ -201,8 +211,26 @@ def nightly_pipeline():
     t_comp >> [t_reg, rej_comp]
     t_reg >> t_canary >> t_analysis >> [t_promote, t_back]
     [no_batch, q_raw, q_lab, rej_eval, rej_comp, t_promote, t_back] >> t_report
-    [t_ingest, t_raw, t_weak, t_lab, t_snap, *train_steps, t_eval, t_comp, t_reg, t_canary, t_analysis, t_promote,
-     t_back, q_raw, q_lab, rej_eval, rej_comp, t_report] >> t_failed
+    [
+        t_ingest,
+        t_raw,
+        t_weak,
+        t_lab,
+        t_snap,
+        *train_steps,
+        t_eval,
+        t_comp,
+        t_reg,
+        t_canary,
+        t_analysis,
+        t_promote,
+        t_back,
+        q_raw,
+        q_lab,
+        rej_eval,
+        rej_comp,
+        t_report,
+    ] >> t_failed
 
 
 nightly_pipeline()

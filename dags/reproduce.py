@@ -19,6 +19,7 @@ a reproduction that differs beyond the tolerance fails the run after recording i
 Trigger from the UI (Trigger DAG w/ config) or the REST API:
 `POST /api/v2/dags/reproduce/dagRuns {"logical_date": null, "conf": {"model_version": "model-v3"}}`
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
@@ -32,7 +33,7 @@ from tasks.core.versions import MODEL_VERSION_PATTERN  # stdlib only
     dag_id="reproduce",
     schedule=None,
     catchup=False,
-    is_paused_upon_creation=False,      # an audit question must not wait for someone to unpause it
+    is_paused_upon_creation=False,  # an audit question must not wait for someone to unpause it
     max_active_runs=1,
     # A retry after a crash starts the reproduction over (nothing served changes); a record that
     # cannot be reproduced fails at once (no retry).
@@ -40,10 +41,19 @@ from tasks.core.versions import MODEL_VERSION_PATTERN  # stdlib only
     tags=["sluice", "reproduce"],
     doc_md=__doc__,
     params={
-        "model_version": Param("model-v1", type="string", pattern=MODEL_VERSION_PATTERN,
-                               description="Model version to reproduce (e.g. model-v3)."),
-        "depth": Param(0, type="integer", minimum=0, maximum=20,
-                       description="Warm-start parents to reproduce first (0: read the parent's weights)."),
+        "model_version": Param(
+            "model-v1",
+            type="string",
+            pattern=MODEL_VERSION_PATTERN,
+            description="Model version to reproduce (e.g. model-v3).",
+        ),
+        "depth": Param(
+            0,
+            type="integer",
+            minimum=0,
+            maximum=20,
+            description="Warm-start parents to reproduce first (0: read the parent's weights).",
+        ),
     },
 )
 def reproduce():
@@ -54,9 +64,10 @@ def reproduce():
         from tasks.core.steps import run_airflow_task
 
         params, who = context["params"], getattr(context["dag_run"], "triggering_user_name", None) or "airflow"
-        rec = run_airflow_task("tasks.reproduce", context, model_version=params["model_version"],
-                               depth=params["depth"], who=who)
-        if not rec.passed:                # recorded in the audit log; the run is red
+        rec = run_airflow_task(
+            "tasks.reproduce", context, model_version=params["model_version"], depth=params["depth"], who=who
+        )
+        if not rec.passed:  # recorded in the audit log; the run is red
             raise AirflowFailException(rec.summary)
         return rec.summary
 

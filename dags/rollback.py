@@ -14,29 +14,39 @@ changes. Running the same rollback twice is harmless. Versions are never deleted
 Trigger from the UI (Trigger DAG w/ config) or the REST API:
 `POST /api/v2/dags/rollback/dagRuns {"logical_date": null, "conf": {"model_version": "model-v2", "reason": "..."}}`
 """
+
 from __future__ import annotations
 
 from datetime import timedelta
 
 from airflow.sdk import Param, dag, task
 
-from tasks.core.versions import DATA_VERSION_PATTERN, MODEL_VERSION_PATTERN   # stdlib only
+from tasks.core.versions import DATA_VERSION_PATTERN, MODEL_VERSION_PATTERN  # stdlib only
+
 
 @dag(
     dag_id="rollback",
     schedule=None,
     catchup=False,
-    is_paused_upon_creation=False,      # an emergency operation must not wait for someone to unpause it
+    is_paused_upon_creation=False,  # an emergency operation must not wait for someone to unpause it
     max_active_runs=1,
     # Idempotent, so a retry after a crash is safe; a bad version fails at once (no retry).
     default_args={"retries": 1, "retry_delay": timedelta(seconds=10), "owner": "sluice"},
     tags=["sluice", "rollback"],
     doc_md=__doc__,
     params={
-        "data_version": Param(None, type=["null", "string"], pattern=DATA_VERSION_PATTERN,
-                              description="Data version to make current (e.g. data-v3); empty: keep."),
-        "model_version": Param(None, type=["null", "string"], pattern=MODEL_VERSION_PATTERN,
-                               description="Model version to make prod and serve (e.g. model-v2); empty: keep."),
+        "data_version": Param(
+            None,
+            type=["null", "string"],
+            pattern=DATA_VERSION_PATTERN,
+            description="Data version to make current (e.g. data-v3); empty: keep.",
+        ),
+        "model_version": Param(
+            None,
+            type=["null", "string"],
+            pattern=MODEL_VERSION_PATTERN,
+            description="Model version to make prod and serve (e.g. model-v2); empty: keep.",
+        ),
         "reason": Param("", type="string", minLength=3, description="Why (goes into the audit log)."),
     },
 )
@@ -47,8 +57,14 @@ def rollback():
 
         params, who = context["params"], getattr(context["dag_run"], "triggering_user_name", None) or "airflow"
         # A bad version is refused (RegistryError) and fails the task at once: nothing changed, no retry.
-        return run_airflow_task("tasks.rollback", context, data_version=params["data_version"],
-                                model_version=params["model_version"], reason=params["reason"], who=who).after
+        return run_airflow_task(
+            "tasks.rollback",
+            context,
+            data_version=params["data_version"],
+            model_version=params["model_version"],
+            reason=params["reason"],
+            who=who,
+        ).after
 
     rollback_versions()
 

@@ -9,6 +9,7 @@ AIRFLOW_HOME is made mode 0700; each secret file is written atomically with mode
 (temp file, chmod, fsync, rename: a crash leaves no empty secret) and refused on read
 when its group or others may read it.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,13 +40,15 @@ def private_dir(path: Path) -> Path:
 def check_private(path: Path) -> None:
     mode = path.stat().st_mode
     if mode & 0o077:
-        raise SecretFileError(f"{path} holds a secret but its mode is {stat.S_IMODE(mode):04o} (group or others "
-                              f"may read it): run `chmod 600 {path}`, or delete it to generate a new one")
+        raise SecretFileError(
+            f"{path} holds a secret but its mode is {stat.S_IMODE(mode):04o} (group or others "
+            f"may read it): run `chmod 600 {path}`, or delete it to generate a new one"
+        )
 
 
 def _write_secret(path: Path, text: str) -> None:
     def write(tmp: Path) -> None:
-        os.chmod(tmp, 0o600)               # before any byte of the secret is written, and before the rename
+        os.chmod(tmp, 0o600)  # before any byte of the secret is written, and before the rename
         tmp.write_text(text)
 
     atomic_write_with(path, write)
@@ -70,8 +73,9 @@ def ensure_secrets(airflow_home: Path) -> dict[str, str]:
     """JWT and session secrets (>= 64 bytes, shared by all parts) and the admin password."""
     jwt = _secret_file(airflow_home / "jwt_secret", lambda: secrets.token_hex(64))
     session = _secret_file(airflow_home / "session_secret", lambda: secrets.token_hex(32))
-    passwords = json.loads(_secret_file(airflow_home / "passwords.json",
-                                        lambda: json.dumps({ADMIN_USER: secrets.token_urlsafe(16)})))
+    passwords = json.loads(
+        _secret_file(airflow_home / "passwords.json", lambda: json.dumps({ADMIN_USER: secrets.token_urlsafe(16)}))
+    )
     return {"jwt": jwt, "session": session, "password": passwords[ADMIN_USER]}
 
 
@@ -79,24 +83,26 @@ def airflow_env(settings: Settings, api_port: int, base: dict[str, str] | None =
     home = settings.layout.airflow_home
     sec = ensure_secrets(home)
     env = dict(os.environ if base is None else base)
-    env.update({
-        "SLUICE_HOME": str(settings.home),
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW_CONFIG": str(REPO_ROOT / "airflow.cfg"),
-        "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
-        "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
-        "AIRFLOW__LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": str(home / "logs" / "dag_processor"),
-        "AIRFLOW__API_AUTH__JWT_SECRET": sec["jwt"],
-        "AIRFLOW__API__SECRET_KEY": sec["session"],
-        "AIRFLOW__API__HOST": "127.0.0.1",
-        "AIRFLOW__API__PORT": str(api_port),
-        # Task workers reach the execution API here; without it they try port 8080.
-        "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{api_port}",
-        "DVC_NO_ANALYTICS": "1",
-        "GX_ANALYTICS_ENABLED": "false",
-        "PYTHONUNBUFFERED": "1",
-    })
+    env.update(
+        {
+            "SLUICE_HOME": str(settings.home),
+            "AIRFLOW_HOME": str(home),
+            "AIRFLOW_CONFIG": str(REPO_ROOT / "airflow.cfg"),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+            "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
+            "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
+            "AIRFLOW__LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": str(home / "logs" / "dag_processor"),
+            "AIRFLOW__API_AUTH__JWT_SECRET": sec["jwt"],
+            "AIRFLOW__API__SECRET_KEY": sec["session"],
+            "AIRFLOW__API__HOST": "127.0.0.1",
+            "AIRFLOW__API__PORT": str(api_port),
+            # Task workers reach the execution API here; without it they try port 8080.
+            "AIRFLOW__API__BASE_URL": f"http://127.0.0.1:{api_port}",
+            "DVC_NO_ANALYTICS": "1",
+            "GX_ANALYTICS_ENABLED": "false",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.setdefault("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{home / 'airflow.db'}")
     # The venv's bin first: Airflow starts some children by running `airflow` from PATH.
     venv_bin = str(Path(os.sys.executable).parent)

@@ -6,6 +6,7 @@ Pass at the last step: promote; fail at any step: rollback_canary. On the embedd
 the traffic is real HTTP from the replay client (held-out rows, their gold labels as delayed
 feedback); the server must be running (`make run` and `make up` start it).
 """
+
 from __future__ import annotations
 
 from tasks.core.log import log
@@ -24,12 +25,22 @@ def canary_analysis(ctx: StepContext, deploy_canary: CanaryRecord) -> CanaryAnal
     try:
         url = server_url(ctx.settings.home)
         rollout = run_canary(ctx.settings, ctx.params, d.champion, d.model_version, url)
-    except (RolloutError, FileNotFoundError) as exc:          # no server, or it does not follow: fail closed
+    except (RolloutError, FileNotFoundError) as exc:  # no server, or it does not follow: fail closed
         log(f"canary cannot be judged: {exc}")
-        return CanaryAnalysisRecord(passed=False, reasons=[f"canary cannot be judged: {exc}"],
-                                    model_version=d.model_version, champion=d.champion, steps=[])
-    return CanaryAnalysisRecord(passed=rollout.passed, reasons=rollout.reasons, model_version=d.model_version,
-                                champion=d.champion, steps=[s.to_dict() for s in rollout.steps])
+        return CanaryAnalysisRecord(
+            passed=False,
+            reasons=[f"canary cannot be judged: {exc}"],
+            model_version=d.model_version,
+            champion=d.champion,
+            steps=[],
+        )
+    return CanaryAnalysisRecord(
+        passed=rollout.passed,
+        reasons=rollout.reasons,
+        model_version=d.model_version,
+        champion=d.champion,
+        steps=[s.to_dict() for s in rollout.steps],
+    )
 
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ serving loads; its `sluice.compression` metadata holds the chain, configs and li
 model.fp32.onnx, candidates.json (every candidate's row and why it was not chosen),
 pareto.svg, and candidates/ (every candidate's file).
 """
+
 from __future__ import annotations
 
 import shutil
@@ -57,9 +58,11 @@ def _selection_failure(rows: list[dict], reasons: dict[str, str], floor: float, 
 
 def slice_summary(row: dict, reference: dict) -> tuple[str, float] | None:
     """The slice where `row` keeps the least of the reference's ROC AUC: (name, its ROC AUC)."""
-    ratios = [(row["slices"][k]["roc_auc"] / reference["slices"][k]["roc_auc"], k)
-              for k in row.get("slices", {}) if reference["slices"].get(k, {}).get("roc_auc")
-              and row["slices"][k]["roc_auc"] == row["slices"][k]["roc_auc"]]
+    ratios = [
+        (row["slices"][k]["roc_auc"] / reference["slices"][k]["roc_auc"], k)
+        for k in row.get("slices", {})
+        if reference["slices"].get(k, {}).get("roc_auc") and row["slices"][k]["roc_auc"] == row["slices"][k]["roc_auc"]
+    ]
     if not ratios:
         return None
     _, name = min(ratios)
@@ -84,7 +87,7 @@ def compress(ctx: StepContext, train: TrainRecord) -> CompressRecord:
     ds = load_dataset(ctx.params.dataset.module)
     out_dir = ctx.run_dir / "compress"
     workdir = out_dir / "candidates"
-    shutil.rmtree(workdir, ignore_errors=True)          # a retry starts clean
+    shutil.rmtree(workdir, ignore_errors=True)  # a retry starts clean
     workdir.mkdir(parents=True, exist_ok=True)
     model_path = Path(train.model)
     model = load_model(str(model_path))
@@ -122,41 +125,75 @@ def compress(ctx: StepContext, train: TrainRecord) -> CompressRecord:
         served = out_dir / SERVED_FILE
         tmp = out_dir / f".{SERVED_FILE}.tmp"
         shutil.copyfile(cand.onnx_path, tmp)
-        write_metadata(tmp, {**read_metadata(tmp), "name": cand.name, "labels": [c.label for c in cand.chain],
-                             "parent": FP32_FILE, "source_model": "model.pt", "run_id": ctx.run_id,
-                             "data_version": train.data_version, "parent_model": prod})
+        write_metadata(
+            tmp,
+            {
+                **read_metadata(tmp),
+                "name": cand.name,
+                "labels": [c.label for c in cand.chain],
+                "parent": FP32_FILE,
+                "source_model": "model.pt",
+                "run_id": ctx.run_id,
+                "data_version": train.data_version,
+                "parent_model": prod,
+            },
+        )
         tmp.replace(served)
         served_bytes = served.stat().st_size
         chosen_test = classification_metrics(test_y, predict(open_session(served), test_X))
 
-    table = {"chosen": chosen_row["name"] if chosen_row else None, "floor_ratio": p.floor_ratio,
-             "latency_budget_ms": p.latency_budget_ms, "gold_dev_rows": len(dev), "slices": sorted(masks),
-             "tune_rows": len(data.X), "gate": gate_reasons,
-             "rows": [{**r, "chosen": r is chosen_row, "why_not": reasons.get(r["name"])} for r in rows],
-             "not_applied": {k: v for k, v in reasons.items() if k not in {r["name"] for r in rows}}}
+    table = {
+        "chosen": chosen_row["name"] if chosen_row else None,
+        "floor_ratio": p.floor_ratio,
+        "latency_budget_ms": p.latency_budget_ms,
+        "gold_dev_rows": len(dev),
+        "slices": sorted(masks),
+        "tune_rows": len(data.X),
+        "gate": gate_reasons,
+        "rows": [{**r, "chosen": r is chosen_row, "why_not": reasons.get(r["name"])} for r in rows],
+        "not_applied": {k: v for k, v in reasons.items() if k not in {r["name"] for r in rows}},
+    }
     atomic_write_json(out_dir / TABLE_FILE, table)
-    plot = pareto_svg(rows, table["chosen"], reasons, out_dir / PLOT_FILE,
-                      f"{train.data_version}: compression candidates (gold dev)")
+    plot = pareto_svg(
+        rows, table["chosen"], reasons, out_dir / PLOT_FILE, f"{train.data_version}: compression candidates (gold dev)"
+    )
 
     for r in rows:
         mark = "*" if r is chosen_row else " "
-        log(f"{mark} {r['name']:<40} {r['size_bytes']:>10,} B  b1 {r['latency_b1_ms']:.3f} ms  "
-            f"dev ROC AUC {r['overall']['roc_auc']:.4f}  {reasons.get(r['name'], 'chosen' if r is chosen_row else '')}")
+        log(
+            f"{mark} {r['name']:<40} {r['size_bytes']:>10,} B  b1 {r['latency_b1_ms']:.3f} ms  "
+            f"dev ROC AUC {r['overall']['roc_auc']:.4f}  {reasons.get(r['name'], 'chosen' if r is chosen_row else '')}"
+        )
     seconds = time.monotonic() - t0
-    log(f"compress: {len(rows)} candidates in {seconds:.1f} s; chosen {table['chosen']} "
+    log(
+        f"compress: {len(rows)} candidates in {seconds:.1f} s; chosen {table['chosen']} "
         f"({served_bytes or 0:,} B vs fp32 {base_row['size_bytes']:,} B), test {fmt_quality(chosen_test)}; "
-        f"{'PASS' if not gate_reasons else 'FAIL: ' + '; '.join(gate_reasons)}")
+        f"{'PASS' if not gate_reasons else 'FAIL: ' + '; '.join(gate_reasons)}"
+    )
     return CompressRecord(
-        passed=not gate_reasons, reasons=gate_reasons,
-        chosen=cand.name if cand else None, chain=cand.configs if cand else [],
-        path=str(served) if served else None, bytes=served_bytes,
-        quality=chosen_row["overall"] if chosen_row else None, slices=chosen_row["slices"] if chosen_row else {},
-        test=chosen_test, latency_b1_ms=chosen_row["latency_b1_ms"] if chosen_row else None,
-        latency_b256_ms=chosen_row["latency_b256_ms"] if chosen_row else None, parity_max_abs=parity,
-        fp32_path=str(out_dir / FP32_FILE), fp32_bytes=(out_dir / FP32_FILE).stat().st_size,
-        fp32_quality=base_row["overall"], fp32_slices=base_row["slices"], fp32_test=fp32_test,
-        fp32_latency_b1_ms=base_row["latency_b1_ms"], torch_bytes=model_path.stat().st_size,
-        table=str(out_dir / TABLE_FILE), plot=str(plot), seconds=seconds)
+        passed=not gate_reasons,
+        reasons=gate_reasons,
+        chosen=cand.name if cand else None,
+        chain=cand.configs if cand else [],
+        path=str(served) if served else None,
+        bytes=served_bytes,
+        quality=chosen_row["overall"] if chosen_row else None,
+        slices=chosen_row["slices"] if chosen_row else {},
+        test=chosen_test,
+        latency_b1_ms=chosen_row["latency_b1_ms"] if chosen_row else None,
+        latency_b256_ms=chosen_row["latency_b256_ms"] if chosen_row else None,
+        parity_max_abs=parity,
+        fp32_path=str(out_dir / FP32_FILE),
+        fp32_bytes=(out_dir / FP32_FILE).stat().st_size,
+        fp32_quality=base_row["overall"],
+        fp32_slices=base_row["slices"],
+        fp32_test=fp32_test,
+        fp32_latency_b1_ms=base_row["latency_b1_ms"],
+        torch_bytes=model_path.stat().st_size,
+        table=str(out_dir / TABLE_FILE),
+        plot=str(plot),
+        seconds=seconds,
+    )
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ champion `evaluate` compared the challenger with, and the data version `train` t
 the current data. An operator's rollback in between is kept: the step is refused
 (RegistryError, no retry) with the reason, and nothing changes.
 """
+
 from __future__ import annotations
 
 from tasks.compression.served import served_artifact
@@ -18,20 +19,32 @@ from tasks.registry import Registry
 
 
 @step
-def deploy_canary(ctx: StepContext, register: RegisterRecord, evaluate: EvaluateRecord,
-                  train: TrainRecord) -> CanaryRecord:
+def deploy_canary(
+    ctx: StepContext, register: RegisterRecord, evaluate: EvaluateRecord, train: TrainRecord
+) -> CanaryRecord:
     registry, version = Registry(ctx.settings), register.model_version
-    champion, data = evaluate.champion_version, train.data_version      # what this run compared and trained on
+    champion, data = evaluate.champion_version, train.data_version  # what this run compared and trained on
     if champion is None:
-        registry.promote(version, reason=f"nightly run {ctx.run_id}: first model, no champion to compare with",
-                         who="nightly_pipeline", artifact=served_artifact(registry, version),
-                         expect_champion=None, expect_data=data)
+        registry.promote(
+            version,
+            reason=f"nightly run {ctx.run_id}: first model, no champion to compare with",
+            who="nightly_pipeline",
+            artifact=served_artifact(registry, version),
+            expect_champion=None,
+            expect_data=data,
+        )
         log(f"no champion yet: {version} promoted directly")
         return CanaryRecord(model_version=version, champion=None, weight=100, promoted_directly=True)
     weight = ctx.params.canary.steps[0]
-    registry.start_canary(version, weight, reason=f"nightly run {ctx.run_id}: canary of {version} vs {champion}",
-                          who="nightly_pipeline", artifact=served_artifact(registry, version),
-                          expect_champion=champion, expect_data=data)
+    registry.start_canary(
+        version,
+        weight,
+        reason=f"nightly run {ctx.run_id}: canary of {version} vs {champion}",
+        who="nightly_pipeline",
+        artifact=served_artifact(registry, version),
+        expect_champion=champion,
+        expect_data=data,
+    )
     log(f"canary: {version} beside champion {champion} at {weight}% of traffic")
     return CanaryRecord(model_version=version, champion=champion, weight=weight, promoted_directly=False)
 

@@ -10,6 +10,7 @@ with the traceback of any ingest crash): a batch taken by MAX_BATCH_ATTEMPTS run
 consume it is quarantined (gate "ingest", report with the runs and tracebacks), and the next
 waiting batch is taken. `python -m tasks.quarantine --readmit BATCH` clears its count.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,8 +30,8 @@ LANDING_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.(csv|parquet)$")
 # Runs that may take a batch without consuming it (archived or quarantined) before the next run
 # quarantines it. A module constant, not a params.yaml value (params.py is not this step's file).
 MAX_BATCH_ATTEMPTS = 3
-ATTEMPTS_FILE = ".attempts.json"     # in landing/; a dot name is never a batch (LANDING_NAME)
-_KEEP_FAILURES = 5                   # tracebacks kept per batch
+ATTEMPTS_FILE = ".attempts.json"  # in landing/; a dot name is never a batch (LANDING_NAME)
+_KEEP_FAILURES = 5  # tracebacks kept per batch
 
 
 def pending_batches(layout: StateLayout) -> list[Path]:
@@ -49,6 +50,7 @@ def read_landing_file(path: Path) -> "Any":
 
 
 # ---- the per-batch attempt counter -------------------------------------------------------
+
 
 def _attempts_path(layout: StateLayout) -> Path:
     return layout.landing / ATTEMPTS_FILE
@@ -93,9 +95,14 @@ def _note_run(layout: StateLayout, source: Path, run_id: str) -> list[str]:
 def _note_failure(layout: StateLayout, source: Path, run_id: str, exc: BaseException) -> None:
     attempts = load_attempts(layout)
     entry = attempts.setdefault(source.name, {"runs": [run_id], "failures": []})
-    entry["failures"] = [*entry.get("failures", []), {
-        "run_id": run_id, "error": f"{type(exc).__name__}: {exc}",
-        "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))}][-_KEEP_FAILURES:]
+    entry["failures"] = [
+        *entry.get("failures", []),
+        {
+            "run_id": run_id,
+            "error": f"{type(exc).__name__}: {exc}",
+            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
+        },
+    ][-_KEEP_FAILURES:]
     _save_attempts(layout, attempts)
 
 
@@ -108,12 +115,24 @@ def quarantine_crashing_batch(layout: StateLayout, source: Path, run_id: str) ->
     batch_id = source.stem
     dest = layout.quarantine / batch_id
     dest.mkdir(parents=True, exist_ok=True)
-    summary = (f"batch {source.name} was taken by {len(runs)} runs ({', '.join(runs)}) that did not consume it "
-               f"(limit {MAX_BATCH_ATTEMPTS}): a step crashed on it, not a gate. "
-               + (f"Last ingest error: {failures[-1]['error']}" if failures
-                  else "See those runs' task logs for the traceback."))
-    report = {"batch_id": batch_id, "run_id": run_id, "gate": "ingest", "source": str(source),
-              "summary": summary, "runs": runs, "failures": failures}
+    summary = (
+        f"batch {source.name} was taken by {len(runs)} runs ({', '.join(runs)}) that did not consume it "
+        f"(limit {MAX_BATCH_ATTEMPTS}): a step crashed on it, not a gate. "
+        + (
+            f"Last ingest error: {failures[-1]['error']}"
+            if failures
+            else "See those runs' task logs for the traceback."
+        )
+    )
+    report = {
+        "batch_id": batch_id,
+        "run_id": run_id,
+        "gate": "ingest",
+        "source": str(source),
+        "summary": summary,
+        "runs": runs,
+        "failures": failures,
+    }
     if (dest / "report.json").exists():
         try:
             earlier = json.loads((dest / "report.json").read_text()).get("run_id") or "unknown"
@@ -122,8 +141,10 @@ def quarantine_crashing_batch(layout: StateLayout, source: Path, run_id: str) ->
         if earlier != run_id:
             (dest / "report.json").rename(dest / f"report.{safe_run_id(earlier)}.json")
     atomic_write_json(dest / "report.json", report)
-    atomic_write_bytes(dest / "report.txt", (summary + "\n" + "".join(
-        f"\n--- run {f['run_id']} ---\n{f['traceback']}" for f in failures)).encode())
+    atomic_write_bytes(
+        dest / "report.txt",
+        (summary + "\n" + "".join(f"\n--- run {f['run_id']} ---\n{f['traceback']}" for f in failures)).encode(),
+    )
     shutil.move(str(source), dest / source.name)
     forget_batch(layout, source.name)
     log(f"quarantined {batch_id} at {dest} (gate ingest): {summary}")
@@ -131,6 +152,7 @@ def quarantine_crashing_batch(layout: StateLayout, source: Path, run_id: str) ->
 
 
 # ---- the step ------------------------------------------------------------------------------
+
 
 def _stage(staged: Path, source: Path, found: dict[str, Any]) -> IngestRecord:
     try:
@@ -169,13 +191,16 @@ def ingest(ctx: StepContext, *, batch: str | None = None) -> IngestRecord:
             raise ValueError(f"batch {batch!r} is not a landing file name (letters, digits, . _ -; .csv or .parquet)")
         chosen = [p for p in waiting if p.name == batch or p.stem == batch]
         if not chosen:
-            raise FileNotFoundError(f"batch {batch!r} is not waiting in {layout.landing} "
-                                    f"(waiting: {[p.name for p in waiting] or 'none'})")
+            raise FileNotFoundError(
+                f"batch {batch!r} is not waiting in {layout.landing} (waiting: {[p.name for p in waiting] or 'none'})"
+            )
         source = chosen[0]
         earlier = _note_run(layout, source, ctx.run_id)
         if len(earlier) >= MAX_BATCH_ATTEMPTS:
-            log(f"{source.name} was taken by {len(earlier)} earlier runs without being consumed; "
-                f"named explicitly, so it is tried again")
+            log(
+                f"{source.name} was taken by {len(earlier)} earlier runs without being consumed; "
+                f"named explicitly, so it is tried again"
+            )
     else:
         source = None
         for candidate in waiting:

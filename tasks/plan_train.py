@@ -3,6 +3,7 @@
 The pod or Indexed Job operators' templated fields read this record from XCom
 (tasks/training/kubernetes.py); `train` (tasks.train.collect) then fetches the pods' outputs.
 """
+
 from __future__ import annotations
 
 from tasks.core.records import SnapshotRecord, TrainPlanRecord

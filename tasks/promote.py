@@ -8,6 +8,7 @@ still the champion deploy_canary saw and the current data is still the version i
 on; otherwise (an operator's rollback in between) it is refused and nothing changes. With
 `--model-version` (an operator's promotion of another version) nothing is compared.
 """
+
 from __future__ import annotations
 
 from tasks.compression.served import served_artifact
@@ -17,8 +18,13 @@ from tasks.registry import ANY, Registry
 
 
 @step(help={"model_version": "promote this version (default: the one this run registered)"})
-def promote(ctx: StepContext, register: RegisterRecord | None = None, deploy_canary: CanaryRecord | None = None, *,
-            model_version: str | None = None) -> DeployRecord:
+def promote(
+    ctx: StepContext,
+    register: RegisterRecord | None = None,
+    deploy_canary: CanaryRecord | None = None,
+    *,
+    model_version: str | None = None,
+) -> DeployRecord:
     version = model_version or (register.model_version if register else None)
     if not version:
         raise ValueError("promote needs a model version: pass --model-version or run register first")
@@ -26,9 +32,14 @@ def promote(ctx: StepContext, register: RegisterRecord | None = None, deploy_can
     expect_champion = deploy_canary.champion if ours and deploy_canary is not None else ANY
     expect_data = register.data_version if ours else ANY
     registry = Registry(ctx.settings)
-    result = registry.promote(version, reason=f"nightly run {ctx.run_id} passed every gate", who="nightly_pipeline",
-                              artifact=served_artifact(registry, version), expect_champion=expect_champion,
-                              expect_data=expect_data)
+    result = registry.promote(
+        version,
+        reason=f"nightly run {ctx.run_id} passed every gate",
+        who="nightly_pipeline",
+        artifact=served_artifact(registry, version),
+        expect_champion=expect_champion,
+        expect_data=expect_data,
+    )
     return DeployRecord(**{k: result.get(k) for k in DeployRecord.model_fields if k in result})
 
 

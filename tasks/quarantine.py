@@ -4,6 +4,7 @@ Nothing is deleted: quarantine/<batch_id>/ holds the original file and
 report.json / report.txt naming every failed expectation. The current data
 version is untouched. Re-admit with `python -m tasks.quarantine --readmit BATCH`.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,16 +58,21 @@ def move_without_replacing(src: Path, folder: Path) -> Path:
             _link_or_copy(src, dest)
         except FileExistsError:
             if file_sha256(dest) != digest:
-                continue                      # another file under that name: try the content-named one
+                continue  # another file under that name: try the content-named one
         src.unlink()
         return dest
-    raise FileExistsError(f"cannot keep {src} in {folder}: {folder / src.name} and its content-named "
-                          f"alternative both hold other bytes")
+    raise FileExistsError(
+        f"cannot keep {src} in {folder}: {folder / src.name} and its content-named alternative both hold other bytes"
+    )
 
 
 @step
-def quarantine(ctx: StepContext, ingest: IngestRecord, validate_raw: ContractRecord | None = None,
-               validate_labeled: ContractRecord | None = None) -> QuarantineRecord:
+def quarantine(
+    ctx: StepContext,
+    ingest: IngestRecord,
+    validate_raw: ContractRecord | None = None,
+    validate_labeled: ContractRecord | None = None,
+) -> QuarantineRecord:
     """The batch goes aside with the report of the contract that failed it."""
     gate, _ = failed_gate(validate_raw=validate_raw, validate_labeled=validate_labeled)
     gate_result: ContractRecord = validate_labeled if gate == "validate_labeled" else validate_raw  # type: ignore[assignment]
@@ -78,8 +84,14 @@ def quarantine(ctx: StepContext, ingest: IngestRecord, validate_raw: ContractRec
     dest.mkdir(parents=True, exist_ok=True)
     # The full contract result (every failed expectation, observed vs expected, offending rows).
     full = json.loads(Path(gate_result.report_json).read_text())
-    report = {"batch_id": batch_id, "run_id": run_id, "gate": gate, "source": str(source),
-              "summary": gate_result.summary, **full}
+    report = {
+        "batch_id": batch_id,
+        "run_id": run_id,
+        "gate": gate,
+        "source": str(source),
+        "summary": gate_result.summary,
+        **full,
+    }
     # A batch quarantined again (after a re-admission) keeps its earlier report beside the new one.
     if (dest / "report.json").exists():
         earlier = json.loads((dest / "report.json").read_text())
@@ -106,15 +118,24 @@ def readmit(settings: Settings, batch_id: str) -> Path:
     from tasks.registry import BATCH_ID
 
     if not isinstance(batch_id, str) or not BATCH_ID.fullmatch(batch_id):
-        raise ValueError(f"{batch_id!r} is not a batch id (letters, digits, '.', '_', '-', starting with a "
-                         f"letter or digit; no paths)")
+        raise ValueError(
+            f"{batch_id!r} is not a batch id (letters, digits, '.', '_', '-', starting with a "
+            f"letter or digit; no paths)"
+        )
     layout: StateLayout = settings.layout.ensure()
     root = layout.quarantine.resolve()
     folder = layout.quarantine / batch_id
     if folder.exists() and folder.resolve().parent != root:
         raise ValueError(f"quarantine/{batch_id} leads outside {root} (to {folder.resolve()}): refusing to move it")
-    files = sorted(p for p in folder.glob(f"{batch_id}.*")
-                   if p.suffix in (".csv", ".parquet") and p.name == f"{batch_id}{p.suffix}") if folder.is_dir() else []
+    files = (
+        sorted(
+            p
+            for p in folder.glob(f"{batch_id}.*")
+            if p.suffix in (".csv", ".parquet") and p.name == f"{batch_id}{p.suffix}"
+        )
+        if folder.is_dir()
+        else []
+    )
     if not files:
         raise FileNotFoundError(f"no quarantined batch {batch_id!r} in {layout.quarantine}")
     source = files[0]
@@ -123,7 +144,7 @@ def readmit(settings: Settings, batch_id: str) -> Path:
     target = layout.landing / source.name
     if target.exists():
         raise FileExistsError(f"{target} is already waiting: refusing to overwrite it")
-    _link_or_copy(source, target)          # FileExistsError if one arrived meanwhile: never replaced
+    _link_or_copy(source, target)  # FileExistsError if one arrived meanwhile: never replaced
     source.unlink()
     atomic_write_json(folder / "readmitted.json", {"to": str(target)})
     forget_batch(layout, target.name)
@@ -135,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if any(a == "--run-id" or a.startswith("--run-id=") for a in argv):
         return quarantine.main(argv)
-    parser = argparse.ArgumentParser(description="List quarantined batches, or re-admit one after a fix. "
-                                     "(With --run-id ID: quarantine that run's rejected batch.)")
+    parser = argparse.ArgumentParser(
+        description="List quarantined batches, or re-admit one after a fix. "
+        "(With --run-id ID: quarantine that run's rejected batch.)"
+    )
     parser.add_argument("--readmit", metavar="BATCH_ID", help="move the batch back to landing/ for the next run")
     args = parser.parse_args(argv)
     settings = Settings.from_env()
@@ -144,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             target = readmit(settings, args.readmit)
         except (ValueError, FileNotFoundError, FileExistsError) as exc:
-            parser.error(str(exc))              # exit 2, one line
+            parser.error(str(exc))  # exit 2, one line
         print(f"re-admitted to {target}")
         return 0
     for report in sorted(settings.layout.quarantine.glob("*/report.json")):

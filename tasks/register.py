@@ -8,6 +8,7 @@ served ONNX file carries the chain and lineage in its `sluice.compression` metad
 `reproduce`: what `python -m tasks.reproduce` rebuilds it from (`reproduce_inputs`).
 A retry returns the version already made.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,27 +21,50 @@ from tasks.registry import Registry, code_commit
 
 
 @step
-def register(ctx: StepContext, train: TrainRecord, evaluate: EvaluateRecord, compress: CompressRecord) -> RegisterRecord:
+def register(
+    ctx: StepContext, train: TrainRecord, evaluate: EvaluateRecord, compress: CompressRecord
+) -> RegisterRecord:
     if not compress.path:
         raise ValueError("compress chose no model (its gate failed): nothing to register")
-    artifacts = {"model.pt": Path(train.model), "model.fp32.onnx": Path(compress.fp32_path),
-                 SERVED_NAME: Path(compress.path)}
+    artifacts = {
+        "model.pt": Path(train.model),
+        "model.fp32.onnx": Path(compress.fp32_path),
+        SERVED_NAME: Path(compress.path),
+    }
     commit = code_commit()
     lineage = {
-        "data_version": train.data_version, "code_commit": commit,
-        "params_hash": ctx.params.digest(), "parent_model": evaluate.champion_version,
+        "data_version": train.data_version,
+        "code_commit": commit,
+        "params_hash": ctx.params.digest(),
+        "parent_model": evaluate.champion_version,
         "metrics": {"torch": evaluate.challenger, "onnx_fp32": compress.fp32_test, "onnx_served": compress.test},
-        "train": {"rows": train.rows, "epochs": train.epochs, "world_size": train.world_size,
-                  "final_loss": train.final_loss},
-        "sizes": {"torch_bytes": compress.torch_bytes, "fp32_bytes": compress.fp32_bytes,
-                  "served_bytes": compress.bytes},
+        "train": {
+            "rows": train.rows,
+            "epochs": train.epochs,
+            "world_size": train.world_size,
+            "final_loss": train.final_loss,
+        },
+        "sizes": {
+            "torch_bytes": compress.torch_bytes,
+            "fp32_bytes": compress.fp32_bytes,
+            "served_bytes": compress.bytes,
+        },
         "compression": {
-            "artifact": SERVED_NAME, "chosen": compress.chosen, "chain": compress.chain,
-            "parent_artifact": "model.fp32.onnx", "parent_model": evaluate.champion_version,
-            "data_version": train.data_version, "bytes": compress.bytes, "fp32_bytes": compress.fp32_bytes,
-            "latency_b1_ms": compress.latency_b1_ms, "latency_b256_ms": compress.latency_b256_ms,
-            "parity_max_abs": compress.parity_max_abs, "dev": compress.quality, "dev_slices": compress.slices,
-            "fp32_dev": compress.fp32_quality, "test": compress.test,
+            "artifact": SERVED_NAME,
+            "chosen": compress.chosen,
+            "chain": compress.chain,
+            "parent_artifact": "model.fp32.onnx",
+            "parent_model": evaluate.champion_version,
+            "data_version": train.data_version,
+            "bytes": compress.bytes,
+            "fp32_bytes": compress.fp32_bytes,
+            "latency_b1_ms": compress.latency_b1_ms,
+            "latency_b256_ms": compress.latency_b256_ms,
+            "parity_max_abs": compress.parity_max_abs,
+            "dev": compress.quality,
+            "dev_slices": compress.slices,
+            "fp32_dev": compress.fp32_quality,
+            "test": compress.test,
         },
         "reproduce": reproduce_inputs(ctx, train, compress, commit),
     }
@@ -59,13 +83,26 @@ def reproduce_inputs(ctx: StepContext, train: TrainRecord, compress: CompressRec
     dataset = ctx.params.dataset.module
     lf_module = data.get("lf_module") or ctx.params.weak_label.lf_module or load_dataset(dataset).LF_MODULE
     return {
-        "params": ctx.params.to_dict(), "params_digest": ctx.params.digest(), "code_commit": commit,
-        "dataset": {"module": dataset, "name": load_dataset(dataset).NAME, "code_commit": commit,
-                    "source_sha256": _source_sha256(dataset)},
-        "lf_module": {"module": lf_module, "hash": data.get("lf_module_hash"), "code_commit": commit,
-                      "source_sha256": _source_sha256(lf_module)},
-        "contracts": data.get("contracts") or {}, "data_version": train.data_version,
-        "warm_start": train.warm_start, "device": train.device, "world_size": train.world_size,
+        "params": ctx.params.to_dict(),
+        "params_digest": ctx.params.digest(),
+        "code_commit": commit,
+        "dataset": {
+            "module": dataset,
+            "name": load_dataset(dataset).NAME,
+            "code_commit": commit,
+            "source_sha256": _source_sha256(dataset),
+        },
+        "lf_module": {
+            "module": lf_module,
+            "hash": data.get("lf_module_hash"),
+            "code_commit": commit,
+            "source_sha256": _source_sha256(lf_module),
+        },
+        "contracts": data.get("contracts") or {},
+        "data_version": train.data_version,
+        "warm_start": train.warm_start,
+        "device": train.device,
+        "world_size": train.world_size,
         "compression": {"chosen": compress.chosen, "chain": compress.chain},
         "versions": library_versions(),
     }

@@ -6,6 +6,7 @@ Compare-and-set, read and write in one registry transaction: the data pointer mo
 if the prod model is still the champion `evaluate` compared with; an operator's rollback in
 between is kept (the step is refused).
 """
+
 from __future__ import annotations
 
 from tasks.core.log import log
@@ -23,19 +24,32 @@ def failed_gate(**gates: GateRecord | None) -> tuple[str, list[str]]:
 
 
 @step
-def reject_model(ctx: StepContext, evaluate: EvaluateRecord | None = None,
-                 compress: CompressRecord | None = None, train: TrainRecord | None = None) -> RejectRecord:
+def reject_model(
+    ctx: StepContext,
+    evaluate: EvaluateRecord | None = None,
+    compress: CompressRecord | None = None,
+    train: TrainRecord | None = None,
+) -> RejectRecord:
     gate, reasons = failed_gate(evaluate=evaluate, compress=compress)
     registry = Registry(ctx.settings)
     rolled = registry.rollback_to_prod_lineage(
-        f"nightly run {ctx.run_id}: challenger rejected at {gate}: {'; '.join(reasons)}", who="nightly_pipeline",
+        f"nightly run {ctx.run_id}: challenger rejected at {gate}: {'; '.join(reasons)}",
+        who="nightly_pipeline",
         expect_prod=evaluate.champion_version if evaluate else ANY,
-        expect_data=train.data_version if train else ANY)      # an operator's data rollback meanwhile stays
+        expect_data=train.data_version if train else ANY,
+    )  # an operator's data rollback meanwhile stays
     state = registry.state()
-    log(f"challenger rejected at {gate}: {'; '.join(reasons)}; prod stays {state['prod_model'] or '(none)'}, "
-        f"data pointer {state['current_data']}")
-    return RejectRecord(gate=gate, reasons=reasons, prod_model=state["prod_model"],
-                        current_data=state["current_data"], rolled_back=rolled.get("changed", False))
+    log(
+        f"challenger rejected at {gate}: {'; '.join(reasons)}; prod stays {state['prod_model'] or '(none)'}, "
+        f"data pointer {state['current_data']}"
+    )
+    return RejectRecord(
+        gate=gate,
+        reasons=reasons,
+        prod_model=state["prod_model"],
+        current_data=state["current_data"],
+        rolled_back=rolled.get("changed", False),
+    )
 
 
 if __name__ == "__main__":

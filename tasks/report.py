@@ -3,6 +3,7 @@
 Runs on every branch: deployed, model rejected, batch quarantined, nothing to do,
 or a failed step. The text is what `make run` prints at the end.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -24,8 +25,10 @@ def outcome_of(steps: dict[str, Any], failed_steps: list[str], refused: dict[str
     if "rollback_canary" in steps:
         r = steps["rollback_canary"]
         back = f"; data pointer back to {r.current_data}" if r.data_rolled_back else ""
-        return (f"canary of {r.model_version} rolled back ({'; '.join(r.reasons)}); prod stays "
-                f"{r.champion or '(none)'}{back}")
+        return (
+            f"canary of {r.model_version} rolled back ({'; '.join(r.reasons)}); prod stays "
+            f"{r.champion or '(none)'}{back}"
+        )
     if "reject_model" in steps:
         r = steps["reject_model"]
         back = f"; data pointer back to {r.current_data}" if r.rolled_back else ""
@@ -38,8 +41,13 @@ def outcome_of(steps: dict[str, Any], failed_steps: list[str], refused: dict[str
     return "incomplete"
 
 
-def build_summary(run_id: str, steps: dict[str, Any], registry_state: dict[str, Any],
-                  failed_steps: list[str], refused: dict[str, str] | None = None) -> dict[str, Any]:
+def build_summary(
+    run_id: str,
+    steps: dict[str, Any],
+    registry_state: dict[str, Any],
+    failed_steps: list[str],
+    refused: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """Pure: the summary dict from the typed step records."""
     ing, wl, snap = steps.get("ingest"), steps.get("weak_label"), steps.get("snapshot")
     tr, ev, cp = steps.get("train"), steps.get("evaluate"), steps.get("compress")
@@ -50,14 +58,23 @@ def build_summary(run_id: str, steps: dict[str, Any], registry_state: dict[str, 
     return {
         "run_id": run_id,
         "outcome": outcome_of(steps, failed_steps, refused),
-        "batch": {"id": ing.batch_id if ing else None, "rows_in": ing.rows if ing else None,
-                  "rows_labeled": (wl.rows - wl.abstained_rows) if wl else None,
-                  "rows_unlabeled": wl.abstained_rows if wl else None},
-        "labeling": {**pick(wl, "coverage", "chosen", "quality_dev", "n_lfs", "lf_table", "drift",
-                            "drift_compared_with"), "stats": wl.labeling_stats} if wl else None,
-        "gates": {k: {"passed": steps[k].passed, "summary": steps[k].why}
-                  for k in ("validate_raw", "validate_labeled", "evaluate", "compress", "canary_analysis")
-                  if isinstance(steps.get(k), GateRecord)},
+        "batch": {
+            "id": ing.batch_id if ing else None,
+            "rows_in": ing.rows if ing else None,
+            "rows_labeled": (wl.rows - wl.abstained_rows) if wl else None,
+            "rows_unlabeled": wl.abstained_rows if wl else None,
+        },
+        "labeling": {
+            **pick(wl, "coverage", "chosen", "quality_dev", "n_lfs", "lf_table", "drift", "drift_compared_with"),
+            "stats": wl.labeling_stats,
+        }
+        if wl
+        else None,
+        "gates": {
+            k: {"passed": steps[k].passed, "summary": steps[k].why}
+            for k in ("validate_raw", "validate_labeled", "evaluate", "compress", "canary_analysis")
+            if isinstance(steps.get(k), GateRecord)
+        },
         "data_version": (snap.data_version if snap else None) or registry_state.get("current_data"),
         "data_version_rows": snap.total_rows if snap else None,
         "train": pick(tr, "rows", "epochs", "world_size", "device", "final_loss", "seconds", "warm_start", "metrics"),
@@ -78,18 +95,34 @@ def compression_summary(cp: Any) -> dict[str, Any] | None:
         return None
     worst = None
     if cp.slices:
-        ratios = [(q["roc_auc"] / cp.fp32_slices[k]["roc_auc"], k) for k, q in cp.slices.items()
-                  if q.get("roc_auc") == q.get("roc_auc") and (cp.fp32_slices.get(k) or {}).get("roc_auc")]
+        ratios = [
+            (q["roc_auc"] / cp.fp32_slices[k]["roc_auc"], k)
+            for k, q in cp.slices.items()
+            if q.get("roc_auc") == q.get("roc_auc") and (cp.fp32_slices.get(k) or {}).get("roc_auc")
+        ]
         if ratios:
             _, k = min(ratios)
             worst = {"slice": k, "roc_auc": cp.slices[k]["roc_auc"], "fp32_roc_auc": cp.fp32_slices[k]["roc_auc"]}
-    return {"passed": cp.passed, "chosen": cp.chosen, "chain": [c.get("kind") for c in cp.chain],
-            "bytes": cp.bytes, "fp32_bytes": cp.fp32_bytes, "torch_bytes": cp.torch_bytes,
-            "size_ratio": cp.bytes / cp.fp32_bytes if cp.bytes else None,
-            "latency_b1_ms": cp.latency_b1_ms, "fp32_latency_b1_ms": cp.fp32_latency_b1_ms,
-            "quality": cp.quality, "fp32_quality": cp.fp32_quality, "worst_slice": worst,
-            "test": cp.test, "fp32_test": cp.fp32_test, "parity_max_abs": cp.parity_max_abs,
-            "table": cp.table, "plot": cp.plot, "seconds": cp.seconds}
+    return {
+        "passed": cp.passed,
+        "chosen": cp.chosen,
+        "chain": [c.get("kind") for c in cp.chain],
+        "bytes": cp.bytes,
+        "fp32_bytes": cp.fp32_bytes,
+        "torch_bytes": cp.torch_bytes,
+        "size_ratio": cp.bytes / cp.fp32_bytes if cp.bytes else None,
+        "latency_b1_ms": cp.latency_b1_ms,
+        "fp32_latency_b1_ms": cp.fp32_latency_b1_ms,
+        "quality": cp.quality,
+        "fp32_quality": cp.fp32_quality,
+        "worst_slice": worst,
+        "test": cp.test,
+        "fp32_test": cp.fp32_test,
+        "parity_max_abs": cp.parity_max_abs,
+        "table": cp.table,
+        "plot": cp.plot,
+        "seconds": cp.seconds,
+    }
 
 
 def compression_lines(c: dict[str, Any] | None) -> list[str]:
@@ -98,56 +131,77 @@ def compression_lines(c: dict[str, Any] | None) -> list[str]:
     if not c["chosen"]:
         return [f"  compressed     none chosen; fp32 ONNX {c['fp32_bytes']:,} B  (table {c['table']})"]
     worst = c["worst_slice"]
-    worst_text = (f", worst slice {worst['slice']} {worst['roc_auc']:.3f} (fp32 {worst['fp32_roc_auc']:.3f})"
-                  if worst else "")
-    return [f"  compressed     {c['chosen']}: {c['bytes']:,} B ({c['size_ratio']:.2f} x fp32 {c['fp32_bytes']:,} B), "
-            f"batch-1 {c['latency_b1_ms']:.3f} ms (fp32 {c['fp32_latency_b1_ms']:.3f} ms)",
-            f"                 dev ROC AUC {c['quality']['roc_auc']:.3f} (fp32 {c['fp32_quality']['roc_auc']:.3f})"
-            f"{worst_text}; test {fmt_quality(c['test'])}  (parity {c['parity_max_abs']:.1e})"]
+    worst_text = (
+        f", worst slice {worst['slice']} {worst['roc_auc']:.3f} (fp32 {worst['fp32_roc_auc']:.3f})" if worst else ""
+    )
+    return [
+        f"  compressed     {c['chosen']}: {c['bytes']:,} B ({c['size_ratio']:.2f} x fp32 {c['fp32_bytes']:,} B), "
+        f"batch-1 {c['latency_b1_ms']:.3f} ms (fp32 {c['fp32_latency_b1_ms']:.3f} ms)",
+        f"                 dev ROC AUC {c['quality']['roc_auc']:.3f} (fp32 {c['fp32_quality']['roc_auc']:.3f})"
+        f"{worst_text}; test {fmt_quality(c['test'])}  (parity {c['parity_max_abs']:.1e})",
+    ]
 
 
 def render_text(s: dict[str, Any]) -> str:
     lines = [f"Sluice nightly run {s['run_id']}", f"  outcome        {s['outcome']}"]
     b = s["batch"]
     if b["id"]:
-        lines.append(f"  batch          {b['id']}: {b['rows_in']} rows in, {b['rows_labeled']} labeled, "
-                     f"{b['rows_unlabeled']} left unlabeled (every LF abstained)")
+        lines.append(
+            f"  batch          {b['id']}: {b['rows_in']} rows in, {b['rows_labeled']} labeled, "
+            f"{b['rows_unlabeled']} left unlabeled (every LF abstained)"
+        )
     if s["labeling"]:
         lab, q = s["labeling"], s["labeling"]["quality_dev"]
-        lines.append(f"  labeling       {lab['n_lfs']} LFs, coverage {lab['coverage']:.1%}; on gold dev: "
-                     f"label model {fmt_quality(q['label_model'])} | majority vote {fmt_quality(q['majority_vote'])}"
-                     f" -> using {lab['chosen']}")
+        lines.append(
+            f"  labeling       {lab['n_lfs']} LFs, coverage {lab['coverage']:.1%}; on gold dev: "
+            f"label model {fmt_quality(q['label_model'])} | majority vote {fmt_quality(q['majority_vote'])}"
+            f" -> using {lab['chosen']}"
+        )
         lines.append(f"  {'LF':<22}{'votes':>6}{'coverage':>10}{'overlaps':>10}{'conflicts':>10}{'dev acc':>9}")
         for r in lab["lf_table"] or []:
             acc = "n/a" if r["dev_accuracy"] is None else f"{r['dev_accuracy']:.3f}"
             votes = "/".join({0: "ham", 1: "spam"}[v] for v in r["polarity"]) or "-"
-            lines.append(f"  {r['lf']:<22}{votes:>6}{r['coverage']:>10.3f}{r['overlaps']:>10.3f}"
-                         f"{r['conflicts']:>10.3f}{acc:>9}")
+            lines.append(
+                f"  {r['lf']:<22}{votes:>6}{r['coverage']:>10.3f}{r['overlaps']:>10.3f}{r['conflicts']:>10.3f}{acc:>9}"
+            )
         if lab["drift"]:
             lines += [f"  DRIFT vs {lab['drift_compared_with']}: {flag}" for flag in lab["drift"]]
         elif lab["drift_compared_with"]:
             lines.append(f"  drift          none beyond thresholds vs {lab['drift_compared_with']}")
     for name, g in s["gates"].items():
         detail = g["summary"]
-        lines.append(f"  gate {name:<17}{'pass' if g['passed'] else 'FAIL'}  {detail.splitlines()[0] if detail else 'ok'}")
-    lines.append(f"  data version   {s['data_version'] or '(none)'}"
-                 + (f" ({s['data_version_rows']} rows)" if s["data_version_rows"] else ""))
+        lines.append(
+            f"  gate {name:<17}{'pass' if g['passed'] else 'FAIL'}  {detail.splitlines()[0] if detail else 'ok'}"
+        )
+    lines.append(
+        f"  data version   {s['data_version'] or '(none)'}"
+        + (f" ({s['data_version_rows']} rows)" if s["data_version_rows"] else "")
+    )
     if s["train"]:
         t = s["train"]
-        lines.append(f"  train          {t['rows']} rows, {t['epochs']} epochs x {t['world_size']} processes, "
-                     f"final loss {t['final_loss']:.4f}"
-                     + (f", warm start from {t['warm_start']}" if t.get("warm_start") else ", from scratch"))
+        lines.append(
+            f"  train          {t['rows']} rows, {t['epochs']} epochs x {t['world_size']} processes, "
+            f"final loss {t['final_loss']:.4f}"
+            + (f", warm start from {t['warm_start']}" if t.get("warm_start") else ", from scratch")
+        )
         if t.get("metrics"):
             m = t["metrics"]
-            spread = (f", grad variance across processes {m['median_grad_var_relative']:.2f} x |g|^2"
-                      if "median_grad_var_relative" in m else "")
-            lines.append(f"  train metrics  {m['median_samples_per_s']:,.0f} samples/s, grad norm "
-                         f"{m['last_grad_norm']:.3g}, update/weight {m['last_update_to_weight']:.2g}{spread}, "
-                         f"peak RSS {m['peak_rss_mb']:.0f} MB")
+            spread = (
+                f", grad variance across processes {m['median_grad_var_relative']:.2f} x |g|^2"
+                if "median_grad_var_relative" in m
+                else ""
+            )
+            lines.append(
+                f"  train metrics  {m['median_samples_per_s']:,.0f} samples/s, grad norm "
+                f"{m['last_grad_norm']:.3g}, update/weight {m['last_update_to_weight']:.2g}{spread}, "
+                f"peak RSS {m['peak_rss_mb']:.0f} MB"
+            )
     if s["test"]:
         lines.append(f"  test (gold)    challenger {fmt_quality(s['test']['challenger'])}")
         if s["test"]["champion"]:
-            lines.append(f"                 champion {s['test']['champion_version']} {fmt_quality(s['test']['champion'])}")
+            lines.append(
+                f"                 champion {s['test']['champion_version']} {fmt_quality(s['test']['champion'])}"
+            )
     lines += compression_lines(s.get("compression"))
     lines.append(f"  registered     {s['registered'] or '(none this run)'}")
     lines += canary_lines(s.get("canary"))
@@ -162,19 +216,29 @@ def canary_lines(c: dict[str, Any] | None) -> list[str]:
     if not c:
         return []
     if not c["steps"]:
-        return [f"  canary         {'none: first model, promoted directly' if c['passed'] else '; '.join(c['reasons'])}"]
-    out = [f"  canary         {c['model_version']} vs champion {c['champion']}: "
-           f"{'PROMOTE' if c['passed'] else 'ROLL BACK'}"]
+        return [
+            f"  canary         {'none: first model, promoted directly' if c['passed'] else '; '.join(c['reasons'])}"
+        ]
+    out = [
+        f"  canary         {c['model_version']} vs champion {c['champion']}: "
+        f"{'PROMOTE' if c['passed'] else 'ROLL BACK'}"
+    ]
     for st in c["steps"]:
         m = st["metrics"]
         ch, cl = m.get("champion", {}), m.get("challenger", {})
         auc = (m.get("quality") or {}).get("roc_auc") or {}
-        online = (f", online AUC {auc.get('challenger', 0):.3f} vs {auc.get('champion', 0):.3f} "
-                  f"(CI of diff [{auc.get('ci_low', 0):.3f}, {auc.get('ci_high', 0):.3f}])" if auc else "")
-        out.append(f"    at {st['weight']:>3}%  requests {ch.get('requests', 0)}/{cl.get('requests', 0)} "
-                   f"(champion/challenger), errors {cl.get('errors', 0)}, p99 {ch.get('p99_ms') or 0:.1f}/"
-                   f"{cl.get('p99_ms') or 0:.1f} ms, PSI {m.get('psi') or 0:.3f}{online}: "
-                   f"{'pass' if st['passed'] else 'FAIL: ' + '; '.join(st['reasons'])}")
+        online = (
+            f", online AUC {auc.get('challenger', 0):.3f} vs {auc.get('champion', 0):.3f} "
+            f"(CI of diff [{auc.get('ci_low', 0):.3f}, {auc.get('ci_high', 0):.3f}])"
+            if auc
+            else ""
+        )
+        out.append(
+            f"    at {st['weight']:>3}%  requests {ch.get('requests', 0)}/{cl.get('requests', 0)} "
+            f"(champion/challenger), errors {cl.get('errors', 0)}, p99 {ch.get('p99_ms') or 0:.1f}/"
+            f"{cl.get('p99_ms') or 0:.1f} ms, PSI {m.get('psi') or 0:.3f}{online}: "
+            f"{'pass' if st['passed'] else 'FAIL: ' + '; '.join(st['reasons'])}"
+        )
     return out
 
 
@@ -182,14 +246,19 @@ def canary_lines(c: dict[str, Any] | None) -> list[str]:
 def report(ctx: StepContext, *, failed_steps: str = "") -> ReportRecord:
     run_dir = ctx.run_dir
     failed = [s for s in failed_steps.split(",") if s]
-    summary = build_summary(ctx.run_id, load_records(run_dir), Registry(ctx.settings).state(), failed,
-                            load_refusals(run_dir))
+    summary = build_summary(
+        ctx.run_id, load_records(run_dir), Registry(ctx.settings).state(), failed, load_refusals(run_dir)
+    )
     text = render_text(summary)
     atomic_write_json(run_dir / "summary.json", summary)
     atomic_write_bytes(run_dir / "summary.txt", text.encode())
     log("run summary:\n" + text)
-    return ReportRecord(outcome=summary["outcome"], summary=str(run_dir / "summary.txt"),
-                        data_version=summary["data_version"], prod_model=summary["prod_model"])
+    return ReportRecord(
+        outcome=summary["outcome"],
+        summary=str(run_dir / "summary.txt"),
+        data_version=summary["data_version"],
+        prod_model=summary["prod_model"],
+    )
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ weights, read through the registry). Exit 1 when it differs; 2 when it cannot be
 (the message names what is missing: an edited record, a missing data version, an unknown commit).
 The `reproduce` DAG runs this step. The work lies in tasks/reproduction/.
 """
+
 from __future__ import annotations
 
 import sys
@@ -21,17 +22,23 @@ from tasks.core.versions import is_model_version
 from tasks.reproduction import ReproduceRecord, ReproductionError
 
 
-@step(help={"model_version": "the model version to reproduce, e.g. model-v3 (also the first argument)",
-            "depth": "warm-start parents to reproduce first (default 0: read the parent's weights from the registry)",
-            "who": "who asked (recorded in the audit log)"})
-def reproduce(ctx: StepContext, *, model_version: str | None = None, depth: int = 0,
-              who: str = "cli") -> ReproduceRecord:
+@step(
+    help={
+        "model_version": "the model version to reproduce, e.g. model-v3 (also the first argument)",
+        "depth": "warm-start parents to reproduce first (default 0: read the parent's weights from the registry)",
+        "who": "who asked (recorded in the audit log)",
+    }
+)
+def reproduce(
+    ctx: StepContext, *, model_version: str | None = None, depth: int = 0, who: str = "cli"
+) -> ReproduceRecord:
     from tasks.reproduction import reproduce_model
 
     if not model_version or not is_model_version(model_version):
         raise ReproductionError(f"reproduce needs a model version like model-v3 (got {model_version!r})")
-    return reproduce_model(ctx.settings, model_version, depth=int(depth),
-                           work_dir=ctx.run_dir / "reproduce" / model_version, who=who)
+    return reproduce_model(
+        ctx.settings, model_version, depth=int(depth), work_dir=ctx.run_dir / "reproduce" / model_version, who=who
+    )
 
 
 def _argv(argv: list[str]) -> list[str]:

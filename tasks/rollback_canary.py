@@ -6,6 +6,7 @@ Compare-and-set: only this run's challenger is retired, and the data pointer mov
 if the prod model is still the champion deploy_canary saw and the current data the version
 this run trained on; an operator's rollback in between is kept (the step is refused).
 """
+
 from __future__ import annotations
 
 from tasks.core.log import log
@@ -15,19 +16,28 @@ from tasks.registry import Registry
 
 
 @step
-def rollback_canary(ctx: StepContext, canary_analysis: CanaryAnalysisRecord, deploy_canary: CanaryRecord,
-                    register: RegisterRecord) -> RollbackCanaryRecord:
+def rollback_canary(
+    ctx: StepContext, canary_analysis: CanaryAnalysisRecord, deploy_canary: CanaryRecord, register: RegisterRecord
+) -> RollbackCanaryRecord:
     a = canary_analysis
     why = f"nightly run {ctx.run_id}: canary of {a.model_version} failed: {'; '.join(a.reasons) or 'unknown'}"
     registry = Registry(ctx.settings)
     registry.rollback_canary(reason=why, who="nightly_pipeline", expect_challenger=deploy_canary.model_version)
-    rolled = registry.rollback_to_prod_lineage(why, who="nightly_pipeline", expect_prod=deploy_canary.champion,
-                                               expect_data=register.data_version)
+    rolled = registry.rollback_to_prod_lineage(
+        why, who="nightly_pipeline", expect_prod=deploy_canary.champion, expect_data=register.data_version
+    )
     state = registry.state()
-    log(f"canary rolled back: {a.model_version} retired, {state['prod_model']} serves 100%, "
-        f"data pointer {state['current_data']}")
-    return RollbackCanaryRecord(model_version=a.model_version, champion=state["prod_model"], reasons=a.reasons,
-                                current_data=state["current_data"], data_rolled_back=rolled.get("changed", False))
+    log(
+        f"canary rolled back: {a.model_version} retired, {state['prod_model']} serves 100%, "
+        f"data pointer {state['current_data']}"
+    )
+    return RollbackCanaryRecord(
+        model_version=a.model_version,
+        champion=state["prod_model"],
+        reasons=a.reasons,
+        current_data=state["current_data"],
+        data_rolled_back=rolled.get("changed", False),
+    )
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 Then the landing file moves to landing/archive/. A retry (or a re-run after a kill)
 finds the batch already in the current version and creates nothing twice.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -15,30 +16,46 @@ from tasks.registry import Registry
 
 
 @step
-def snapshot(ctx: StepContext, ingest: IngestRecord, weak_label: WeakLabelRecord, validate_raw: ContractRecord,
-             validate_labeled: ContractRecord) -> SnapshotRecord:
+def snapshot(
+    ctx: StepContext,
+    ingest: IngestRecord,
+    weak_label: WeakLabelRecord,
+    validate_raw: ContractRecord,
+    validate_labeled: ContractRecord,
+) -> SnapshotRecord:
     from tasks.datasets import load_dataset
 
     layout = ctx.settings.layout.ensure()
     batch_id = ingest.batch_id
     meta = {
-        "rows_by_batch": {batch_id: weak_label.rows}, "source": ingest.source, "run_id": ctx.run_id,
+        "rows_by_batch": {batch_id: weak_label.rows},
+        "source": ingest.source,
+        "run_id": ctx.run_id,
         "contracts": {validate_raw.suite: validate_raw.suite_hash, validate_labeled.suite: validate_labeled.suite_hash},
-        "lf_module": weak_label.lf_module, "lf_module_hash": weak_label.lf_module_hash,
-        "label_source": weak_label.chosen, "label_quality_dev": weak_label.quality_dev,
-        "labeling_stats": weak_label.labeling_stats, "lf_analysis": weak_label.lf_table,
+        "lf_module": weak_label.lf_module,
+        "lf_module_hash": weak_label.lf_module_hash,
+        "label_source": weak_label.chosen,
+        "label_quality_dev": weak_label.quality_dev,
+        "labeling_stats": weak_label.labeling_stats,
+        "lf_analysis": weak_label.lf_table,
     }
     source = Path(ingest.source)
     # The delivered file's hash is the batch's identity: a corrected re-delivery under a known batch id
     # is refused by the registry (not taken as "nothing to add"). Gone already (archived by an earlier
     # try of this run): the registry compares the partition instead.
     sources = {batch_id: file_sha256(source)} if source.exists() else None
-    result = Registry(ctx.settings).snapshot({batch_id: Path(weak_label.labeled)}, meta,
-                                             dataset=load_dataset(ctx.params.dataset.module).NAME, sources=sources)
+    result = Registry(ctx.settings).snapshot(
+        {batch_id: Path(weak_label.labeled)},
+        meta,
+        dataset=load_dataset(ctx.params.dataset.module).NAME,
+        sources=sources,
+    )
     if source.exists():
-        kept = move_without_replacing(source, layout.archive)      # never onto an archived file
-        log(f"archived {source.name}" + (f" as {kept.name} (another {source.name} is archived)"
-                                          if kept.name != source.name else ""))
+        kept = move_without_replacing(source, layout.archive)  # never onto an archived file
+        log(
+            f"archived {source.name}"
+            + (f" as {kept.name} (another {source.name} is archived)" if kept.name != source.name else "")
+        )
     keep = ("data_version", "created", "parent", "total_rows")
     return SnapshotRecord(**{k: result.get(k) for k in keep}, partitions=len(result["partitions"]))
 

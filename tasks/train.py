@@ -5,6 +5,7 @@ A retry resumes from the newest valid checkpoint rather than starting over. On t
 Kubernetes backend the pods write to SLUICE_TRAIN_OUT_URI and `collect` brings the
 outputs into the same folder, so the steps after train see no difference.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -24,8 +25,9 @@ def train(ctx: StepContext, snapshot: SnapshotRecord | None = None, *, data_vers
 
     version = data_version or (snapshot.data_version if snapshot else None)
     if not version or not is_data_version(version):
-        raise ValueError(f"train needs a data version like data-v3 (got {version!r}): pass --data-version "
-                         f"or run snapshot first")
+        raise ValueError(
+            f"train needs a data version like data-v3 (got {version!r}): pass --data-version or run snapshot first"
+        )
     out = ctx.run_dir / "train"
     run_torchrun(version, out, ctx.params.train, init_from=warm_start_version(ctx.settings, ctx.params.train))
     return _record(out)
@@ -54,11 +56,26 @@ def _record(out: Path, out_uri: str | None = None) -> TrainRecord:
 
     m = read_json(out / "train_metrics.json")
     lines = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
-    keep = ("data_version", "rows", "partitions", "epochs", "world_size", "device", "final_loss", "seconds",
-            "resumed_from_step", "steps", "n_parameters")
-    return TrainRecord(**{k: m[k] for k in keep}, warm_start=m["warm_started_from"],
-                       metrics=summarize([json.loads(x) for x in lines]), model=str(out / "model.pt"),
-                       outputs=out_uri or str(out))
+    keep = (
+        "data_version",
+        "rows",
+        "partitions",
+        "epochs",
+        "world_size",
+        "device",
+        "final_loss",
+        "seconds",
+        "resumed_from_step",
+        "steps",
+        "n_parameters",
+    )
+    return TrainRecord(
+        **{k: m[k] for k in keep},
+        warm_start=m["warm_started_from"],
+        metrics=summarize([json.loads(x) for x in lines]),
+        model=str(out / "model.pt"),
+        outputs=out_uri or str(out),
+    )
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
 """validate_labeled: the labeled-data contract (data_contracts/labeled.json) as a gate."""
+
 from __future__ import annotations
 
 import pandas as pd
@@ -27,7 +28,9 @@ def validate_labeled(ctx: StepContext, weak_label: WeakLabelRecord) -> ContractR
     registry = Registry(ctx.settings)
     previous = registry.state()["current_data"]
     reference = contract_view(registry.read_data_version(previous)) if previous else None
-    result = validate_frame(contract_view(labeled), load_dataset(ctx.params.dataset.module).LABELED_CONTRACT, reference=reference)
+    result = validate_frame(
+        contract_view(labeled), load_dataset(ctx.params.dataset.module).LABELED_CONTRACT, reference=reference
+    )
     log(result.summary())
     return ContractRecord(**write_gate_report(ctx.run_dir, result))
 

@@ -3,6 +3,7 @@
 Airflow reads its configuration once, at import; each test gets its own
 SLUICE_HOME/AIRFLOW_HOME, so Airflow never runs inside the pytest process.
 """
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,8 @@ import sys
 from pathlib import Path
 
 from ops.airflow_env import airflow_env
-from tasks.core.settings import REPO_ROOT, Settings
 from ops.services import free_port
+from tasks.core.settings import REPO_ROOT, Settings
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
 
@@ -23,14 +24,21 @@ def env_for(settings: Settings, port: int | None = None) -> dict[str, str]:
 
 
 def airflow(settings: Settings, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
-    return subprocess.run([AIRFLOW, *args], env=env_for(settings), capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO_ROOT)
+    return subprocess.run(
+        [AIRFLOW, *args], env=env_for(settings), capture_output=True, text=True, timeout=timeout, cwd=REPO_ROOT
+    )
 
 
 def python_json(settings: Settings, code: str, timeout: float = 300):
     """Run `code` (which prints one JSON line last) under the Airflow environment."""
-    proc = subprocess.run([sys.executable, "-c", code], env=env_for(settings), capture_output=True, text=True,
-                          timeout=timeout, cwd=REPO_ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env_for(settings),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=REPO_ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -57,8 +65,10 @@ def dags_test(settings: Settings, conf: dict | None = None) -> tuple[str, str, s
 def _run_ids(settings: Settings) -> list[tuple[str, str]]:
     db = settings.layout.airflow_home / "airflow.db"
     with sqlite3.connect(db) as con:
-        return [tuple(r) for r in con.execute(
-            "SELECT run_id, state FROM dag_run WHERE dag_id='nightly_pipeline' ORDER BY id")]
+        return [
+            tuple(r)
+            for r in con.execute("SELECT run_id, state FROM dag_run WHERE dag_id='nightly_pipeline' ORDER BY id")
+        ]
 
 
 def task_states(settings: Settings, run_id: str) -> dict[str, str]:

@@ -1,4 +1,5 @@
 """Shared fixtures: an isolated SLUICE_HOME per test, and small real inputs."""
+
 from __future__ import annotations
 
 import subprocess
@@ -10,7 +11,7 @@ import pytest
 from tasks.core.settings import Settings
 from tasks.core.wait import wait_until
 
-S3_BUCKET = "sluice-registry"      # created empty in the S3 test server
+S3_BUCKET = "sluice-registry"  # created empty in the S3 test server
 
 
 @pytest.fixture
@@ -39,10 +40,29 @@ def raw_batch(emails) -> pd.DataFrame:
 
 def row(**overrides) -> dict:
     """One neutral email row (every LF abstains on it) with fields overridden."""
-    base = {"email_id": 1, "time": "2012-01-01T06:16:41Z", "to_multiple": 0, "from": 1, "cc": 0, "sent_email": 0,
-            "image": 0, "attach": 0, "dollar": 0, "winner": "no", "inherit": 0, "viagra": 0, "password": 0,
-            "num_char": 4.0, "line_breaks": 80, "format": 1, "re_subj": 0, "exclaim_subj": 0, "urgent_subj": 0,
-            "exclaim_mess": 0, "number": "small"}
+    base = {
+        "email_id": 1,
+        "time": "2012-01-01T06:16:41Z",
+        "to_multiple": 0,
+        "from": 1,
+        "cc": 0,
+        "sent_email": 0,
+        "image": 0,
+        "attach": 0,
+        "dollar": 0,
+        "winner": "no",
+        "inherit": 0,
+        "viagra": 0,
+        "password": 0,
+        "num_char": 4.0,
+        "line_breaks": 80,
+        "format": 1,
+        "re_subj": 0,
+        "exclaim_subj": 0,
+        "urgent_subj": 0,
+        "exclaim_mess": 0,
+        "number": "small",
+    }
     base.update(overrides)
     return base
 
@@ -56,15 +76,26 @@ def s3_server(monkeypatch):
     from ops.services import free_port, stop_groups
 
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_until(lambda: httpx.get(url, timeout=1), timeout_s=30, what=f"the S3 test server at {url}",
-                   retry_on=(httpx.HTTPError,))
+        wait_until(
+            lambda: httpx.get(url, timeout=1),
+            timeout_s=30,
+            what=f"the S3 test server at {url}",
+            retry_on=(httpx.HTTPError,),
+        )
         # Credentials come from the environment only (the registry never writes them down).
-        for k, v in {"AWS_ACCESS_KEY_ID": "test-key", "AWS_SECRET_ACCESS_KEY": "test-secret",
-                     "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        for k, v in {
+            "AWS_ACCESS_KEY_ID": "test-key",
+            "AWS_SECRET_ACCESS_KEY": "test-secret",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }.items():
             monkeypatch.setenv(k, v)
         boto3.client("s3", endpoint_url=url).create_bucket(Bucket=S3_BUCKET)
         yield url

@@ -1,4 +1,5 @@
 """An LF module (weak_label.lf_module) whose LFs never vote: the labeled contract must stop it."""
+
 import numpy as np
 
 from tasks.labeling.lf import ABSTAIN, labeling_function
@@ -8,6 +9,7 @@ def _silent(name):
     @labeling_function(name=name)
     def lf(df):
         return np.full(len(df), ABSTAIN)
+
     return lf
 
 

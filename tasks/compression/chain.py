@@ -6,6 +6,7 @@ The model given is never changed (the chain works on a copy). Every ONNX file wr
 carries its chain's configs, the parent's file and each technique's figures in its
 metadata (`sluice.compression`), and the Candidate returns the same as dicts.
 """
+
 from __future__ import annotations
 
 import copy
@@ -25,6 +26,7 @@ from tasks.compression.export import export_onnx, open_session, write_metadata
 class CompressionData:
     """Training rows for fine-tuning, distillation and calibration (raw features, float32 [n, f]).
     `y` (0/1, may be weak labels) is optional; static int8 needs it to stratify its calibration sample."""
+
     X: np.ndarray
     y: np.ndarray | None = None
 
@@ -47,22 +49,28 @@ class CompressionData:
 @dataclass
 class Candidate:
     """One compressed model: its ONNX file, the chain that made it and where it came from."""
+
     name: str
     onnx_path: Path
     chain: tuple[TechniqueBase, ...]
-    parent: "Candidate | None"             # the uncompressed fp32 export (None: this is it)
-    torch_model: Any = None                # the model after the torch-side techniques
-    fp32_path: Path | None = None          # its fp32 export, before any ONNX-side technique
-    info: dict[str, Any] = field(default_factory=dict)   # figures per technique (sparsity, params, ...)
+    parent: "Candidate | None"  # the uncompressed fp32 export (None: this is it)
+    torch_model: Any = None  # the model after the torch-side techniques
+    fp32_path: Path | None = None  # its fp32 export, before any ONNX-side technique
+    info: dict[str, Any] = field(default_factory=dict)  # figures per technique (sparsity, params, ...)
 
     @property
     def configs(self) -> list[dict[str, Any]]:
         return chain_to_dicts(self.chain)
 
     def summary(self) -> dict[str, Any]:
-        return {"name": self.name, "onnx_path": str(self.onnx_path), "chain": [c.label for c in self.chain],
-                "configs": self.configs, "parent": str(self.parent.onnx_path) if self.parent else None,
-                "info": self.info}
+        return {
+            "name": self.name,
+            "onnx_path": str(self.onnx_path),
+            "chain": [c.label for c in self.chain],
+            "configs": self.configs,
+            "parent": str(self.parent.onnx_path) if self.parent else None,
+            "info": self.info,
+        }
 
 
 def _slug(name: str) -> str:
@@ -82,8 +90,9 @@ def _torch_step(model, cfg: TechniqueBase, data: CompressionData):
     from tasks.compression.lowrank import low_rank
     from tasks.compression.pruning import prune_structured, prune_unstructured
 
-    fn = {"distil": distil, "prune_structured": prune_structured, "lowrank": low_rank,
-          "prune": prune_unstructured}[cfg.kind]  # type: ignore[attr-defined]
+    fn = {"distil": distil, "prune_structured": prune_structured, "lowrank": low_rank, "prune": prune_unstructured}[
+        cfg.kind
+    ]  # type: ignore[attr-defined]
     return fn(model, cfg, data.X)
 
 
@@ -99,12 +108,18 @@ def _onnx_step(src: Path, dst: Path, cfg: TechniqueBase, data: CompressionData) 
     return quantize_static_int8(src, dst, cfg, data.X, data.y)  # type: ignore[arg-type]
 
 
-def apply_chain(model, chain: Sequence[TechniqueBase | str | dict], data: CompressionData, workdir: Path,
-                parent: Candidate | None = None, name: str | None = None) -> Candidate:
+def apply_chain(
+    model,
+    chain: Sequence[TechniqueBase | str | dict],
+    data: CompressionData,
+    workdir: Path,
+    parent: Candidate | None = None,
+    name: str | None = None,
+) -> Candidate:
     """Apply `chain` to a copy of `model`; write <workdir>/<name>.onnx. Raises CompressionError on a bad chain.
 
     `parent` is the uncompressed fp32 export (export_baseline); made here if not given."""
-    configs = parse_chain(list(chain))          # checks the order before any work is done
+    configs = parse_chain(list(chain))  # checks the order before any work is done
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if parent is None:
@@ -114,20 +129,24 @@ def apply_chain(model, chain: Sequence[TechniqueBase | str | dict], data: Compre
     name = name or chain_label(configs)
     slug = _slug(name)
     torch_side = [c for c in configs if c.kind not in ONNX_KINDS]  # type: ignore[attr-defined]
-    onnx_side = [c for c in configs if c.kind in ONNX_KINDS]       # type: ignore[attr-defined]
+    onnx_side = [c for c in configs if c.kind in ONNX_KINDS]  # type: ignore[attr-defined]
     current = copy.deepcopy(model).eval()
     info: dict[str, Any] = {}
     for cfg in torch_side:
         current, info[cfg.label] = _torch_step(current, cfg, data)
     meta = {"parent": parent.onnx_path.name, "info": info}
     if torch_side:
-        fp32 = export_onnx(current, workdir / f"{slug}.fp32.onnx", "basic" if onnx_side else "extended",
-                           {**meta, "chain": chain_to_dicts(torch_side)})
+        fp32 = export_onnx(
+            current,
+            workdir / f"{slug}.fp32.onnx",
+            "basic" if onnx_side else "extended",
+            {**meta, "chain": chain_to_dicts(torch_side)},
+        )
     else:
         fp32 = parent.onnx_path
     final = fp32
     if onnx_side:
         final = _onnx_step(fp32, workdir / f"{slug}.onnx", onnx_side[0], data)
         write_metadata(final, {**meta, "chain": chain_to_dicts(configs)})
-        open_session(final)                      # fail here, naming the file, if onnxruntime cannot run it
+        open_session(final)  # fail here, naming the file, if onnxruntime cannot run it
     return Candidate(name, final, configs, parent, torch_model=current, fp32_path=fp32, info=info)

@@ -13,6 +13,7 @@ the model, so anything done before it is lost; low-rank factors and slicing re-d
 unstructured sparsity mask, so magnitude pruning comes last on the torch side; and ONNX-side
 precision changes cannot be undone by torch-side retraining, nor stacked on each other.
 """
+
 from __future__ import annotations
 
 import json
@@ -49,6 +50,7 @@ class FineTune(TechniqueBase):
 class DistilConfig(TechniqueBase):
     """Knowledge distillation into a smaller student MLP trained on the teacher's scores
     (soft targets) over the rows given; no labels are needed."""
+
     kind: Literal["distil"] = "distil"
     hidden: tuple[Annotated[StrictInt, Field(ge=1)], ...] = Field((32, 16), min_length=1)
     """Hidden widths of the student."""
@@ -68,6 +70,7 @@ class DistilConfig(TechniqueBase):
 class PruneStructuredConfig(FineTune):
     """Remove whole hidden neurons: the `ratio` of each hidden layer with the smallest L2 norm
     of incoming weights; the Linear layers are sliced, so the model is really smaller."""
+
     kind: Literal["prune_structured"] = "prune_structured"
     ratio: Ratio = 0.5
 
@@ -78,6 +81,7 @@ class PruneStructuredConfig(FineTune):
 
 class LowRankConfig(FineTune):
     """Truncated SVD of each Linear layer where it saves parameters: W ~ (U_r S_r) V_r."""
+
     kind: Literal["lowrank"] = "lowrank"
     rank: StrictInt = Field(16, ge=1)
 
@@ -88,6 +92,7 @@ class LowRankConfig(FineTune):
 
 class PruneConfig(FineTune):
     """Unstructured magnitude pruning: the `ratio` of each Linear weight with the smallest |w| set to 0."""
+
     kind: Literal["prune"] = "prune"
     ratio: Ratio = 0.5
 
@@ -98,18 +103,21 @@ class PruneConfig(FineTune):
 
 class Fp16Config(TechniqueBase):
     """Weights and compute in float16; inputs and outputs stay float32 (keep_io_types)."""
+
     kind: Literal["fp16"] = "fp16"
     keep_io_types: Literal[True] = True
 
 
 class Int8DynamicConfig(TechniqueBase):
     """Dynamic int8: int8 weights, activations quantized per batch at run time."""
+
     kind: Literal["int8_dynamic"] = "int8_dynamic"
     per_channel: bool = True
 
 
 class Int8StaticConfig(TechniqueBase):
     """Static int8 in QDQ format, per-channel weights, activation ranges calibrated on training rows."""
+
     kind: Literal["int8_static"] = "int8_static"
     per_channel: bool = True
     calibration_rows: StrictInt = Field(256, ge=2, le=100_000)
@@ -119,18 +127,34 @@ class Int8StaticConfig(TechniqueBase):
     seed: StrictInt = 0
 
 
-TechniqueConfig = Annotated[Union[DistilConfig, PruneStructuredConfig, LowRankConfig, PruneConfig, Fp16Config,
-                                  Int8DynamicConfig, Int8StaticConfig], Field(discriminator="kind")]
+TechniqueConfig = Annotated[
+    Union[
+        DistilConfig, PruneStructuredConfig, LowRankConfig, PruneConfig, Fp16Config, Int8DynamicConfig, Int8StaticConfig
+    ],
+    Field(discriminator="kind"),
+]
 TORCH_ORDER = ("distil", "prune_structured", "lowrank", "prune")
 ONNX_KINDS = ("fp16", "int8_dynamic", "int8_static")
-_BY_KIND = {c.model_fields["kind"].default: c for c in (DistilConfig, PruneStructuredConfig, LowRankConfig,
-                                                         PruneConfig, Fp16Config, Int8DynamicConfig, Int8StaticConfig)}
+_BY_KIND = {
+    c.model_fields["kind"].default: c
+    for c in (
+        DistilConfig,
+        PruneStructuredConfig,
+        LowRankConfig,
+        PruneConfig,
+        Fp16Config,
+        Int8DynamicConfig,
+        Int8StaticConfig,
+    )
+}
 # the short form's positional argument(s) -> field
 _POSITIONAL = {"distil": "hidden", "prune_structured": "ratio", "lowrank": "rank", "prune": "ratio"}
 _SHORT = re.compile(r"^\s*([a-z0-9_]+)\s*(?:\((.*)\))?\s*$")
 
 
-def parse_technique(spec: str | dict[str, Any] | TechniqueBase, defaults: dict[str, Any] | None = None) -> TechniqueBase:
+def parse_technique(
+    spec: str | dict[str, Any] | TechniqueBase, defaults: dict[str, Any] | None = None
+) -> TechniqueBase:
     """A technique config from its short form, a dict or a config. `defaults` fill fields the
     spec leaves out (only those the technique has). Raises CompressionError naming the spec."""
     if isinstance(spec, TechniqueBase):
@@ -180,13 +204,15 @@ def check_chain(chain: list[TechniqueBase] | tuple[TechniqueBase, ...]) -> None:
             raise CompressionError(f"chain {labels}: {kind} appears {kinds.count(kind)} times (at most once)")
     onnx_side = [k for k in kinds if k in ONNX_KINDS]
     if len(onnx_side) > 1:
-        raise CompressionError(f"chain {labels}: {' and '.join(onnx_side)} both change the precision; "
-                               f"choose one (order: {order_text})")
+        raise CompressionError(
+            f"chain {labels}: {' and '.join(onnx_side)} both change the precision; choose one (order: {order_text})"
+        )
     rank = {k: i for i, k in enumerate(TORCH_ORDER)} | {k: len(TORCH_ORDER) for k in ONNX_KINDS}
     for a, b in zip(chain, chain[1:]):
         if rank[a.kind] > rank[b.kind]:  # type: ignore[attr-defined]
-            raise CompressionError(f"chain {labels} is out of order: {b.label} must come before {a.label} "
-                                   f"(order: {order_text})")
+            raise CompressionError(
+                f"chain {labels} is out of order: {b.label} must come before {a.label} (order: {order_text})"
+            )
 
 
 def parse_chain(specs: list | tuple, defaults: dict[str, Any] | None = None) -> tuple[TechniqueBase, ...]:
@@ -223,6 +249,7 @@ DEFAULT_CANDIDATES: tuple[ChainSpec, ...] = (
 class CompressionSearchConfig(BaseModel):
     """The compress step's search: which chains to try and how to choose among them.
     Ready to be the `compress` section of params.yaml (frozen, unknown keys refused)."""
+
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     candidates: tuple[ChainSpec, ...] = Field(DEFAULT_CANDIDATES, min_length=1)
@@ -243,8 +270,11 @@ class CompressionSearchConfig(BaseModel):
 
     def chains(self) -> tuple[tuple[TechniqueBase, ...], ...]:
         """The candidates parsed into configs, with this config's defaults filled in."""
-        defaults = {"fine_tune_epochs": self.fine_tune_epochs, "calibration_rows": self.calibration_rows,
-                    "seed": self.seed}
+        defaults = {
+            "fine_tune_epochs": self.fine_tune_epochs,
+            "calibration_rows": self.calibration_rows,
+            "seed": self.seed,
+        }
         return tuple(parse_chain(list(c), {k: v for k, v in defaults.items()}) for c in self.candidates)
 
     @model_validator(mode="after")

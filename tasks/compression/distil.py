@@ -3,6 +3,7 @@
 The student copies the teacher's input scaling (its `mean`/`std` buffers), so it takes the
 same raw features, and learns sigmoid(teacher logit / T) with a soft binary cross-entropy.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,8 +28,20 @@ def distil(teacher, cfg: DistilConfig, X: np.ndarray) -> tuple[Any, dict[str, An
     student.mean.copy_(teacher.mean)
     student.std.copy_(teacher.std)
     target = teacher_logits(teacher, X)
-    losses = fit_soft_targets(student, X, target, epochs=cfg.epochs, lr=cfg.lr, batch_size=cfg.batch_size,
-                              seed=cfg.seed, temperature=cfg.temperature)
-    return student.eval(), {"hidden": list(cfg.hidden), "params": param_count(student),
-                            "params_teacher": param_count(teacher), "layer_shapes": layer_shapes(student),
-                            "final_loss": losses[-1]}
+    losses = fit_soft_targets(
+        student,
+        X,
+        target,
+        epochs=cfg.epochs,
+        lr=cfg.lr,
+        batch_size=cfg.batch_size,
+        seed=cfg.seed,
+        temperature=cfg.temperature,
+    )
+    return student.eval(), {
+        "hidden": list(cfg.hidden),
+        "params": param_count(student),
+        "params_teacher": param_count(teacher),
+        "layer_shapes": layer_shapes(student),
+        "final_loss": losses[-1],
+    }

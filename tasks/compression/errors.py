@@ -1,4 +1,5 @@
 """The one error type of the compression library: a message that names the cause."""
+
 from __future__ import annotations
 
 

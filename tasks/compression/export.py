@@ -8,6 +8,7 @@ FusedGemm: fine for an fp32 model served by onnxruntime, so it is used when no O
 technique follows. Layout optimizations (ORT_ENABLE_ALL) are machine-specific and never
 saved offline.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,9 @@ METADATA_KEY = "sluice.compression"
 Optimization = Literal["none", "basic", "extended"]
 
 
-def export_onnx(model, path: Path, optimization: Optimization = "basic",
-                metadata: dict[str, Any] | None = None) -> Path:
+def export_onnx(
+    model, path: Path, optimization: Optimization = "basic", metadata: dict[str, Any] | None = None
+) -> Path:
     """Export raw features -> P(spam) of `model` (a SpamMLP) to `path`; batch axis dynamic."""
     import torch
 
@@ -34,8 +36,17 @@ def export_onnx(model, path: Path, optimization: Optimization = "basic",
     raw = path.with_name(f".{path.name}.raw")
     wrapped = SpamProbability(model).eval()
     example = torch.zeros(4, model.mean.numel())
-    torch.onnx.export(wrapped, (example,), str(raw), input_names=[INPUT], output_names=[OUTPUT], dynamo=True,
-                      external_data=False, dynamic_shapes=({0: torch.export.Dim("batch")},), verbose=False)
+    torch.onnx.export(
+        wrapped,
+        (example,),
+        str(raw),
+        input_names=[INPUT],
+        output_names=[OUTPUT],
+        dynamo=True,
+        external_data=False,
+        dynamic_shapes=({0: torch.export.Dim("batch")},),
+        verbose=False,
+    )
     try:
         optimize(raw, path, optimization, metadata)
     finally:
@@ -52,8 +63,10 @@ def optimize(src: Path, dst: Path, level: Optimization, metadata: dict[str, Any]
         tmp.write_bytes(Path(src).read_bytes())
     else:
         opts = ort.SessionOptions()
-        opts.graph_optimization_level = {"basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-                                         "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED}[level]
+        opts.graph_optimization_level = {
+            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        }[level]
         opts.optimized_model_filepath = str(tmp)
         opts.intra_op_num_threads = 1
         ort.InferenceSession(str(src), opts, providers=["CPUExecutionProvider"])
@@ -105,12 +118,18 @@ def unknown_ops(path: Path) -> list[str]:
     from onnx import defs
 
     model = onnx.load(str(path), load_external_data=False)
-    return sorted({f"{n.domain or 'ai.onnx'}::{n.op_type}" for n in model.graph.node
-                   if n.domain in ("", "ai.onnx") and not defs.has(n.op_type)})
+    return sorted(
+        {
+            f"{n.domain or 'ai.onnx'}::{n.op_type}"
+            for n in model.graph.node
+            if n.domain in ("", "ai.onnx") and not defs.has(n.op_type)
+        }
+    )
 
 
 def open_session(path: Path, threads: int = 1):
-    """An onnxruntime CPU session with `threads` intra-op threads; CompressionError naming the cause if it cannot load."""
+    """An onnxruntime CPU session with `threads` intra-op threads; CompressionError naming the cause
+    if it cannot load."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()

@@ -4,6 +4,7 @@ The target is the parent model's own score, not the label: what the compress gat
 is that the compressed model keeps the uncompressed one's quality, and matching its
 scores needs no labels (the rows may be unlabeled).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -16,8 +17,17 @@ def teacher_logits(model, X: np.ndarray):
         return model.eval()(torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))).detach().clone()
 
 
-def fit_soft_targets(student, X: np.ndarray, target_logits, *, epochs: int, lr: float, batch_size: int,
-                     seed: int, temperature: float = 1.0) -> list[float]:
+def fit_soft_targets(
+    student,
+    X: np.ndarray,
+    target_logits,
+    *,
+    epochs: int,
+    lr: float,
+    batch_size: int,
+    seed: int,
+    temperature: float = 1.0,
+) -> list[float]:
     """Train `student` (in place) so sigmoid(student/T) matches sigmoid(target/T); mean loss per epoch."""
     import torch
     import torch.nn.functional as F
@@ -35,7 +45,7 @@ def fit_soft_targets(student, X: np.ndarray, target_logits, *, epochs: int, lr: 
         order = torch.randperm(len(x), generator=gen)
         total = 0.0
         for start in range(0, len(x), batch_size):
-            idx = order[start:start + batch_size]
+            idx = order[start : start + batch_size]
             loss = F.binary_cross_entropy_with_logits(student(x[idx]) / temperature, soft[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()

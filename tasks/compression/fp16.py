@@ -1,4 +1,5 @@
 """float16 conversion with onnxconverter-common, inputs and outputs kept float32."""
+
 from __future__ import annotations
 
 from pathlib import Path

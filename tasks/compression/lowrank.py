@@ -3,6 +3,7 @@
 A layer is factorized only where it saves parameters: rank x (in + out) < in x out. A rank
 no layer can use (rank >= in x out / (in + out) for all of them) is an error, not a no-op.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -44,15 +45,23 @@ def low_rank(model, cfg: LowRankConfig, X: np.ndarray) -> tuple[Any, dict[str, A
     chosen = [i for i, s in enumerate(shapes) if saves(s, cfg.rank)]
     if not chosen:
         best = max(n_in * n_out // (n_in + n_out) for n_in, n_out in shapes)
-        raise CompressionError(f"lowrank rank {cfg.rank} is out of range for layers {shapes} (in, out): no layer "
-                               f"gets smaller; the rank must be below in*out/(in+out), at most {best - 0} here")
+        raise CompressionError(
+            f"lowrank rank {cfg.rank} is out of range for layers {shapes} (in, out): no layer "
+            f"gets smaller; the rank must be below in*out/(in+out), at most {best - 0} here"
+        )
     target = teacher_logits(model, X)
     before = param_count(model)
     positions = [j for j, m in enumerate(model.net) if m in linears]
     for i in chosen:
         model.net[positions[i]] = factorize(linears[i], cfg.rank)
-    losses = fit_soft_targets(model, X, target, epochs=cfg.fine_tune_epochs, lr=cfg.fine_tune_lr,
-                              batch_size=cfg.batch_size, seed=cfg.seed)
-    return model.eval(), {"factorized_layers": chosen, "rank": cfg.rank, "params": param_count(model),
-                          "params_before": before, "layer_shapes": layer_shapes(model),
-                          "fine_tune_loss": losses[-1:] or None}
+    losses = fit_soft_targets(
+        model, X, target, epochs=cfg.fine_tune_epochs, lr=cfg.fine_tune_lr, batch_size=cfg.batch_size, seed=cfg.seed
+    )
+    return model.eval(), {
+        "factorized_layers": chosen,
+        "rank": cfg.rank,
+        "params": param_count(model),
+        "params_before": before,
+        "layer_shapes": layer_shapes(model),
+        "fine_tune_loss": losses[-1:] or None,
+    }

@@ -3,6 +3,7 @@
 The model is tasks/training/model.py's SpamMLP: buffers `mean`/`std` and `net`, a
 Sequential of Linear/ReLU pairs ending in Linear(width, 1).
 """
+
 from __future__ import annotations
 
 from tasks.compression.errors import CompressionError

@@ -1,6 +1,7 @@
 """The search's Pareto plot as a self-contained SVG (no plotting library: matplotlib is not a
 dependency). x: file size (log scale), y: batch-1 latency; the chosen candidate, the others that
 keep the quality floor (the Pareto front joined by a line) and those that do not."""
+
 from __future__ import annotations
 
 import math
@@ -17,8 +18,9 @@ def _kept(row: dict, reasons: dict[str, str]) -> bool:
     return not why or why.startswith(("off the Pareto front", "on the front"))
 
 
-def pareto_svg(rows: list[dict], chosen: str | None, reasons: dict[str, str], path: Path,
-               title: str = "compression candidates") -> Path:
+def pareto_svg(
+    rows: list[dict], chosen: str | None, reasons: dict[str, str], path: Path, title: str = "compression candidates"
+) -> Path:
     xs = [math.log10(max(r["size_bytes"], 1)) for r in rows]
     ys = [r["latency_b1_ms"] for r in rows]
     x0, x1 = min(xs) - 0.05, max(xs) + 0.05
@@ -30,20 +32,24 @@ def pareto_svg(rows: list[dict], chosen: str | None, reasons: dict[str, str], pa
     def py(y: float) -> float:
         return H - PAD_B - (y - y0) / (y1 - y0) * (H - PAD_T - PAD_B)
 
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" '
-           f'font-size="11">', f'<rect width="{W}" height="{H}" fill="white"/>',
-           f'<text x="{PAD_L}" y="22" font-size="14">{escape(title)}</text>',
-           f'<line x1="{PAD_L}" y1="{H - PAD_B}" x2="{W - PAD_R}" y2="{H - PAD_B}" stroke="black"/>',
-           f'<line x1="{PAD_L}" y1="{PAD_T}" x2="{PAD_L}" y2="{H - PAD_B}" stroke="black"/>',
-           f'<text x="{(PAD_L + W - PAD_R) / 2}" y="{H - 12}" text-anchor="middle">ONNX file size (bytes, log)</text>',
-           f'<text x="16" y="{(PAD_T + H - PAD_B) / 2}" transform="rotate(-90 16 {(PAD_T + H - PAD_B) / 2})" '
-           f'text-anchor="middle">batch-1 latency (ms, 1 thread)</text>']
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{W}" height="{H}" fill="white"/>',
+        f'<text x="{PAD_L}" y="22" font-size="14">{escape(title)}</text>',
+        f'<line x1="{PAD_L}" y1="{H - PAD_B}" x2="{W - PAD_R}" y2="{H - PAD_B}" stroke="black"/>',
+        f'<line x1="{PAD_L}" y1="{PAD_T}" x2="{PAD_L}" y2="{H - PAD_B}" stroke="black"/>',
+        f'<text x="{(PAD_L + W - PAD_R) / 2}" y="{H - 12}" text-anchor="middle">ONNX file size (bytes, log)</text>',
+        f'<text x="16" y="{(PAD_T + H - PAD_B) / 2}" transform="rotate(-90 16 {(PAD_T + H - PAD_B) / 2})" '
+        f'text-anchor="middle">batch-1 latency (ms, 1 thread)</text>',
+    ]
     for e in range(math.floor(x0), math.ceil(x1) + 1):
         for m in (1, 2, 5):
             v = math.log10(m) + e
             if x0 <= v <= x1:
-                out.append(f'<line x1="{px(v):.1f}" y1="{H - PAD_B}" x2="{px(v):.1f}" y2="{H - PAD_B + 4}" stroke="black"/>'
-                           f'<text x="{px(v):.1f}" y="{H - PAD_B + 16}" text-anchor="middle">{m * 10 ** e:,.0f}</text>')
+                out.append(
+                    f'<line x1="{px(v):.1f}" y1="{H - PAD_B}" x2="{px(v):.1f}" y2="{H - PAD_B + 4}" stroke="black"/>'
+                    f'<text x="{px(v):.1f}" y="{H - PAD_B + 16}" text-anchor="middle">{m * 10**e:,.0f}</text>'
+                )
     for i in range(5):
         v = y0 + (y1 - y0) * i / 4
         out.append(f'<text x="{PAD_L - 6}" y="{py(v) + 4:.1f}" text-anchor="end">{v:.3g}</text>')
@@ -55,16 +61,21 @@ def pareto_svg(rows: list[dict], chosen: str | None, reasons: dict[str, str], pa
     for r, x, y in zip(rows, xs, ys):
         colour = "#228833" if r["name"] == chosen else "#4477aa" if _kept(r, reasons) else "#bbbbbb"
         radius = 7 if r["name"] == chosen else 4
-        out.append(f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="{radius}" fill="{colour}">'
-                   f'<title>{escape(r["name"])}: {r["size_bytes"]:,} B, {r["latency_b1_ms"]:.3f} ms, ROC AUC '
-                   f'{r["overall"]["roc_auc"]:.4f}{" - " + escape(reasons[r["name"]]) if r["name"] in reasons else ""}'
-                   f'</title></circle>')
+        out.append(
+            f'<circle cx="{px(x):.1f}" cy="{py(y):.1f}" r="{radius}" fill="{colour}">'
+            f"<title>{escape(r['name'])}: {r['size_bytes']:,} B, {r['latency_b1_ms']:.3f} ms, ROC AUC "
+            f"{r['overall']['roc_auc']:.4f}{' - ' + escape(reasons[r['name']]) if r['name'] in reasons else ''}"
+            f"</title></circle>"
+        )
         out.append(f'<text x="{px(x) + 8:.1f}" y="{py(y) - 6:.1f}" font-size="9">{escape(r["name"])}</text>')
     lx = W - PAD_R + 20
-    for i, (colour, text) in enumerate((("#228833", "chosen"), ("#4477aa", "keeps the quality floor"),
-                                        ("#bbbbbb", "rejected (floor, budget, NaN)"))):
-        out.append(f'<circle cx="{lx}" cy="{PAD_T + 20 + 18 * i}" r="5" fill="{colour}"/>'
-                   f'<text x="{lx + 10}" y="{PAD_T + 24 + 18 * i}">{text}</text>')
+    for i, (colour, text) in enumerate(
+        (("#228833", "chosen"), ("#4477aa", "keeps the quality floor"), ("#bbbbbb", "rejected (floor, budget, NaN)"))
+    ):
+        out.append(
+            f'<circle cx="{lx}" cy="{PAD_T + 20 + 18 * i}" r="5" fill="{colour}"/>'
+            f'<text x="{lx + 10}" y="{PAD_T + 24 + 18 * i}">{text}</text>'
+        )
     out.append("</svg>")
     tmp = Path(path).with_name(f".{Path(path).name}.tmp")
     tmp.write_text("\n".join(out))

@@ -10,6 +10,7 @@ their incoming weights and the top k = width - round(ratio x width) (at least 1)
 the layer's rows and the next layer's columns are sliced, so the model is really smaller
 and faster.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -43,12 +44,16 @@ def prune_unstructured(model, cfg: PruneConfig, X: np.ndarray) -> tuple[Any, dic
     layers = all_linears(model)
     for m in layers:
         prune.l1_unstructured(m, name="weight", amount=cfg.ratio)
-    losses = fit_soft_targets(model, X, target, epochs=cfg.fine_tune_epochs, lr=cfg.fine_tune_lr,
-                              batch_size=cfg.batch_size, seed=cfg.seed)
+    losses = fit_soft_targets(
+        model, X, target, epochs=cfg.fine_tune_epochs, lr=cfg.fine_tune_lr, batch_size=cfg.batch_size, seed=cfg.seed
+    )
     for m in layers:
         prune.remove(m, "weight")
-    return model.eval(), {"sparsity": sparsity(model)["overall"], "params": param_count(model),
-                          "fine_tune_loss": losses[-1:] or None}
+    return model.eval(), {
+        "sparsity": sparsity(model)["overall"],
+        "params": param_count(model),
+        "fine_tune_loss": losses[-1:] or None,
+    }
 
 
 def prune_structured(model, cfg: PruneStructuredConfig, X: np.ndarray) -> tuple[Any, dict[str, Any]]:
@@ -64,7 +69,7 @@ def prune_structured(model, cfg: PruneStructuredConfig, X: np.ndarray) -> tuple[
         width = lin.out_features
         k = max(1, width - int(round(cfg.ratio * width)))
         norms = lin.weight.detach().norm(dim=1)
-        keep_idx.append(torch.sort(torch.topk(norms, k).indices).values)   # sorted: stable neuron order
+        keep_idx.append(torch.sort(torch.topk(norms, k).indices).values)  # sorted: stable neuron order
     student = SpamMLP(linears[0].in_features, [len(i) for i in keep_idx])
     student.mean.copy_(model.mean)
     student.std.copy_(model.std)
@@ -81,7 +86,13 @@ def prune_structured(model, cfg: PruneStructuredConfig, X: np.ndarray) -> tuple[
             lin.weight.copy_(w)
             lin.bias.copy_(b)
     before = param_count(model)
-    losses = fit_soft_targets(student, X, target, epochs=cfg.fine_tune_epochs, lr=cfg.fine_tune_lr,
-                              batch_size=cfg.batch_size, seed=cfg.seed)
-    return student.eval(), {"hidden": student.arch["hidden"], "params": param_count(student), "params_before": before,
-                            "layer_shapes": layer_shapes(student), "fine_tune_loss": losses[-1:] or None}
+    losses = fit_soft_targets(
+        student, X, target, epochs=cfg.fine_tune_epochs, lr=cfg.fine_tune_lr, batch_size=cfg.batch_size, seed=cfg.seed
+    )
+    return student.eval(), {
+        "hidden": student.arch["hidden"],
+        "params": param_count(student),
+        "params_before": before,
+        "layer_shapes": layer_shapes(student),
+        "fine_tune_loss": losses[-1:] or None,
+    }

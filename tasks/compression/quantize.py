@@ -8,6 +8,7 @@ ranges would not cover the other class's activations), is refused.
 Static QDQ quantizes only Gemm/MatMul (their inputs and weights): a quantized Sigmoid
 output would map P(spam) onto 256 levels and tie many scores, costing ROC AUC.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -35,8 +36,13 @@ def quantize_dynamic_int8(src: Path, dst: Path, cfg: Int8DynamicConfig) -> Path:
     pre = _pre_process(src, dst.with_name(f".{dst.stem}.pre.onnx"))
     tmp = dst.with_name(f".{dst.name}.tmp")
     try:
-        quantize_dynamic(str(pre), str(tmp), weight_type=QuantType.QInt8, per_channel=cfg.per_channel,
-                         op_types_to_quantize=list(QUANTIZED_OPS))
+        quantize_dynamic(
+            str(pre),
+            str(tmp),
+            weight_type=QuantType.QInt8,
+            per_channel=cfg.per_channel,
+            op_types_to_quantize=list(QUANTIZED_OPS),
+        )
         tmp.replace(dst)
     finally:
         pre.unlink(missing_ok=True)
@@ -48,18 +54,22 @@ def calibration_sample(X: np.ndarray, y: np.ndarray | None, rows: int, seed: int
     """Up to `rows` rows of X, stratified by y; CompressionError if empty or one-class."""
     X = np.asarray(X, dtype=np.float32)
     if X.ndim != 2 or len(X) == 0:
-        raise CompressionError(f"calibration set is empty (shape {X.shape}): static int8 needs rows to "
-                               "calibrate activation ranges on")
+        raise CompressionError(
+            f"calibration set is empty (shape {X.shape}): static int8 needs rows to calibrate activation ranges on"
+        )
     if y is None:
-        raise CompressionError("static int8 calibration needs the rows' labels (CompressionData.y) to "
-                               "check both classes are present")
+        raise CompressionError(
+            "static int8 calibration needs the rows' labels (CompressionData.y) to check both classes are present"
+        )
     y = np.asarray(y).astype(int).reshape(-1)
     if len(y) != len(X):
         raise CompressionError(f"calibration labels ({len(y)}) and rows ({len(X)}) differ in length")
     classes, counts = np.unique(y, return_counts=True)
     if len(classes) < 2:
-        raise CompressionError(f"calibration set is one-class: all {len(y)} rows are class {classes[0]}; "
-                               "activation ranges would not cover the other class")
+        raise CompressionError(
+            f"calibration set is one-class: all {len(y)} rows are class {classes[0]}; "
+            "activation ranges would not cover the other class"
+        )
     rng = np.random.default_rng(seed)
     if len(X) <= rows:
         return X
@@ -75,8 +85,9 @@ class ArrayDataReader:
     """onnxruntime CalibrationDataReader over a numpy array, in batches."""
 
     def __init__(self, X: np.ndarray, batch: int = 64, input_name: str = INPUT):
-        self._batches = [{input_name: np.ascontiguousarray(X[i:i + batch], dtype=np.float32)}
-                         for i in range(0, len(X), batch)]
+        self._batches = [
+            {input_name: np.ascontiguousarray(X[i : i + batch], dtype=np.float32)} for i in range(0, len(X), batch)
+        ]
         self._next = 0
 
     def get_next(self):
@@ -89,23 +100,38 @@ class ArrayDataReader:
         self._next = 0
 
 
-def quantize_static_int8(src: Path, dst: Path, cfg: Int8StaticConfig, X: np.ndarray,
-                         y: np.ndarray | None) -> Path:
-    from onnxruntime.quantization import CalibrationDataReader, CalibrationMethod, QuantFormat, QuantType, \
-        quantize_static
+def quantize_static_int8(src: Path, dst: Path, cfg: Int8StaticConfig, X: np.ndarray, y: np.ndarray | None) -> Path:
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        CalibrationMethod,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     sample = calibration_sample(X, y, cfg.calibration_rows, cfg.seed)
     reader = type("Reader", (ArrayDataReader, CalibrationDataReader), {})(sample)
     dst = Path(dst)
     pre = _pre_process(src, dst.with_name(f".{dst.stem}.pre.onnx"))
     tmp = dst.with_name(f".{dst.name}.tmp")
-    method = {"minmax": CalibrationMethod.MinMax, "percentile": CalibrationMethod.Percentile,
-              "entropy": CalibrationMethod.Entropy}[cfg.method]
+    method = {
+        "minmax": CalibrationMethod.MinMax,
+        "percentile": CalibrationMethod.Percentile,
+        "entropy": CalibrationMethod.Entropy,
+    }[cfg.method]
     act = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[cfg.activation_type]
     try:
-        quantize_static(str(pre), str(tmp), reader, quant_format=QuantFormat.QDQ, per_channel=cfg.per_channel,
-                        activation_type=act, weight_type=QuantType.QInt8, calibrate_method=method,
-                        op_types_to_quantize=list(QUANTIZED_OPS))
+        quantize_static(
+            str(pre),
+            str(tmp),
+            reader,
+            quant_format=QuantFormat.QDQ,
+            per_channel=cfg.per_channel,
+            activation_type=act,
+            weight_type=QuantType.QInt8,
+            calibrate_method=method,
+            op_types_to_quantize=list(QUANTIZED_OPS),
+        )
         tmp.replace(dst)
     finally:
         pre.unlink(missing_ok=True)

@@ -6,9 +6,9 @@ Pure apart from running onnxruntime sessions (measure, gate's probe and parity).
     name, chain, configs, size_bytes, latency_b1_ms, latency_b256_ms, max_abs_diff_parent,
     overall {roc_auc, f1, ...}, slices {name: {roc_auc, f1, ...}}, baseline (bool)
 """
+
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from pathlib import Path
@@ -41,8 +41,13 @@ def onnx_latency_ms(session, X: np.ndarray, batch: int, repeats: int) -> float:
     return median_latency_ms(lambda: session.run(None, {name: rows}), repeats)
 
 
-def measure(candidate: Candidate, gold_dev_X: np.ndarray, gold_dev_y: np.ndarray,
-            slices: dict[str, np.ndarray], repeats: int = 50) -> dict[str, Any]:
+def measure(
+    candidate: Candidate,
+    gold_dev_X: np.ndarray,
+    gold_dev_y: np.ndarray,
+    slices: dict[str, np.ndarray],
+    repeats: int = 50,
+) -> dict[str, Any]:
     """Quality overall and per slice, file size, batch-1/256 median latency (one thread), parity to the parent."""
     X = np.ascontiguousarray(gold_dev_X, dtype=np.float32)
     y = np.asarray(gold_dev_y).astype(int)
@@ -50,8 +55,11 @@ def measure(candidate: Candidate, gold_dev_X: np.ndarray, gold_dev_y: np.ndarray
     prob = predict(session, X)
     parent_prob = predict(open_session(candidate.parent.onnx_path), X) if candidate.parent else prob
     return {
-        "name": candidate.name, "chain": [c.label for c in candidate.chain], "configs": candidate.configs,
-        "baseline": candidate.parent is None, "onnx_path": str(candidate.onnx_path),
+        "name": candidate.name,
+        "chain": [c.label for c in candidate.chain],
+        "configs": candidate.configs,
+        "baseline": candidate.parent is None,
+        "onnx_path": str(candidate.onnx_path),
         "size_bytes": Path(candidate.onnx_path).stat().st_size,
         "latency_b1_ms": onnx_latency_ms(session, X, 1, repeats),
         "latency_b256_ms": onnx_latency_ms(session, X, 256, max(3, repeats // 5)),
@@ -87,8 +95,9 @@ def quality_shortfalls(row: dict, reference: dict, floor_ratio: float) -> list[s
     return out
 
 
-def choose(rows: list[dict], floor_ratio: float = 0.99, latency_budget_ms: float | None = None,
-           reference: dict | None = None) -> tuple[dict | None, dict[str, str]]:
+def choose(
+    rows: list[dict], floor_ratio: float = 0.99, latency_budget_ms: float | None = None, reference: dict | None = None
+) -> tuple[dict | None, dict[str, str]]:
     """The smallest (ties: fastest at batch 1) candidate on the Pareto front of those that keep the
     quality floor and the latency budget; and why each other row was not chosen. Pure.
 
@@ -116,16 +125,19 @@ def choose(rows: list[dict], floor_ratio: float = 0.99, latency_budget_ms: float
     for r in ok:
         if id(r) not in on_front:
             by = next(o for o in ok if _dominates(o, r, ("size_bytes", "latency_b1_ms")))
-            reasons[r["name"]] = (f"off the Pareto front: {by['name']} is no larger ({by['size_bytes']} B vs "
-                                  f"{r['size_bytes']} B) and no slower ({by['latency_b1_ms']:.3f} vs "
-                                  f"{r['latency_b1_ms']:.3f} ms)")
+            reasons[r["name"]] = (
+                f"off the Pareto front: {by['name']} is no larger ({by['size_bytes']} B vs "
+                f"{r['size_bytes']} B) and no slower ({by['latency_b1_ms']:.3f} vs "
+                f"{r['latency_b1_ms']:.3f} ms)"
+            )
     if not front:
         return None, reasons
     chosen = min(front, key=lambda r: (r["size_bytes"], r["latency_b1_ms"]))
     for r in front:
         if r is not chosen:
-            reasons[r["name"]] = (f"on the front but larger than {chosen['name']} "
-                                  f"({r['size_bytes']} B vs {chosen['size_bytes']} B)")
+            reasons[r["name"]] = (
+                f"on the front but larger than {chosen['name']} ({r['size_bytes']} B vs {chosen['size_bytes']} B)"
+            )
     return chosen, reasons
 
 
@@ -135,13 +147,23 @@ def probe_inputs(X: np.ndarray) -> np.ndarray:
     lo, hi = X.min(axis=0), X.max(axis=0)
     big = np.finfo(np.float32).max
     f = X.shape[1]
-    extremes = [np.zeros(f), lo, hi, hi * 1e3, lo * 1e3, np.full(f, 1e30), np.full(f, -1e30),
-                np.full(f, big), np.full(f, -big)]
+    extremes = [
+        np.zeros(f),
+        lo,
+        hi,
+        hi * 1e3,
+        lo * 1e3,
+        np.full(f, 1e30),
+        np.full(f, -1e30),
+        np.full(f, big),
+        np.full(f, -big),
+    ]
     return np.concatenate([X, np.asarray(extremes, dtype=np.float32)]).astype(np.float32)
 
 
-def gate_reasons(parity_max_abs: float, atol: float, shortfalls: list[str], nonfinite_probe: int,
-                 n_probe: int) -> list[str]:
+def gate_reasons(
+    parity_max_abs: float, atol: float, shortfalls: list[str], nonfinite_probe: int, n_probe: int
+) -> list[str]:
     """Reasons to reject the chosen candidate (empty: it passes). Pure."""
     reasons = []
     if not parity_max_abs <= atol:
@@ -162,8 +184,15 @@ def torch_onnx_parity(candidate: Candidate, X: np.ndarray) -> float:
     return float(np.max(np.abs(p_onnx - p_torch))) if len(X) else 0.0
 
 
-def gate(chosen: Candidate, chosen_row: dict, reference_row: dict, probe_X: np.ndarray, *,
-         atol: float = 1e-4, floor_ratio: float = 0.99) -> list[str]:
+def gate(
+    chosen: Candidate,
+    chosen_row: dict,
+    reference_row: dict,
+    probe_X: np.ndarray,
+    *,
+    atol: float = 1e-4,
+    floor_ratio: float = 0.99,
+) -> list[str]:
     """fp32 parity with torch (the chosen chain's export and the uncompressed one), the quality floor
     overall and per slice, no NaN/inf on probe rows with extreme inputs. Empty: it passes."""
     parity = torch_onnx_parity(chosen, probe_X[:256])
@@ -172,12 +201,24 @@ def gate(chosen: Candidate, chosen_row: dict, reference_row: dict, probe_X: np.n
     probe = probe_inputs(probe_X)
     with np.errstate(all="ignore"):
         out = predict(open_session(chosen.onnx_path), probe)
-    return gate_reasons(parity, atol, quality_shortfalls(chosen_row, reference_row, floor_ratio),
-                        int((~np.isfinite(out)).sum()), len(probe))
+    return gate_reasons(
+        parity,
+        atol,
+        quality_shortfalls(chosen_row, reference_row, floor_ratio),
+        int((~np.isfinite(out)).sum()),
+        len(probe),
+    )
 
 
-def run_search(model, config: CompressionSearchConfig, data: CompressionData, gold_dev_X: np.ndarray,
-               gold_dev_y: np.ndarray, slices: dict[str, np.ndarray], workdir: Path) -> dict[str, Any]:
+def run_search(
+    model,
+    config: CompressionSearchConfig,
+    data: CompressionData,
+    gold_dev_X: np.ndarray,
+    gold_dev_y: np.ndarray,
+    slices: dict[str, np.ndarray],
+    workdir: Path,
+) -> dict[str, Any]:
     """Every candidate chain of `config`, measured; the choice, the reasons, and the gate on the chosen."""
     base = export_baseline(model, Path(workdir))
     cands = {base.name: base}
@@ -191,11 +232,31 @@ def run_search(model, config: CompressionSearchConfig, data: CompressionData, go
             errors["+".join(c.label for c in chain)] = str(exc)
             continue
         cands[cand.name] = cand
-        rows.append({**measure(cand, gold_dev_X, gold_dev_y, slices, config.latency_repeats),
-                     "apply_s": time.perf_counter() - t0})
+        rows.append(
+            {
+                **measure(cand, gold_dev_X, gold_dev_y, slices, config.latency_repeats),
+                "apply_s": time.perf_counter() - t0,
+            }
+        )
     chosen_row, reasons = choose(rows, config.floor_ratio, config.latency_budget_ms)
     reasons.update(errors)
-    gate_out = (gate(cands[chosen_row["name"]], chosen_row, rows[0], data.X, atol=config.parity_atol,
-                     floor_ratio=config.floor_ratio) if chosen_row else ["no candidate keeps the quality floor"])
-    return {"rows": rows, "chosen": chosen_row, "candidate": cands.get(chosen_row["name"]) if chosen_row else None,
-            "reasons": reasons, "gate": gate_out, "passed": not gate_out}
+    gate_out = (
+        gate(
+            cands[chosen_row["name"]],
+            chosen_row,
+            rows[0],
+            data.X,
+            atol=config.parity_atol,
+            floor_ratio=config.floor_ratio,
+        )
+        if chosen_row
+        else ["no candidate keeps the quality floor"]
+    )
+    return {
+        "rows": rows,
+        "chosen": chosen_row,
+        "candidate": cands.get(chosen_row["name"]) if chosen_row else None,
+        "reasons": reasons,
+        "gate": gate_out,
+        "passed": not gate_out,
+    }

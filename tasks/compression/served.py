@@ -8,6 +8,7 @@ Versions registered before the search have no "compression" key and serve the re
 default (tasks/registry/serving.py SERVED_ARTIFACT, model.int8.onnx); `served_artifact` answers
 for both, so promote, canary and rollback put the right file in the serving state.
 """
+
 from __future__ import annotations
 
 from typing import Any

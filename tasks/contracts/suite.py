@@ -4,6 +4,7 @@ A suite file is JSON: {"name", "description", "expectations": [{"type", "kwargs"
 "meta": {"guards": "<the failure this expectation stops>"}}]}. Its content hash is
 recorded with every data version, so each version names the contract it passed.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,8 +44,10 @@ class Failure:
         where = f" on column {self.column!r}" if self.column else ""
         msg = f"{self.expectation}{where}: observed {self.observed!r}, expected {self.expected}"
         if self.unexpected_count:
-            msg += (f"; {self.unexpected_count} offending rows, e.g. values {self.sample_values[:5]}"
-                    f" at rows {self.sample_rows[:5]}")
+            msg += (
+                f"; {self.unexpected_count} offending rows, e.g. values {self.sample_values[:5]}"
+                f" at rows {self.sample_rows[:5]}"
+            )
         if self.error:
             msg += f"; error: {self.error}"
         return f"{msg} (guards: {self.guards})"
@@ -58,7 +61,7 @@ class ContractResult:
     evaluated: int
     failures: list[Failure] = field(default_factory=list)
     rows: int = 0
-    skipped: list[str] = field(default_factory=list)   # checks against a previous version, when there is none
+    skipped: list[str] = field(default_factory=list)  # checks against a previous version, when there is none
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,7 +115,9 @@ def _gx_batch_definition():
 
     ctx = gx.get_context(mode="ephemeral")
     ctx.variables.progress_bars = ProgressBarsConfig(globally=False)
-    return ctx.data_sources.add_pandas("sluice").add_dataframe_asset("frame").add_batch_definition_whole_dataframe("all")
+    return (
+        ctx.data_sources.add_pandas("sluice").add_dataframe_asset("frame").add_batch_definition_whole_dataframe("all")
+    )
 
 
 def resolve_relative(expectation: dict[str, Any], reference: pd.DataFrame) -> dict[str, Any]:
@@ -131,11 +136,14 @@ def resolve_relative(expectation: dict[str, Any], reference: pd.DataFrame) -> di
         counts = ref.value_counts()
         values = sorted(set(counts.index) | set(rule.get("values", [])), key=str)
         weights = [(counts.get(v, 0) + 1) / (len(ref) + len(values)) for v in values]
-        kwargs.update(partition_object={"values": [json_safe(v) for v in values], "weights": weights},
-                      threshold=rule["categorical_kl"])
+        kwargs.update(
+            partition_object={"values": [json_safe(v) for v in values], "weights": weights},
+            threshold=rule["categorical_kl"],
+        )
     else:
-        stat = {"expect_column_mean_to_be_between": ref.mean,
-                "expect_column_median_to_be_between": ref.median}[expectation["type"]]()
+        stat = {"expect_column_mean_to_be_between": ref.mean, "expect_column_median_to_be_between": ref.median}[
+            expectation["type"]
+        ]()
         half = rule["max_rel_change"] * abs(stat) if "max_rel_change" in rule else rule["max_abs_change"]
         kwargs.update(min_value=float(stat - half), max_value=float(stat + half))
     return {**expectation, "kwargs": kwargs}
@@ -176,19 +184,30 @@ def validate_frame(df: pd.DataFrame, name: str, reference: pd.DataFrame | None =
         kwargs = {k: v for k, v in cfg.kwargs.items() if k != "batch_id"}
         res = r.result or {}
         exc = r.exception_info or {}
-        failures.append(Failure(
-            expectation=cfg.type, column=kwargs.get("column"), guards=guards.get(_key(cfg.type, kwargs), ""),
-            observed=json_safe(res.get("observed_value", res.get("unexpected_percent"))),
-            expected={k: v for k, v in kwargs.items() if k != "column"},
-            unexpected_count=res.get("unexpected_count"),
-            sample_values=json_safe(res.get("partial_unexpected_list", []))[:10],
-            sample_rows=json_safe(res.get("partial_unexpected_index_list", []))[:10],
-            rows=_sample_rows(df, res.get("partial_unexpected_index_list", [])),
-            error=exc.get("exception_message") if exc.get("raised_exception") else None,
-        ))
-    failures.sort(key=lambda f: (f.column or "", f.expectation))   # GX returns results unordered
-    return ContractResult(suite=spec["name"], suite_hash=suite_hash(name), success=not failures,
-                          evaluated=len(result.results), failures=failures, rows=len(df), skipped=skipped)
+        failures.append(
+            Failure(
+                expectation=cfg.type,
+                column=kwargs.get("column"),
+                guards=guards.get(_key(cfg.type, kwargs), ""),
+                observed=json_safe(res.get("observed_value", res.get("unexpected_percent"))),
+                expected={k: v for k, v in kwargs.items() if k != "column"},
+                unexpected_count=res.get("unexpected_count"),
+                sample_values=json_safe(res.get("partial_unexpected_list", []))[:10],
+                sample_rows=json_safe(res.get("partial_unexpected_index_list", []))[:10],
+                rows=_sample_rows(df, res.get("partial_unexpected_index_list", [])),
+                error=exc.get("exception_message") if exc.get("raised_exception") else None,
+            )
+        )
+    failures.sort(key=lambda f: (f.column or "", f.expectation))  # GX returns results unordered
+    return ContractResult(
+        suite=spec["name"],
+        suite_hash=suite_hash(name),
+        success=not failures,
+        evaluated=len(result.results),
+        failures=failures,
+        rows=len(df),
+        skipped=skipped,
+    )
 
 
 def _sample_rows(df: pd.DataFrame, index: list, n: int = 5) -> list[dict[str, Any]]:
@@ -202,8 +221,6 @@ def _key(etype: str, kwargs: dict[str, Any]) -> str:
     return f"{etype}:{kwargs.get('column', '')}"
 
 
-
-
 def write_gate_report(run_dir: Path, result: ContractResult) -> dict[str, Any]:
     """Save the readable and the JSON report; return the small dict XCom and the summary carry."""
     from tasks.core.files import atomic_write_bytes, atomic_write_json
@@ -211,7 +228,14 @@ def write_gate_report(run_dir: Path, result: ContractResult) -> dict[str, Any]:
     folder = run_dir / "contracts"
     atomic_write_json(folder / f"{result.suite}.json", result.to_dict())
     atomic_write_bytes(folder / f"{result.suite}.txt", (result.summary() + "\n").encode())
-    return {"passed": result.success, "suite": result.suite, "suite_hash": result.suite_hash,
-            "evaluated": result.evaluated, "failed": len(result.failures), "rows": result.rows,
-            "summary": result.summary(), "report": str(folder / f"{result.suite}.txt"),
-            "report_json": str(folder / f"{result.suite}.json")}
+    return {
+        "passed": result.success,
+        "suite": result.suite,
+        "suite_hash": result.suite_hash,
+        "evaluated": result.evaluated,
+        "failed": len(result.failures),
+        "rows": result.rows,
+        "summary": result.summary(),
+        "report": str(folder / f"{result.suite}.txt"),
+        "report_json": str(folder / f"{result.suite}.json"),
+    }

@@ -1,4 +1,5 @@
 """Errors every layer shares."""
+
 from __future__ import annotations
 
 

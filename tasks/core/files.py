@@ -4,6 +4,7 @@ Every write goes to a temp file in the target's folder, is fsynced, then renamed
 over the target, so a reader (or a crash) sees the old file or the new one, never
 a torn one.
 """
+
 from __future__ import annotations
 
 import json
@@ -62,7 +63,7 @@ def json_safe(obj: Any) -> Any:
     if isinstance(obj, (list, tuple)):
         return [json_safe(v) for v in obj]
     if hasattr(obj, "tolist") and not isinstance(obj, (str, bytes)):
-        obj = obj.tolist()                      # numpy scalars and arrays
+        obj = obj.tolist()  # numpy scalars and arrays
         if isinstance(obj, list):
             return json_safe(obj)
     if isinstance(obj, float) and not math.isfinite(obj):

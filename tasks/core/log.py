@@ -1,4 +1,5 @@
 """Progress lines for long steps: they go to the Airflow task log or the terminal."""
+
 from __future__ import annotations
 
 import sys

@@ -4,6 +4,7 @@ Light (PyYAML and pydantic): the DAG files may import this at run time. Each sec
 is a model with a docstring per field; unknown keys are refused, and every error
 names the file and the key (`params.yaml: train.epochs: ...`).
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -14,15 +15,23 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, ValidationError, ValidationInfo, \
-    field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from tasks.compression.config import ChainSpec, CompressionSearchConfig, parse_chain
 from tasks.compression.errors import CompressionError
 from tasks.core.settings import REPO_ROOT, Settings
 from tasks.core.versions import DATA_VERSION_PATTERN
 
-DEFAULT_PARAMS_FILE = REPO_ROOT / "params.yaml"      # SLUICE_PARAMS names another file
+DEFAULT_PARAMS_FILE = REPO_ROOT / "params.yaml"  # SLUICE_PARAMS names another file
 
 ModulePath = Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*$")]
 Fraction = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
@@ -120,14 +129,20 @@ class EvaluateParams(Section):
 # The nightly demo's candidates: each technique once and one chain, sized so the step stays well
 # under a minute on 2 cores for the demo model. The full list (every technique alone and chained)
 # is tasks.compression.config.DEFAULT_CANDIDATES, which bench/compression.py runs.
-DEMO_CANDIDATES = (("int8_dynamic",), ("int8_static",), ("fp16",), ("lowrank(4)",),
-                   ("prune_structured(0.5)", "int8_dynamic"))
+DEMO_CANDIDATES = (
+    ("int8_dynamic",),
+    ("int8_static",),
+    ("fp16",),
+    ("lowrank(4)",),
+    ("prune_structured(0.5)", "int8_dynamic"),
+)
 
 
 class CompressParams(Section, CompressionSearchConfig):
     """The compress step's search (tasks/compression, CompressionSearchConfig): the chains tried on
     the trained model, how one is chosen (quality floor overall and per slice on the gold dev set,
     latency budget, smallest on the size/latency Pareto front) and the gate (fp32 parity with torch)."""
+
     candidates: tuple[ChainSpec, ...] = Field(DEMO_CANDIDATES, min_length=1)
     """Chains to try, each a list of techniques (short form "prune_structured(0.5)" or a dict with
     `kind`); the uncompressed fp32 export is always measured too (the reference, and the fallback)."""
@@ -151,6 +166,7 @@ class CompressParams(Section, CompressionSearchConfig):
 
 class ServingParams(Section):
     """The model server (tasks/serving): where it listens and how it follows the registry."""
+
     host: str = "127.0.0.1"
     """Bind address; loopback by default."""
     port: StrictInt = Field(0, ge=0, le=65535)
@@ -168,6 +184,7 @@ class ServingParams(Section):
 
 class CanaryParams(Section):
     """The nightly canary: challenger weights per step and the thresholds that judge it."""
+
     steps: tuple[Annotated[StrictInt, Field(ge=1, le=100)], ...] = Field((10, 50, 100), min_length=1)
     """Challenger traffic percent at each analysis step; the last must be 100."""
     requests_per_step: StrictInt = Field(300, ge=10)
@@ -200,6 +217,7 @@ class CanaryParams(Section):
 
 class ExperimentParams(Section):
     """What the DVC stages in dvc.yaml (dvc repro / dvc exp run) train on."""
+
     data_version: Annotated[str, Field(pattern=DATA_VERSION_PATTERN)] = "data-v1"
 
 
@@ -210,8 +228,10 @@ class ScalingProfile(Section):
 
 class ScalingParams(Section):
     """Stages of scaling for the Kubernetes backend: nodes x GPUs per node, by name."""
+
     profiles: dict[str, ScalingProfile] = Field(
-        default_factory=lambda: {"smoke": ScalingProfile(nodes=1, gpus_per_node=2)}, min_length=1)
+        default_factory=lambda: {"smoke": ScalingProfile(nodes=1, gpus_per_node=2)}, min_length=1
+    )
     profile: str = "smoke"
     bench_hidden: Widths = (2048, 2048, 2048, 512)
     """The benchmark model (~9.6M parameters)."""
@@ -255,12 +275,16 @@ class _Loader(yaml.SafeLoader):
 
 _Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                   |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                   |\.[0-9_]+(?:[eE][-+][0-9]+)?
                   |[-+]?\.(?:inf|Inf|INF)
-                  |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."))
+                  |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def _explain(source: str, exc: ValidationError) -> str:
@@ -270,7 +294,7 @@ def _explain(source: str, exc: ValidationError) -> str:
         if e["type"] == "extra_forbidden":
             section = e["loc"][:-1]
             model: Any = Params
-            for part in section:          # walk down to the model that refused the key (dicts: their values)
+            for part in section:  # walk down to the model that refused the key (dicts: their values)
                 field = getattr(model, "model_fields", {}).get(str(part))
                 model = field.annotation if field else (typing.get_args(model) or (None, None))[-1]
             known = sorted(getattr(model, "model_fields", {}))

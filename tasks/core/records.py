@@ -4,13 +4,14 @@ upstream steps' records by these types, never by string keys.
 
 Records hold small references (paths, version tags) and small summaries, never data.
 """
+
 from __future__ import annotations
 
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-Quality = dict[str, float | None]     # classification_metrics: roc_auc, f1, precision, recall, accuracy, ...
+Quality = dict[str, float | None]  # classification_metrics: roc_auc, f1, precision, recall, accuracy, ...
 
 
 class Record(BaseModel):
@@ -19,6 +20,7 @@ class Record(BaseModel):
 
 class GateRecord(Record):
     """A record whose step is a gate: `passed`, and the reasons when it did not."""
+
     passed: bool
 
     @property
@@ -38,6 +40,7 @@ class IngestRecord(Record):
 
 class ContractRecord(GateRecord):
     """validate_raw and validate_labeled: a data contract's verdict and where its reports are."""
+
     suite: str
     suite_hash: str
     evaluated: int
@@ -81,6 +84,7 @@ class SnapshotRecord(Record):
 
 class TrainPlanRecord(Record):
     """The kubernetes backend's plan: strings the pod templates render."""
+
     name: str
     run_id: str
     data_version: str
@@ -119,6 +123,7 @@ class EvaluateRecord(GateRecord):
 class CompressRecord(GateRecord):
     """The compression search's outcome: the chosen candidate (the file serving loads), its figures
     on the gold dev set (what it was chosen on) and test set (reported), the fp32 baseline's, the gate."""
+
     reasons: list[str]
     chosen: str | None
     """The chosen candidate's name, e.g. prune_structured(0.5)+int8_dynamic ("fp32": uncompressed)."""
@@ -176,6 +181,7 @@ class DeployRecord(Record):
 
 class CanaryRecord(Record):
     """deploy_canary: the challenger beside the champion at the first weight (or promoted directly)."""
+
     model_version: str
     champion: str | None
     weight: int
@@ -200,6 +206,7 @@ class RollbackCanaryRecord(Record):
 
 class RollbackRecord(Record):
     """The operator's rollback (the rollback DAG): data and model pointers before and after."""
+
     changed: bool
     before: dict[str, str | None]
     after: dict[str, str | None]
@@ -216,10 +223,22 @@ class ReportRecord(Record):
 
 # The record type of each step's record file (runs/<run_id>/steps/<name>.json).
 RECORDS: dict[str, type[Record]] = {
-    "ingest": IngestRecord, "validate_raw": ContractRecord, "weak_label": WeakLabelRecord,
-    "validate_labeled": ContractRecord, "quarantine": QuarantineRecord, "snapshot": SnapshotRecord,
-    "plan_train": TrainPlanRecord, "train": TrainRecord, "evaluate": EvaluateRecord, "compress": CompressRecord,
-    "reject_model": RejectRecord, "register": RegisterRecord, "deploy_canary": CanaryRecord,
-    "canary_analysis": CanaryAnalysisRecord, "promote": DeployRecord, "rollback_canary": RollbackCanaryRecord,
-    "rollback": RollbackRecord, "report": ReportRecord,
+    "ingest": IngestRecord,
+    "validate_raw": ContractRecord,
+    "weak_label": WeakLabelRecord,
+    "validate_labeled": ContractRecord,
+    "quarantine": QuarantineRecord,
+    "snapshot": SnapshotRecord,
+    "plan_train": TrainPlanRecord,
+    "train": TrainRecord,
+    "evaluate": EvaluateRecord,
+    "compress": CompressRecord,
+    "reject_model": RejectRecord,
+    "register": RegisterRecord,
+    "deploy_canary": CanaryRecord,
+    "canary_analysis": CanaryAnalysisRecord,
+    "promote": DeployRecord,
+    "rollback_canary": RollbackCanaryRecord,
+    "rollback": RollbackRecord,
+    "report": ReportRecord,
 }

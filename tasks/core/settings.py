@@ -4,6 +4,7 @@
 import time; `Settings.from_env()` only reads the environment, and
 `StateLayout.ensure()` creates folders when a task asks.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,7 +20,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_HOME = REPO_ROOT / ".sluice"
 PREFIX = "SLUICE_"
-HOME_MARKER = ".sluice-home"         # written by StateLayout.ensure(); `python -m ops clean-state` needs it
+HOME_MARKER = ".sluice-home"  # written by StateLayout.ensure(); `python -m ops clean-state` needs it
 
 # user:password@ (or a bare token as the user) right after a URL's scheme
 _USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s@]+)@")
@@ -43,9 +44,11 @@ def url_credentials_error(url: str) -> str | None:
     except ValueError:
         return f"is not a valid URL ({redact(url)})"
     if password is not None or (user and _TOKEN_USER.match(user)):
-        return (f"carries credentials in the URL ({redact(url)}); they would reach error messages, task logs, "
-                f"pod arguments and XCom. Give git its credentials with a credential helper "
-                f"(git config credential.helper; in Kubernetes from a Secret), and S3 keys as AWS_* from a Secret")
+        return (
+            f"carries credentials in the URL ({redact(url)}); they would reach error messages, task logs, "
+            f"pod arguments and XCom. Give git its credentials with a credential helper "
+            f"(git config credential.helper; in Kubernetes from a Secret), and S3 keys as AWS_* from a Secret"
+        )
     return None
 
 
@@ -64,7 +67,8 @@ class Settings(BaseSettings):
     s3_endpoint_url: str = Field("", description="an S3-compatible store's endpoint (credentials: AWS_*)")
     demo_feed: bool = Field(True, description="deliver the next demo batch when landing/ is empty (0 or 1)")
     train_backend: str = Field(
-        "local", description="local: torchrun processes here; kubernetes: pods (tasks/training/kubernetes.py)")
+        "local", description="local: torchrun processes here; kubernetes: pods (tasks/training/kubernetes.py)"
+    )
     train_out_uri: str = Field("", description="kubernetes: where training pods write (s3://bucket/prefix)")
     registry_url: str = Field("", description="kubernetes: the registry's git URL as the pods reach it")
     registry_git_remote: str = Field("", description="a git remote the registry mirrors its branch and tags to")
@@ -121,14 +125,21 @@ class Settings(BaseSettings):
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
         """Settings from `env` (default: the process environment); an error names the variable."""
         env = os.environ if env is None else env
-        values = {k[len(PREFIX):].lower(): v for k, v in env.items()
-                  if k.startswith(PREFIX) and k[len(PREFIX):].lower() in cls.model_fields and v != ""}
+        values = {
+            k[len(PREFIX) :].lower(): v
+            for k, v in env.items()
+            if k.startswith(PREFIX) and k[len(PREFIX) :].lower() in cls.model_fields and v != ""
+        }
         try:
             # model_validate, not the constructor: only `env` is read (the constructor also reads os.environ)
             return cls.model_validate(values)
         except ValidationError as exc:
-            raise SettingsError("; ".join(f"{PREFIX}{'.'.join(map(str, e['loc'])).upper()}: {e['msg'].removeprefix('Value error, ')}"
-                                          for e in exc.errors())) from None
+            raise SettingsError(
+                "; ".join(
+                    f"{PREFIX}{'.'.join(map(str, e['loc'])).upper()}: {e['msg'].removeprefix('Value error, ')}"
+                    for e in exc.errors()
+                )
+            ) from None
 
     def child_env(self) -> dict[str, str]:
         """These settings as SLUICE_* variables, for a child process that must see the same state."""
@@ -151,27 +162,27 @@ class StateLayout:
     home: Path
 
     @property
-    def landing(self) -> Path:          # incoming raw batches, waiting
+    def landing(self) -> Path:  # incoming raw batches, waiting
         return self.home / "landing"
 
     @property
-    def archive(self) -> Path:          # raw batches that made it into a data version
+    def archive(self) -> Path:  # raw batches that made it into a data version
         return self.home / "landing" / "archive"
 
     @property
-    def quarantine(self) -> Path:       # rejected batches with their reports
+    def quarantine(self) -> Path:  # rejected batches with their reports
         return self.home / "quarantine"
 
     @property
-    def gold(self) -> Path:             # gold-labeled dev and test sets (never trained on)
+    def gold(self) -> Path:  # gold-labeled dev and test sets (never trained on)
         return self.home / "gold"
 
     @property
-    def registry(self) -> Path:         # git + DVC repository owned by the pipeline
+    def registry(self) -> Path:  # git + DVC repository owned by the pipeline
         return self.home / "registry"
 
     @property
-    def dvc_remote(self) -> Path:       # default DVC remote (a local folder)
+    def dvc_remote(self) -> Path:  # default DVC remote (a local folder)
         return self.home / "dvc-remote"
 
     @property

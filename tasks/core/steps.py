@@ -10,6 +10,7 @@ default of None it is optional: a branch that did not run). Keyword-only paramet
 options (`--batch` on the CLI, keyword arguments in the DAG). The step writes its record
 to runs/<run_id>/steps/<record name>.json and returns it; Airflow pushes it to XCom.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,8 +45,9 @@ class StepContext:
     params: Params
 
     @classmethod
-    def create(cls, run_id: str, settings: Settings | None = None,
-               overrides: dict[str, dict[str, Any]] | None = None) -> "StepContext":
+    def create(
+        cls, run_id: str, settings: Settings | None = None, overrides: dict[str, dict[str, Any]] | None = None
+    ) -> "StepContext":
         settings = settings or Settings.from_env()
         return cls(run_id, settings, load_params(settings.params, overrides))
 
@@ -73,22 +75,24 @@ def load_records(run_dir: Path) -> dict[str, Record]:
     folder = run_dir / "steps"
     if not folder.is_dir():
         return {}
-    return {p.stem: RECORDS[p.stem].model_validate(read_json(p))
-            for p in sorted(folder.glob("*.json")) if p.stem in RECORDS}
+    return {
+        p.stem: RECORDS[p.stem].model_validate(read_json(p)) for p in sorted(folder.glob("*.json")) if p.stem in RECORDS
+    }
 
 
 class Step:
     """A step function with what it reads, derived from its signature."""
 
-    def __init__(self, fn: Callable[..., Record], record_as: str | None = None,
-                 option_help: dict[str, str] | None = None):
+    def __init__(
+        self, fn: Callable[..., Record], record_as: str | None = None, option_help: dict[str, str] | None = None
+    ):
         self.fn = fn
         self.name = fn.__name__
         self.record_name = record_as or self.name
         self.doc = inspect.getdoc(sys.modules[fn.__module__]) or fn.__doc__ or self.name
         hints = typing.get_type_hints(fn)
         sig = inspect.signature(fn)
-        self.reads: dict[str, bool] = {}          # upstream record name -> required
+        self.reads: dict[str, bool] = {}  # upstream record name -> required
         self.options: dict[str, inspect.Parameter] = {}
         for p in list(sig.parameters.values())[1:]:
             if p.kind is p.KEYWORD_ONLY:
@@ -117,26 +121,43 @@ class Step:
             raw = load(name)
             if raw is None:
                 if required:
-                    raise StepError(f"step {self.name} needs the record of step {name!r}, which this run "
-                                    f"({ctx.run_id}) has not written: run {name} first")
+                    raise StepError(
+                        f"step {self.name} needs the record of step {name!r}, which this run "
+                        f"({ctx.run_id}) has not written: run {name} first"
+                    )
                 continue
             upstream[name] = RECORDS[name].model_validate(raw)
         return self(ctx, **upstream, **options)
 
     def main(self, argv: list[str] | None = None) -> int:
         """`python -m tasks.<step> --run-id ID [--set section.key=value] [options]`."""
-        parser = argparse.ArgumentParser(prog=f"python -m {self.fn.__module__}", description=self.doc,
-                                         formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser = argparse.ArgumentParser(
+            prog=f"python -m {self.fn.__module__}",
+            description=self.doc,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
         default_run = f"manual__{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%S')}"
-        parser.add_argument("--run-id", default=default_run,
-                            help="pipeline run id (names runs/<run_id>/; default: a new manual__<time> run)")
-        parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                            help="override a params.yaml value for this run (repeatable), e.g. train.epochs=5")
+        parser.add_argument(
+            "--run-id",
+            default=default_run,
+            help="pipeline run id (names runs/<run_id>/; default: a new manual__<time> run)",
+        )
+        parser.add_argument(
+            "--set",
+            action="append",
+            default=[],
+            metavar="SECTION.KEY=VALUE",
+            help="override a params.yaml value for this run (repeatable), e.g. train.epochs=5",
+        )
         for name, p in self.options.items():
             hint = self.option_types[name]
-            parser.add_argument(f"--{name.replace('_', '-')}", dest=name, default=p.default,
-                                type=int if int in (typing.get_args(hint) or (hint,)) else str,
-                                help=self.option_help.get(name) or f"default: {p.default}")
+            parser.add_argument(
+                f"--{name.replace('_', '-')}",
+                dest=name,
+                default=p.default,
+                type=int if int in (typing.get_args(hint) or (hint,)) else str,
+                help=self.option_help.get(name) or f"default: {p.default}",
+            )
         args = parser.parse_args(argv)
         try:
             ctx = StepContext.create(args.run_id, overrides=parse_overrides(args.set))
@@ -146,14 +167,15 @@ class Step:
             print(f"{self.name}: {exc}", file=sys.stderr)
             return 2
         print(rec.model_dump_json(indent=2))
-        if isinstance(rec, GateRecord) and not rec.passed:   # a gate said no: fail, so scripts stop here
+        if isinstance(rec, GateRecord) and not rec.passed:  # a gate said no: fail, so scripts stop here
             print(f"gate failed: {rec.why}", file=sys.stderr)
             return 1
         return 0
 
 
-def step(fn: Callable[..., Record] | None = None, *, record_as: str | None = None,
-         help: dict[str, str] | None = None) -> Any:
+def step(
+    fn: Callable[..., Record] | None = None, *, record_as: str | None = None, help: dict[str, str] | None = None
+) -> Any:
     """Declare a step: `@step`, or `@step(record_as=..., help={"option": "CLI help"})`."""
     if fn is None:
         return lambda f: Step(f, record_as, help)
@@ -174,8 +196,9 @@ def parse_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
-def run_airflow_task(ref: str, context: dict[str, Any], overrides: dict[str, dict[str, Any]] | None = None,
-                     **options: Any) -> Record:
+def run_airflow_task(
+    ref: str, context: dict[str, Any], overrides: dict[str, dict[str, Any]] | None = None, **options: Any
+) -> Record:
     """The body of a step's Airflow task: upstream records from XCom, the record back to XCom.
 
     `ref` is "tasks.<module>" (its step of the same name) or "tasks.<module>:<step>"."""
@@ -187,7 +210,7 @@ def run_airflow_task(ref: str, context: dict[str, Any], overrides: dict[str, dic
     ctx = StepContext.create(context["run_id"], overrides=overrides)
     try:
         rec = the_step.run(ctx, lambda upstream: ti.xcom_pull(task_ids=upstream, key="result"), **options)
-    except RefusedError as exc:                       # refused, nothing changed: a retry cannot help
+    except RefusedError as exc:  # refused, nothing changed: a retry cannot help
         from airflow.sdk.exceptions import AirflowFailException
 
         record_refusal(ctx.run_dir, ti.task_id, str(exc))

@@ -2,6 +2,7 @@
 
 Standard library only: the DAG files use the patterns in their Params.
 """
+
 from __future__ import annotations
 
 import re

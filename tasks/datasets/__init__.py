@@ -21,14 +21,26 @@ Optional:
 
 See docs/datasets.md for adding one.
 """
+
 from __future__ import annotations
 
 import functools
 import importlib
 from types import ModuleType
 
-REQUIRED = ("NAME", "ID_COLUMN", "TIME_COLUMN", "GOLD_COLUMN", "RAW_COLUMNS", "FEATURE_NAMES", "featurize",
-            "load_source", "LF_MODULE", "RAW_CONTRACT", "LABELED_CONTRACT")
+REQUIRED = (
+    "NAME",
+    "ID_COLUMN",
+    "TIME_COLUMN",
+    "GOLD_COLUMN",
+    "RAW_COLUMNS",
+    "FEATURE_NAMES",
+    "featurize",
+    "load_source",
+    "LF_MODULE",
+    "RAW_CONTRACT",
+    "LABELED_CONTRACT",
+)
 
 
 class DatasetError(ValueError):

@@ -5,34 +5,36 @@ never trained on), and the rest replayed as unlabeled nightly landing batches in
 time order. The feed delivers the next batch into landing/ when nothing is waiting.
 For the bundled `emails` dataset the source is OpenIntro's `email` set.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 
 import pandas as pd
 
-from types import ModuleType
-
-from tasks.datasets import load_dataset
-from tasks.core.params import DemoParams
-from tasks.core.settings import StateLayout
 from tasks.core.files import atomic_write_bytes, atomic_write_json, atomic_write_parquet, read_json
 from tasks.core.log import log
+from tasks.core.params import DemoParams
+from tasks.core.settings import StateLayout
+from tasks.datasets import load_dataset
 
 
-def split_demo(df: pd.DataFrame, p: DemoParams, ds: ModuleType | None = None
-               ) -> tuple[pd.DataFrame, pd.DataFrame, list[pd.DataFrame]]:
+def split_demo(
+    df: pd.DataFrame, p: DemoParams, ds: ModuleType | None = None
+) -> tuple[pd.DataFrame, pd.DataFrame, list[pd.DataFrame]]:
     """-> (gold dev, gold test, unlabeled batches in time order). Stratified on the gold label."""
     from sklearn.model_selection import train_test_split
 
     ds = ds or load_dataset()
     gold = ds.GOLD_COLUMN
     rest, test = train_test_split(df, test_size=p.test_fraction, stratify=df[gold], random_state=p.seed)
-    rest, dev = train_test_split(rest, test_size=p.dev_fraction / (1 - p.test_fraction),
-                                 stratify=rest[gold], random_state=p.seed)
+    rest, dev = train_test_split(
+        rest, test_size=p.dev_fraction / (1 - p.test_fraction), stratify=rest[gold], random_state=p.seed
+    )
     key = [ds.TIME_COLUMN, ds.ID_COLUMN]
     stream = rest.sort_values(key, kind="stable").drop(columns=[gold])
-    batches = [stream.iloc[i:i + p.batch_size].reset_index(drop=True) for i in range(0, len(stream), p.batch_size)]
+    batches = [stream.iloc[i : i + p.batch_size].reset_index(drop=True) for i in range(0, len(stream), p.batch_size)]
     return dev.sort_values(key).reset_index(drop=True), test.sort_values(key).reset_index(drop=True), batches
 
 
@@ -56,15 +58,20 @@ class DemoFeed:
             dev, test, _ = split_demo(self.ds.load_source(), self.params, self.ds)
             atomic_write_parquet(dev_path, dev)
             atomic_write_parquet(test_path, test)
-            atomic_write_json(meta_path, self._split_key())   # written last: marks the split complete
+            atomic_write_json(meta_path, self._split_key())  # written last: marks the split complete
             log(f"gold sets written: dev {len(dev)} rows, test {len(test)} rows")
         self._check_same_split()
         return dev_path, test_path
 
     def _split_key(self) -> dict:
         p = self.params
-        return {"dataset": self.ds.NAME, "dev_fraction": p.dev_fraction, "test_fraction": p.test_fraction,
-                "seed": p.seed, "batch_size": p.batch_size}
+        return {
+            "dataset": self.ds.NAME,
+            "dev_fraction": p.dev_fraction,
+            "test_fraction": p.test_fraction,
+            "seed": p.seed,
+            "batch_size": p.batch_size,
+        }
 
     def _check_same_split(self) -> None:
         """Changing the split after batches were delivered would leak gold rows into training."""
@@ -72,7 +79,8 @@ class DemoFeed:
         if recorded != self._split_key():
             raise ValueError(
                 f"params.yaml demo section {self._split_key()} differs from the split this SLUICE_HOME "
-                f"was built with {recorded}; restore those values or start a new SLUICE_HOME")
+                f"was built with {recorded}; restore those values or start a new SLUICE_HOME"
+            )
 
     def delivered(self) -> int:
         return read_json(self.cursor_file)["delivered"] if self.cursor_file.exists() else 0

@@ -6,6 +6,7 @@ plug-in (see docs/datasets.md): its source, schema, features, LF module and cont
 `featurize` is the one mapping from raw rows to model inputs; training, evaluation,
 ONNX export and serving all call it.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,17 +14,17 @@ import pandas as pd
 
 NAME = "emails"
 LF_MODULE = "tasks.labeling.email_lfs"
-RAW_CONTRACT = "raw_batch"          # data_contracts/raw_batch.json
-LABELED_CONTRACT = "labeled"        # data_contracts/labeled.json
+RAW_CONTRACT = "raw_batch"  # data_contracts/raw_batch.json
+LABELED_CONTRACT = "labeled"  # data_contracts/labeled.json
 
 ID_COLUMN = "email_id"
 TIME_COLUMN = "time"
-GOLD_COLUMN = "spam"          # gold label: only in the gold dev/test sets, never in landing batches
+GOLD_COLUMN = "spam"  # gold label: only in the gold dev/test sets, never in landing batches
 
 # column -> kind; the raw contract (data_contracts/raw_batch.json) checks the same list.
 BINARY_COLUMNS = ["to_multiple", "from", "sent_email", "format", "re_subj", "exclaim_subj", "urgent_subj"]
 COUNT_COLUMNS = ["cc", "image", "attach", "dollar", "inherit", "viagra", "password", "line_breaks", "exclaim_mess"]
-FLOAT_COLUMNS = ["num_char"]   # thousands of characters
+FLOAT_COLUMNS = ["num_char"]  # thousands of characters
 CATEGORY_COLUMNS = {"winner": ["no", "yes"], "number": ["none", "small", "big"]}
 RAW_COLUMNS = [ID_COLUMN, TIME_COLUMN, *BINARY_COLUMNS, *COUNT_COLUMNS, *FLOAT_COLUMNS, *CATEGORY_COLUMNS]
 
@@ -47,8 +48,9 @@ def load_source() -> pd.DataFrame:
 def featurize(df: pd.DataFrame) -> np.ndarray:
     """Raw email rows -> float32 matrix [n, len(FEATURE_NAMES)] (unscaled; the model normalizes)."""
     parts = [df[c].to_numpy(dtype=np.float32)[:, None] for c in BINARY_COLUMNS]
-    parts += [np.log1p(np.clip(df[c].to_numpy(dtype=np.float32), 0, None))[:, None]
-              for c in COUNT_COLUMNS + FLOAT_COLUMNS]
+    parts += [
+        np.log1p(np.clip(df[c].to_numpy(dtype=np.float32), 0, None))[:, None] for c in COUNT_COLUMNS + FLOAT_COLUMNS
+    ]
     parts.append((df["winner"].astype(str) == "yes").to_numpy(dtype=np.float32)[:, None])
     number = df["number"].astype(str)
     parts += [(number == v).to_numpy(dtype=np.float32)[:, None] for v in CATEGORY_COLUMNS["number"]]

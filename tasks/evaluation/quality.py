@@ -3,6 +3,7 @@
 Only 9% of demo emails are spam: accuracy alone rewards "always ham" (about 91%),
 so every quality figure carries ROC AUC and F1 on the spam class beside it.
 """
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,4 +1,5 @@
 """Score the gold test set with a torch checkpoint or an ONNX model (one place for both)."""
+
 from __future__ import annotations
 
 from pathlib import Path

@@ -1,10 +1,11 @@
 """Labeling drift: this batch's coverage, conflict rate and label balance vs the previous version's."""
+
 from __future__ import annotations
 
 import numpy as np
 
-from tasks.labeling.lf import ABSTAIN
 from tasks.core.params import WeakLabelParams
+from tasks.labeling.lf import ABSTAIN
 
 
 def labeling_stats(L: np.ndarray, label: np.ndarray) -> dict[str, float]:
@@ -24,8 +25,11 @@ def drift_flags(now: dict[str, float], before: dict[str, float] | None, p: WeakL
     """Readable flags for every statistic that moved beyond its threshold. Pure."""
     if not before:
         return []
-    limits = {"coverage": p.drift_max_coverage_change, "conflict_rate": p.drift_max_conflict_change,
-              "spam_share": p.drift_max_balance_change}
+    limits = {
+        "coverage": p.drift_max_coverage_change,
+        "conflict_rate": p.drift_max_conflict_change,
+        "spam_share": p.drift_max_balance_change,
+    }
     flags = []
     for key, limit in limits.items():
         if key in before and abs(now[key] - before[key]) > limit:

@@ -4,6 +4,7 @@ Each rule states the evidence it uses. Ham rules are precise (a reply, a thread,
 a CC list); spam rules are weaker, so the label model weighs them by agreement.
 `make_lfs(dev, y_dev)` adds one model-based LF fitted on the gold dev set.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -77,8 +78,16 @@ def lf_no_sender(df: pd.DataFrame):
 
 
 LFS = [
-    lf_replied_before, lf_reply_subject, lf_many_recipients, lf_has_cc, lf_long_message,
-    lf_no_numbers, lf_winner, lf_short_plain_text, lf_urgent_subject, lf_no_sender,
+    lf_replied_before,
+    lf_reply_subject,
+    lf_many_recipients,
+    lf_has_cc,
+    lf_long_message,
+    lf_no_numbers,
+    lf_winner,
+    lf_short_plain_text,
+    lf_urgent_subject,
+    lf_no_sender,
 ]
 
 
@@ -125,8 +134,9 @@ def lf_dev_classifier(dev: pd.DataFrame, y_dev: np.ndarray, seed: int = 0) -> La
         votes = _votes(model.predict_proba(featurize(frame))[:, 1])
         return votes[0] if single else votes
 
-    return LabelingFunction(name="lf_dev_classifier", fn=fn, doc=lf_dev_classifier.__doc__.splitlines()[0],
-                            dev_votes=_votes(oof))
+    return LabelingFunction(
+        name="lf_dev_classifier", fn=fn, doc=lf_dev_classifier.__doc__.splitlines()[0], dev_votes=_votes(oof)
+    )
 
 
 def make_lfs(dev: pd.DataFrame, y_dev: np.ndarray) -> list[LabelingFunction]:

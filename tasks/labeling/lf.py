@@ -8,6 +8,7 @@ A rule LF is written with column expressions that also hold for one row (a panda
 Series), so the same function runs under Snorkel's row-wise appliers too
 (`LabelingFunction.to_snorkel`): one definition, two appliers, comparable.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -51,8 +52,10 @@ class LabelingFunction:
 
 def labeling_function(name: str | None = None):
     """Decorator: `@labeling_function()` over `def lf(df) -> np.ndarray`."""
+
     def wrap(fn: Callable[[pd.DataFrame], np.ndarray]) -> LabelingFunction:
         return LabelingFunction(name=name or fn.__name__, fn=fn, doc=(fn.__doc__ or "").strip())
+
     return wrap
 
 

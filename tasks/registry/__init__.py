@@ -22,14 +22,14 @@ The parts:
 A killed transaction leaves an uncommitted working tree; the next one starts by
 resetting to the last commit, so readers only ever see whole versions.
 """
+
 from __future__ import annotations
 
 from tasks.core.versions import DATA_VERSION, MODEL_VERSION
 from tasks.registry.canary import CanaryReleases
 from tasks.registry.data import BATCH_ID, DEFAULT_DATASET, DataVersions
 from tasks.registry.models import ModelVersions, file_digest
-from tasks.registry.repo import (ANY, EMPTY_STATE, MirrorError, RegistryError, RepoBase, check_version,
-                                 code_commit)
+from tasks.registry.repo import ANY, EMPTY_STATE, MirrorError, RegistryError, RepoBase, check_version, code_commit
 from tasks.registry.serving import MODES, SERVED_ARTIFACT, serving_state
 
 
@@ -37,6 +37,24 @@ class Registry(DataVersions, CanaryReleases):
     """The whole registry: data versions, model versions, stages and serving, on one repository."""
 
 
-__all__ = ["Registry", "RegistryError", "MirrorError", "ANY", "RepoBase", "DataVersions", "ModelVersions", "CanaryReleases",
-           "check_version", "code_commit", "serving_state", "file_digest", "EMPTY_STATE", "SERVED_ARTIFACT",
-           "MODES", "BATCH_ID", "DEFAULT_DATASET", "DATA_VERSION", "MODEL_VERSION"]
+__all__ = [
+    "Registry",
+    "RegistryError",
+    "MirrorError",
+    "ANY",
+    "RepoBase",
+    "DataVersions",
+    "ModelVersions",
+    "CanaryReleases",
+    "check_version",
+    "code_commit",
+    "serving_state",
+    "file_digest",
+    "EMPTY_STATE",
+    "SERVED_ARTIFACT",
+    "MODES",
+    "BATCH_ID",
+    "DEFAULT_DATASET",
+    "DATA_VERSION",
+    "MODEL_VERSION",
+]

@@ -8,6 +8,7 @@
 Each is one registry transaction: one commit of registry.json, one audit line. Repeating
 one changes nothing (`changed: False`); a refusal (RegistryError) changes nothing.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,14 +16,22 @@ from typing import Any
 from tasks.core.log import log
 from tasks.registry.models import ModelVersions
 from tasks.registry.repo import ANY, RegistryError, check_expected, check_version
-from tasks.registry.serving import (SERVED_ARTIFACT, check_artifact_name, check_mode, check_reason,
-                                    check_weight)
+from tasks.registry.serving import SERVED_ARTIFACT, check_artifact_name, check_mode, check_reason, check_weight
 
 
 class CanaryReleases(ModelVersions):
-    def start_canary(self, version: str, weight: int, mode: str = "split", reason: str | None = None, *,
-                     artifact: str = SERVED_ARTIFACT, who: str | None = None, expect_champion: Any = ANY,
-                     expect_data: Any = ANY) -> dict[str, Any]:
+    def start_canary(
+        self,
+        version: str,
+        weight: int,
+        mode: str = "split",
+        reason: str | None = None,
+        *,
+        artifact: str = SERVED_ARTIFACT,
+        who: str | None = None,
+        expect_champion: Any = ANY,
+        expect_data: Any = ANY,
+    ) -> dict[str, Any]:
         """Serve `version` as the challenger at `weight` percent. It must exist and not be the
         champion; there must be a champion (the first model is promoted directly), and no other
         challenger (promote or roll that one back first). With the same challenger already in
@@ -38,33 +47,49 @@ class CanaryReleases(ModelVersions):
         check_reason("start_canary", reason)
         with self.transaction():
             if version not in self.tags("model"):
-                raise RegistryError(f"model version {version} does not exist "
-                                    f"(have: {', '.join(self.tags('model')) or 'none'})")
+                raise RegistryError(
+                    f"model version {version} does not exist (have: {', '.join(self.tags('model')) or 'none'})"
+                )
             state = self.state()
             before = state["serving"]
             champion, challenger = before["champion"], before["challenger"]
             check_expected(state, f"start_canary {version}", prod_model=expect_champion, current_data=expect_data)
             if champion is None:
-                raise RegistryError(f"cannot start a canary of {version}: there is no champion yet "
-                                    f"(promote the first model directly)")
+                raise RegistryError(
+                    f"cannot start a canary of {version}: there is no champion yet (promote the first model directly)"
+                )
             if version in (champion["model_version"], state["prod_model"]):
                 raise RegistryError(f"cannot start a canary of {version}: it is the champion")
             if challenger and challenger["model_version"] != version:
-                raise RegistryError(f"cannot start a canary of {version}: {challenger['model_version']} is "
-                                    f"already the challenger (promote it or rollback_canary first)")
-            after = {**before, "challenger": self._pointer(version, artifact), "challenger_weight": weight,
-                     "mode": mode}
+                raise RegistryError(
+                    f"cannot start a canary of {version}: {challenger['model_version']} is "
+                    f"already the challenger (promote it or rollback_canary first)"
+                )
+            after = {
+                **before,
+                "challenger": self._pointer(version, artifact),
+                "challenger_weight": weight,
+                "mode": mode,
+            }
             if after == before:
                 return {"changed": False, "serving": before}
             state["models"].setdefault(version, {})["stage"] = "canary"
             commit = self._move_serving(
-                state, after, "start_canary", f"canary {version} at {weight}% ({mode}) beside "
-                f"{champion['model_version']}: {reason}", who, reason=reason, model_version=version,
-                weight=weight, mode=mode, artifact=artifact, champion=champion["model_version"])
+                state,
+                after,
+                "start_canary",
+                f"canary {version} at {weight}% ({mode}) beside {champion['model_version']}: {reason}",
+                who,
+                reason=reason,
+                model_version=version,
+                weight=weight,
+                mode=mode,
+                artifact=artifact,
+                champion=champion["model_version"],
+            )
             return {"changed": True, "from": before, "serving": after, "commit": commit}
 
-    def set_canary_weight(self, weight: int, reason: str | None = None, *,
-                          who: str | None = None) -> dict[str, Any]:
+    def set_canary_weight(self, weight: int, reason: str | None = None, *, who: str | None = None) -> dict[str, Any]:
         """Move the challenger's share of traffic to `weight` percent (0..100). Needs a challenger."""
         check_weight(weight)
         check_reason("set_canary_weight", reason)
@@ -78,13 +103,21 @@ class CanaryReleases(ModelVersions):
             after = {**before, "challenger_weight": weight}
             challenger = before["challenger"]["model_version"]
             commit = self._move_serving(
-                state, after, "set_canary_weight",
-                f"canary {challenger} {before['challenger_weight']}% -> {weight}%: {reason}", who,
-                reason=reason, model_version=challenger, previous=before["challenger_weight"], weight=weight)
+                state,
+                after,
+                "set_canary_weight",
+                f"canary {challenger} {before['challenger_weight']}% -> {weight}%: {reason}",
+                who,
+                reason=reason,
+                model_version=challenger,
+                previous=before["challenger_weight"],
+                weight=weight,
+            )
             return {"changed": True, "from": before, "serving": after, "commit": commit}
 
-    def rollback_canary(self, reason: str | None = None, *, who: str | None = None,
-                        expect_challenger: str | None = None) -> dict[str, Any]:
+    def rollback_canary(
+        self, reason: str | None = None, *, who: str | None = None, expect_challenger: str | None = None
+    ) -> dict[str, Any]:
         """Retire the challenger (stage rolled_back): the champion answers all traffic again.
         Without a challenger nothing changes (`changed: False`). With `expect_challenger`, another
         challenger in place (someone else's canary) is refused, not retired."""
@@ -96,20 +129,36 @@ class CanaryReleases(ModelVersions):
                 return {"changed": False, "retired": None, "serving": before}
             retired = before["challenger"]["model_version"]
             if expect_challenger is not None and retired != expect_challenger:
-                raise RegistryError(f"rollback_canary refused: the challenger is {retired}, not {expect_challenger}; "
-                                    f"nothing was changed")
+                raise RegistryError(
+                    f"rollback_canary refused: the challenger is {retired}, not {expect_challenger}; "
+                    f"nothing was changed"
+                )
             after = {**before, "challenger": None, "challenger_weight": 0, "mode": "split"}
             state["models"].setdefault(retired, {})["stage"] = "rolled_back"
             champion = (before["champion"] or {}).get("model_version")
-            commit = self._move_serving(state, after, "rollback_canary", f"rollback canary {retired} "
-                                        f"(champion {champion} back to 100%): {reason}", who,
-                                        reason=reason, model_version=retired, champion=champion,
-                                        weight=before["challenger_weight"])
-            return {"changed": True, "retired": retired, "champion": champion, "from": before, "serving": after,
-                    "commit": commit}
+            commit = self._move_serving(
+                state,
+                after,
+                "rollback_canary",
+                f"rollback canary {retired} (champion {champion} back to 100%): {reason}",
+                who,
+                reason=reason,
+                model_version=retired,
+                champion=champion,
+                weight=before["challenger_weight"],
+            )
+            return {
+                "changed": True,
+                "retired": retired,
+                "champion": champion,
+                "from": before,
+                "serving": after,
+                "commit": commit,
+            }
 
-    def _move_serving(self, state: dict[str, Any], serving: dict[str, Any], action: str, message: str,
-                      who: str | None, **audit: Any) -> str:
+    def _move_serving(
+        self, state: dict[str, Any], serving: dict[str, Any], action: str, message: str, who: str | None, **audit: Any
+    ) -> str:
         state["serving"] = serving
         self._write_state(state)
         self._audit(action, who=who, **audit)

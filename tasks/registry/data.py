@@ -6,6 +6,7 @@
 Readers take a version by tag through `DVCFileSystem`: from this workspace, or (with
 `repo_url`) from a clone of the registry's git repository, streaming from the DVC remote.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,7 @@ from tasks.core.log import log
 from tasks.registry.repo import RegistryError, RepoBase, check_version
 
 BATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-DEFAULT_DATASET = "emails"     # the bundled dataset; the snapshot step names the active one
+DEFAULT_DATASET = "emails"  # the bundled dataset; the snapshot step names the active one
 
 
 class DataVersions(RepoBase):
@@ -30,8 +31,14 @@ class DataVersions(RepoBase):
             raise RegistryError(f"data version {version} does not exist (have: {self.tags('data') or 'none'})")
         return json.loads(self.git("show", f"{version}:data/versions/{version}.json"))
 
-    def snapshot(self, partitions: dict[str, Path], meta: dict[str, Any], dataset: str = DEFAULT_DATASET, *,
-                 sources: dict[str, str] | None = None) -> dict[str, Any]:
+    def snapshot(
+        self,
+        partitions: dict[str, Path],
+        meta: dict[str, Any],
+        dataset: str = DEFAULT_DATASET,
+        *,
+        sources: dict[str, str] | None = None,
+    ) -> dict[str, Any]:
         """Add labeled partitions ({batch_id: parquet file}) as a new data version: the current
         version's partitions plus these. Only the new files are hashed and pushed.
 
@@ -55,8 +62,10 @@ class DataVersions(RepoBase):
             current = state["current_data"]
             parent = self.data_version_info(current) if current else {"partitions": [], "dataset": dataset}
             if parent["dataset"] != dataset:
-                raise RegistryError(f"this registry holds dataset {parent['dataset']!r}, not {dataset!r}: "
-                                    f"use another SLUICE_HOME for another dataset")
+                raise RegistryError(
+                    f"this registry holds dataset {parent['dataset']!r}, not {dataset!r}: "
+                    f"use another SLUICE_HOME for another dataset"
+                )
             parts = parent["partitions"]
             have = {p["batch_id"] for p in parts}
             if set(partitions) <= have:
@@ -73,37 +82,50 @@ class DataVersions(RepoBase):
                 rel = Path("data") / dataset / f"{batch_id}.parquet"
                 dest = self.root / rel
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.unlink(missing_ok=True)        # never write through a hardlink into the cache
+                dest.unlink(missing_ok=True)  # never write through a hardlink into the cache
                 shutil.copyfile(src, dest)
                 targets[batch_id] = rel
             with self._dvc() as repo:
                 repo.add([str(self.root / rel) for rel in targets.values()])
             rows = meta.get("rows_by_batch", {})
-            new = [{"batch_id": b, "path": str(rel), "md5": _dvc_md5(self.root / f"{rel}.dvc"), "rows": rows.get(b),
-                    **({"source_sha256": sources[b]} if sources and sources.get(b) else {})}
-                   for b, rel in targets.items()]
-            info = {"version": version, "dataset": dataset, "parent": current, "partitions": [*parts, *new],
-                    "created_at": datetime.now(timezone.utc).isoformat(),
-                    **{k: v for k, v in meta.items() if k != "rows_by_batch"}}
+            new = [
+                {
+                    "batch_id": b,
+                    "path": str(rel),
+                    "md5": _dvc_md5(self.root / f"{rel}.dvc"),
+                    "rows": rows.get(b),
+                    **({"source_sha256": sources[b]} if sources and sources.get(b) else {}),
+                }
+                for b, rel in targets.items()
+            ]
+            info = {
+                "version": version,
+                "dataset": dataset,
+                "parent": current,
+                "partitions": [*parts, *new],
+                "created_at": datetime.now(timezone.utc).isoformat(),
+                **{k: v for k, v in meta.items() if k != "rows_by_batch"},
+            }
             info["total_rows"] = sum(p.get("rows") or 0 for p in info["partitions"])
             atomic_write_json(self.root / "data" / "versions" / f"{version}.json", info)
             state["current_data"] = version
             self._write_state(state)
             self._audit("snapshot", data_version=version, previous=current, batches=sorted(partitions))
             commit = self._commit(f"{version}: add partition(s) {', '.join(sorted(partitions))}", tag=version)
-            self._push([str(self.root / rel) for rel in targets.values()])   # only what is new
+            self._push([str(self.root / rel) for rel in targets.values()])  # only what is new
             log(f"registry: {version} tagged at {commit[:10]} with {len(info['partitions'])} partitions, pushed")
             return {"data_version": version, "created": True, "commit": commit, **info}
 
     @staticmethod
-    def _check_same_content(partitions: dict[str, Path], sources: dict[str, str], parts: list[dict[str, Any]],
-                            current: str | None) -> None:
+    def _check_same_content(
+        partitions: dict[str, Path], sources: dict[str, str], parts: list[dict[str, Any]], current: str | None
+    ) -> None:
         recorded = {p["batch_id"]: p for p in parts}
         for batch_id, path in partitions.items():
             part = recorded[batch_id]
             if part.get("source_sha256") and sources.get(batch_id):
                 same, what = part["source_sha256"] == sources[batch_id], "delivered file's sha256"
-            elif sources.get(batch_id):        # a version recorded before source hashes: no way to tell
+            elif sources.get(batch_id):  # a version recorded before source hashes: no way to tell
                 log(f"registry: {batch_id} in {current} has no recorded source hash; taking it as the same batch")
                 continue
             else:
@@ -112,7 +134,8 @@ class DataVersions(RepoBase):
                 raise RegistryError(
                     f"batch {batch_id} is already in {current} with other content (the {what} differs): a "
                     f"corrected re-delivery is not taken under a known batch id, and the versioned original is "
-                    f"kept. Deliver it under a new batch id (e.g. {batch_id}-r2), or remove it from landing/")
+                    f"kept. Deliver it under a new batch id (e.g. {batch_id}-r2), or remove it from landing/"
+                )
 
     def open_data_version(self, version: str, repo_url: str | None = None) -> tuple[Any, dict[str, Any]]:
         """(a DVC filesystem at the version's tag, the version's metadata): read partitions with

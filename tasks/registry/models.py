@@ -11,6 +11,7 @@ rollback, or a challenger retired by rollback_canary).
 `promote` and `rollback` also set the serving state (serving.py): the champion is the prod
 model and any challenger is cleared.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -72,8 +73,13 @@ class ModelVersions(RepoBase):
             digests = {name: file_digest(folder / name) for name in sorted(artifacts)}
             with self._dvc() as repo:
                 repo.add(str(folder))
-            info = {"version": version, "run_id": run_id, "artifacts": digests,
-                    "created_at": datetime.now(timezone.utc).isoformat(), **lineage}
+            info = {
+                "version": version,
+                "run_id": run_id,
+                "artifacts": digests,
+                "created_at": datetime.now(timezone.utc).isoformat(),
+                **lineage,
+            }
             atomic_write_json(self.root / "models" / f"{version}.json", info)
             state = self.state()
             state["models"][version] = {"stage": "candidate"}
@@ -111,17 +117,27 @@ class ModelVersions(RepoBase):
         The sha256 comes from the model record; a record made before they were recorded has the
         registered file hashed. Refused if the version has no such artifact."""
         check_artifact_name(artifact)
-        recorded = self.model_version_info(version).get("artifacts")     # a dict; a list in old records
+        recorded = self.model_version_info(version).get("artifacts")  # a dict; a list in old records
         path = self.model_path(version, artifact)
-        listed = recorded is None or artifact in recorded                 # no list at all: trust the folder
+        listed = recorded is None or artifact in recorded  # no list at all: trust the folder
         if not listed or (not isinstance(recorded, dict) and not path.is_file()):
-            raise RegistryError(f"model version {version} has no artifact {artifact!r} "
-                                f"(has: {', '.join(sorted(recorded or [])) or 'none'})")
+            raise RegistryError(
+                f"model version {version} has no artifact {artifact!r} "
+                f"(has: {', '.join(sorted(recorded or [])) or 'none'})"
+            )
         sha = recorded[artifact]["sha256"] if isinstance(recorded, dict) else file_digest(path)["sha256"]
         return {"model_version": version, "artifact": f"models/{version}/{artifact}", "sha256": sha}
 
-    def promote(self, version: str, reason: str, artifact: str = SERVED_ARTIFACT,
-                who: str | None = None, *, expect_champion: Any = ANY, expect_data: Any = ANY) -> dict[str, Any]:
+    def promote(
+        self,
+        version: str,
+        reason: str,
+        artifact: str = SERVED_ARTIFACT,
+        who: str | None = None,
+        *,
+        expect_champion: Any = ANY,
+        expect_data: Any = ANY,
+    ) -> dict[str, Any]:
         """Move the prod pointer to `version`: the previous prod becomes archived, and the serving
         state becomes champion=version, no challenger (a displaced challenger is archived).
         Idempotent.
@@ -146,15 +162,22 @@ class ModelVersions(RepoBase):
             state["models"].setdefault(version, {})["stage"] = "prod"
             state["prod_model"], state["serving"] = version, serving
             self._write_state(state)
-            self._audit("promote", who=who, model_version=version, previous=previous, challenger=challenger,
-                        artifact=artifact, reason=reason)
+            self._audit(
+                "promote",
+                who=who,
+                model_version=version,
+                previous=previous,
+                challenger=challenger,
+                artifact=artifact,
+                reason=reason,
+            )
             commit = self._commit(f"promote {version} to prod (was {previous}): {reason}")
             log(f"registry: prod model {previous} -> {version}")
-            return {"prod_model": version, "previous": previous, "changed": True, "commit": commit,
-                    "serving": serving}
+            return {"prod_model": version, "previous": previous, "changed": True, "commit": commit, "serving": serving}
 
-    def rollback_to_prod_lineage(self, reason: str, who: str | None = None, *,
-                                 expect_prod: Any = ANY, expect_data: Any = ANY) -> dict[str, Any]:
+    def rollback_to_prod_lineage(
+        self, reason: str, who: str | None = None, *, expect_prod: Any = ANY, expect_data: Any = ANY
+    ) -> dict[str, Any]:
         """After a rejected challenger: prod stays, and the data pointer returns to the version
         prod was trained on, so data and model move back together. No prod yet: nothing changes.
 
@@ -169,12 +192,18 @@ class ModelVersions(RepoBase):
             if prod is None:
                 return {"changed": False, "reason": "no prod model yet: nothing to roll back to"}
             lineage = self.model_version_info(prod)["data_version"]
-            if state["current_data"] != lineage:          # already there (a retry): nothing to compare
+            if state["current_data"] != lineage:  # already there (a retry): nothing to compare
                 check_expected(state, action, current_data=expect_data)
             return self._rollback(lineage, prod, reason, who, None)
 
-    def rollback(self, data_version: str | None, model_version: str | None, reason: str,
-                 who: str | None = None, artifact: str | None = None) -> dict[str, Any]:
+    def rollback(
+        self,
+        data_version: str | None,
+        model_version: str | None,
+        reason: str,
+        who: str | None = None,
+        artifact: str | None = None,
+    ) -> dict[str, Any]:
         """Put the current-data pointer, the prod model and the serving state back, as one commit.
 
         Either version may be None (that pointer stays). Both are validated before anything
@@ -182,7 +211,7 @@ class ModelVersions(RepoBase):
         default: the champion's current one if the model stays, else SERVED_ARTIFACT) and any
         challenger is retired (stage rolled_back). Running it again is a no-op (`changed: False`).
         """
-        problems = []                      # every problem at once: a missing reason must not hide a bad version
+        problems = []  # every problem at once: a missing reason must not hide a bad version
         if data_version is None and model_version is None:
             problems.append("rollback needs a data version, a model version, or both")
         for kind, version in (("data", data_version), ("model", model_version)):
@@ -200,23 +229,33 @@ class ModelVersions(RepoBase):
         with self.transaction():
             return self._rollback(data_version, model_version, reason, who, artifact)
 
-    def _rollback(self, data_version: str | None, model_version: str | None, reason: str, who: str | None,
-                  artifact: str | None) -> dict[str, Any]:
+    def _rollback(
+        self, data_version: str | None, model_version: str | None, reason: str, who: str | None, artifact: str | None
+    ) -> dict[str, Any]:
         """`rollback`'s move, inside a transaction the caller holds (arguments already checked)."""
         for kind, version in (("data", data_version), ("model", model_version)):
             if version is not None and version not in self.tags(kind):
-                raise RegistryError(f"cannot roll back to {version}: no such {kind} version "
-                                    f"(have: {', '.join(self.tags(kind)) or 'none'})")
+                raise RegistryError(
+                    f"cannot roll back to {version}: no such {kind} version "
+                    f"(have: {', '.join(self.tags(kind)) or 'none'})"
+                )
         state = self.state()
         before = {"data_version": state["current_data"], "model_version": state["prod_model"]}
-        after = {"data_version": data_version or before["data_version"],
-                 "model_version": model_version or before["model_version"]}
+        after = {
+            "data_version": data_version or before["data_version"],
+            "model_version": model_version or before["model_version"],
+        }
         champion = state["serving"]["champion"]
         if artifact is None:
             same = champion and champion["model_version"] == after["model_version"]
             artifact = champion["artifact"].rsplit("/", 1)[-1] if same else SERVED_ARTIFACT
-        serving = serving_state({"serving": {
-            "champion": self._pointer(after["model_version"], artifact) if after["model_version"] else None}})
+        serving = serving_state(
+            {
+                "serving": {
+                    "champion": self._pointer(after["model_version"], artifact) if after["model_version"] else None
+                }
+            }
+        )
         if before == after and state["serving"] == serving:
             log(f"registry: already at {after}; nothing to roll back")
             return {"changed": False, "from": before, "to": after}
@@ -233,5 +272,11 @@ class ModelVersions(RepoBase):
         self._audit("rollback", who=who, reason=reason, challenger=challenger, **{"from": before, "to": after})
         commit = self._commit(f"rollback to {after['data_version']} / {after['model_version']}: {reason}")
         log(f"registry: rolled back {before} -> {after} ({reason})")
-        return {"changed": True, "from": before, "to": after, "commit": commit, "serving": serving,
-                "retired_challenger": challenger if challenger != after["model_version"] else None}
+        return {
+            "changed": True,
+            "from": before,
+            "to": after,
+            "commit": commit,
+            "serving": serving,
+            "retired_challenger": challenger if challenger != after["model_version"] else None,
+        }

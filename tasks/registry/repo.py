@@ -5,6 +5,7 @@ repository once), then `recover()` (finish or undo what a killed transaction lef
 the caller's work, which ends in one `_commit()`. For a new version the tag is the commit
 point (see `_commit` and `recover`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -52,11 +53,16 @@ def check_expected(state: dict[str, Any], action: str, **expected: Any) -> None:
     """Compare-and-set: refuse `action` (RegistryError naming what moved) when a pointer is not what
     the caller read. expected: prod_model=..., current_data=... (ANY: not checked)."""
     names = {"prod_model": "the prod model", "current_data": "the current data version"}
-    moved = [f"{names[k]} is {state.get(k) or 'none'}, not {v or 'none'}"
-             for k, v in expected.items() if v is not ANY and state.get(k) != v]
+    moved = [
+        f"{names[k]} is {state.get(k) or 'none'}, not {v or 'none'}"
+        for k, v in expected.items()
+        if v is not ANY and state.get(k) != v
+    ]
     if moved:
-        raise RegistryError(f"{action} refused: {' and '.join(moved)} as this run read it; "
-                            f"the registry moved since (an operator rollback?), so nothing was changed")
+        raise RegistryError(
+            f"{action} refused: {' and '.join(moved)} as this run read it; "
+            f"the registry moved since (an operator rollback?), so nothing was changed"
+        )
 
 
 def check_version(kind: str, version: str) -> str:
@@ -72,10 +78,15 @@ def code_commit() -> str:
     if commit := Settings.from_env().code_commit:
         return commit
     try:
-        sha = subprocess.run(["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
-                               capture_output=True, text=True, check=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "rev-parse", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(REPO_ROOT), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (subprocess.CalledProcessError, FileNotFoundError):
         return "unknown"
@@ -135,7 +146,7 @@ class RepoBase:
         self.git("config", "user.name", "sluice-pipeline")
         self.git("config", "user.email", "pipeline@sluice.invalid")
         if not (self.root / ".dvc").is_dir():
-            with contextlib.redirect_stdout(io.StringIO()):   # keep DVC's banner out of the step's JSON output
+            with contextlib.redirect_stdout(io.StringIO()):  # keep DVC's banner out of the step's JSON output
                 Repo.init(str(self.root))
         # The remote is configured before the first tag (dvc push --all-tags skips earlier ones).
         # Its address is committed (clones and training pods read through it); credentials never
@@ -174,7 +185,7 @@ class RepoBase:
                 self.git("update-ref", "refs/heads/main", commit, head)
                 head, rolled_forward = commit, True
         if not (rolled_forward or self.git("status", "--porcelain")):
-            return                              # the common case: the last transaction finished
+            return  # the common case: the last transaction finished
         if not rolled_forward:
             log("registry: discarding changes of an interrupted transaction")
         self.git("reset", "-q", "--hard", "HEAD")
@@ -223,12 +234,25 @@ class RepoBase:
         remote = self.settings.registry_git_remote
         if not remote:
             return
-        proc = subprocess.run(["git", "-C", str(self.root), "push", "--quiet", remote,
-                               "refs/heads/main:refs/heads/main", "refs/tags/*:refs/tags/*"],
-                              capture_output=True, text=True)
+        proc = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(self.root),
+                "push",
+                "--quiet",
+                remote,
+                "refs/heads/main:refs/heads/main",
+                "refs/tags/*:refs/tags/*",
+            ],
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
-            raise MirrorError(f"committed, but the push to the registry mirror {remote} failed (a retry pushes "
-                              f"again): {proc.stderr.strip() or proc.stdout.strip()}")
+            raise MirrorError(
+                f"committed, but the push to the registry mirror {remote} failed (a retry pushes "
+                f"again): {proc.stderr.strip() or proc.stdout.strip()}"
+            )
 
     # ---- state, tags, audit -----------------------------------------------------
     def state(self) -> dict[str, Any]:
@@ -240,9 +264,12 @@ class RepoBase:
             if not path.exists():
                 return json.loads(json.dumps(EMPTY_STATE))
             return {**EMPTY_STATE, **json.loads(path.read_text())}
-        proc = subprocess.run(["git", "-C", str(self.root), "show", "HEAD:registry.json"], capture_output=True,
-                              text=True) if (self.root / ".git").is_dir() else None
-        if proc is None or proc.returncode != 0:      # no repository, or no first commit yet
+        proc = (
+            subprocess.run(["git", "-C", str(self.root), "show", "HEAD:registry.json"], capture_output=True, text=True)
+            if (self.root / ".git").is_dir()
+            else None
+        )
+        if proc is None or proc.returncode != 0:  # no repository, or no first commit yet
             return json.loads(json.dumps(EMPTY_STATE))
         return {**EMPTY_STATE, **json.loads(proc.stdout)}
 
@@ -271,7 +298,11 @@ class RepoBase:
             return self._commit(f"audit: {action}" + (f" {subject}" if subject else ""))
 
     def _audit(self, action: str, who: str | None = None, **fields: Any) -> None:
-        entry = {"at": datetime.now(timezone.utc).isoformat(), "who": who or getpass.getuser(), "action": action,
-                 **fields}
+        entry = {
+            "at": datetime.now(timezone.utc).isoformat(),
+            "who": who or getpass.getuser(),
+            "action": action,
+            **fields,
+        }
         with open(self.root / "audit.jsonl", "a") as f:
             f.write(json.dumps(entry, sort_keys=True) + "\n")

@@ -12,13 +12,14 @@ Pure functions only (no git, no DVC): the server can read a registry.json with `
 Registries written before canaries had `{"model_version", "artifact"}` (or null) here;
 `serving_state` reads those as a champion with no challenger (sha256 null).
 """
+
 from __future__ import annotations
 
 from typing import Any
 
 from tasks.registry.repo import RegistryError
 
-SERVED_ARTIFACT = "model.int8.onnx"     # the default artifact served (the compression step will choose)
+SERVED_ARTIFACT = "model.int8.onnx"  # the default artifact served (the compression step will choose)
 MODES = ("split", "shadow")
 
 
@@ -26,7 +27,7 @@ def serving_state(state: dict[str, Any] | None) -> dict[str, Any]:
     """The serving value of a registry state (registry.json) in the current shape; an old-format
     or missing value is normalized. Never raises on a missing key; never changes `state`."""
     raw = (state or {}).get("serving") or {}
-    if "champion" not in raw and raw.get("model_version"):          # the pre-canary shape
+    if "champion" not in raw and raw.get("model_version"):  # the pre-canary shape
         raw = {"champion": raw}
     challenger = _pointer(raw.get("challenger"))
     return {
@@ -41,14 +42,23 @@ def _pointer(p: dict[str, Any] | None) -> dict[str, Any] | None:
     if not p or not p.get("model_version"):
         return None
     version = p["model_version"]
-    return {"model_version": version, "artifact": p.get("artifact") or f"models/{version}/{SERVED_ARTIFACT}",
-            "sha256": p.get("sha256")}
+    return {
+        "model_version": version,
+        "artifact": p.get("artifact") or f"models/{version}/{SERVED_ARTIFACT}",
+        "sha256": p.get("sha256"),
+    }
 
 
 def check_artifact_name(name: str) -> str:
     """An artifact is a plain file name inside its version's folder (no path, no '..')."""
-    if not isinstance(name, str) or not name or "/" in name or "\\" in name or name in (".", "..") \
-            or name.startswith("."):
+    if (
+        not isinstance(name, str)
+        or not name
+        or "/" in name
+        or "\\" in name
+        or name in (".", "..")
+        or name.startswith(".")
+    ):
         raise RegistryError(f"{name!r} is not an artifact name (a file name such as {SERVED_ARTIFACT})")
     return name
 

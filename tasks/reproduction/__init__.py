@@ -9,6 +9,7 @@
 
 Nothing here changes what is served: the only registry write is one audit line per reproduction.
 """
+
 from tasks.reproduction.plan import Plan, ReproductionError, make_plan
 from tasks.reproduction.run import TOLERANCE, ReproduceRecord, reproduce_model
 

@@ -4,12 +4,13 @@ below resolves to that commit's code. Writes model.fp32.onnx and model.served.on
 step made them (the fp32 export, then the recorded chain on it) and rebuild.json (where `tasks`
 came from). Imports only what the compress step itself uses.
 """
+
 import json
 import sys
 from pathlib import Path
 
 if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)                 # this folder is not a package root: never shadow anything
+    sys.path.pop(0)  # this folder is not a package root: never shadow anything
 
 
 def main(spec_path: str) -> int:
@@ -42,8 +43,9 @@ def main(spec_path: str) -> int:
     served = apply_chain(model, spec["chain"], data, work, parent=base) if spec["chain"] else base
     shutil.copyfile(base.onnx_path, out / "model.fp32.onnx")
     shutil.copyfile(served.onnx_path, out / "model.served.onnx")
-    (out / "rebuild.json").write_text(json.dumps({"tasks_from": str(Path(tasks.__file__).resolve().parent),
-                                                  "served": served.name}))
+    (out / "rebuild.json").write_text(
+        json.dumps({"tasks_from": str(Path(tasks.__file__).resolve().parent), "served": served.name})
+    )
     return 0
 
 

@@ -14,6 +14,7 @@
 6. The verdict: identical / within tolerance / differs, with the inputs that differed (library
    versions, device, world size, a dirty recorded checkout); one audit line in the registry.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -44,14 +45,15 @@ RECORDED_METRICS = {"torch": "torch", "fp32": "onnx_fp32", "served": "onnx_serve
 
 class ReproduceRecord(GateRecord):
     """A reproduction's verdict (passed: identical or within tolerance)."""
+
     model_version: str
-    verdict: str                         # identical | within tolerance | differs
+    verdict: str  # identical | within tolerance | differs
     summary: str
     inputs_differed: list[dict[str, Any]]
     """Each input that was not as recorded: {input, recorded, now}."""
-    weights: dict[str, Any]              # identical, max_abs
-    outputs: dict[str, Any]              # per artifact (fp32, served): identical, max_abs on the gold test set
-    metrics: dict[str, Any]              # per model (torch, fp32, served): recorded, reproduced, max_abs_diff
+    weights: dict[str, Any]  # identical, max_abs
+    outputs: dict[str, Any]  # per artifact (fp32, served): identical, max_abs on the gold test set
+    metrics: dict[str, Any]  # per model (torch, fp32, served): recorded, reproduced, max_abs_diff
     tolerance: dict[str, float]
     code_commit: str
     data_version: str
@@ -60,7 +62,7 @@ class ReproduceRecord(GateRecord):
     world_size: int
     device: str
     depth: int
-    parents: list[dict[str, Any]]        # the parents reproduced first (depth > 0): their verdicts
+    parents: list[dict[str, Any]]  # the parents reproduced first (depth > 0): their verdicts
     audit_commit: str | None
     out: str
 
@@ -71,12 +73,14 @@ def worktree(repo: Path, commit: str) -> Iterator[Path]:
     """A detached `git worktree` of `repo` at `commit` in a temporary folder, removed afterwards."""
     parent = Path(tempfile.mkdtemp(prefix="sluice-reproduce-"))
     tree = parent / "src"
-    proc = subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", "--quiet", str(tree), commit],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        ["git", "-C", str(repo), "worktree", "add", "--detach", "--quiet", str(tree), commit],
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
         shutil.rmtree(parent, ignore_errors=True)
-        raise ReproductionError(f"cannot check out code commit {commit} in a worktree of {repo}: "
-                                f"{proc.stderr.strip()}")
+        raise ReproductionError(f"cannot check out code commit {commit} in a worktree of {repo}: {proc.stderr.strip()}")
     try:
         yield tree
     finally:
@@ -90,10 +94,17 @@ def worktree_env(settings: Settings, tree: Path) -> dict[str, str]:
     same state (SLUICE_*), and the local backend's launcher settings (tasks/training/local.py)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
     env.update(settings.child_env())
-    env.pop("SLUICE_PARAMS", None)                 # params travel explicitly (the recorded ones)
+    env.pop("SLUICE_PARAMS", None)  # params travel explicitly (the recorded ones)
     env.pop("SLUICE_CODE_COMMIT", None)
-    env.update({"PYTHONPATH": str(tree), "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo",
-                "PYTHONUNBUFFERED": "1", "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+    env.update(
+        {
+            "PYTHONPATH": str(tree),
+            "OMP_NUM_THREADS": "1",
+            "GLOO_SOCKET_IFNAME": "lo",
+            "PYTHONUNBUFFERED": "1",
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        }
+    )
     return env
 
 
@@ -107,37 +118,63 @@ def pick_device(plan: Plan) -> str:
     return plan.device
 
 
-def train_in_worktree(settings: Settings, plan: Plan, tree: Path, out: Path, world_size: int, device: str,
-                      init_from: str | None, timeout_s: float = 3600) -> None:
+def train_in_worktree(
+    settings: Settings,
+    plan: Plan,
+    tree: Path,
+    out: Path,
+    world_size: int,
+    device: str,
+    init_from: str | None,
+    timeout_s: float = 3600,
+) -> None:
     from tasks.training.local import torchrun_command
 
     p = plan.params.train
-    p = p.replace(nproc=world_size, device=device if p.device == "auto" else p.device,
-                  batch_size=max(p.batch_size, world_size))
-    shutil.rmtree(out, ignore_errors=True)         # never resume from anything: a clean training
+    p = p.replace(
+        nproc=world_size, device=device if p.device == "auto" else p.device, batch_size=max(p.batch_size, world_size)
+    )
+    shutil.rmtree(out, ignore_errors=True)  # never resume from anything: a clean training
     store = out / "dist-store"
     store.mkdir(parents=True)
     cmd = torchrun_command(plan.data_version, str(out), p, store, max_restarts=0, init_from=init_from)
     log(f"reproduce {plan.model_version}: training at {plan.commit[:10]} ({world_size} process(es), {device})")
     proc = subprocess.run(cmd, cwd=tree, env=worktree_env(settings, tree), timeout=timeout_s, start_new_session=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"reproducing {plan.model_version}: torchrun exited with {proc.returncode} "
-                           f"(the engine of commit {plan.commit[:10]}; see its lines above)")
+        raise RuntimeError(
+            f"reproducing {plan.model_version}: torchrun exited with {proc.returncode} "
+            f"(the engine of commit {plan.commit[:10]}; see its lines above)"
+        )
 
 
-def rebuild_in_worktree(settings: Settings, plan: Plan, tree: Path, model: Path, out: Path,
-                        timeout_s: float = 1800) -> dict[str, Any]:
-    spec = {"model": str(model), "out": str(out), "data_version": plan.data_version,
-            "dataset_module": plan.params.dataset.module, "chain": plan.chain,
-            "tune_rows": plan.params.compress.tune_rows, "seed": plan.params.compress.seed}
+def rebuild_in_worktree(
+    settings: Settings, plan: Plan, tree: Path, model: Path, out: Path, timeout_s: float = 1800
+) -> dict[str, Any]:
+    spec = {
+        "model": str(model),
+        "out": str(out),
+        "data_version": plan.data_version,
+        "dataset_module": plan.params.dataset.module,
+        "chain": plan.chain,
+        "tune_rows": plan.params.compress.tune_rows,
+        "seed": plan.params.compress.seed,
+    }
     out.mkdir(parents=True, exist_ok=True)
     spec_path = out / "rebuild-spec.json"
     atomic_write_json(spec_path, spec)
-    proc = subprocess.run([sys.executable, str(Path(__file__).with_name("rebuild.py")), str(spec_path)], cwd=tree,
-                          env=worktree_env(settings, tree), timeout=timeout_s, capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, str(Path(__file__).with_name("rebuild.py")), str(spec_path)],
+        cwd=tree,
+        env=worktree_env(settings, tree),
+        timeout=timeout_s,
+        capture_output=True,
+        text=True,
+    )
     if proc.returncode != 0:
-        raise RuntimeError(f"reproducing {plan.model_version}: export and compression ({plan.chosen}) with the code "
-                           f"of {plan.commit[:10]} failed: {proc.stderr.strip()[-2000:]}")
+        raise RuntimeError(
+            f"reproducing {plan.model_version}: export and compression ({plan.chosen}) with the code "
+            f"of {plan.commit[:10]} failed: {proc.stderr.strip()[-2000:]}"
+        )
     done = json.loads((out / "rebuild.json").read_text())
     if Path(done["tasks_from"]).resolve() != (tree / "tasks").resolve():
         raise RuntimeError(f"the rebuild imported tasks from {done['tasks_from']}, not the worktree {tree}")
@@ -176,8 +213,9 @@ def predict_pt(path: Path, X: np.ndarray) -> np.ndarray:
         return torch.sigmoid(load_model(str(path))(torch.from_numpy(X))).double().numpy().reshape(-1)
 
 
-def compare_outputs(settings: Settings, plan: Plan, recorded: dict[str, Path], reproduced: dict[str, Path]
-                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+def compare_outputs(
+    settings: Settings, plan: Plan, recorded: dict[str, Path], reproduced: dict[str, Path]
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """ONNX outputs on the gold test set (recorded file vs reproduced file) and the metrics of the
     reproduced models against the recorded ones."""
     import pandas as pd
@@ -195,13 +233,19 @@ def compare_outputs(settings: Settings, plan: Plan, recorded: dict[str, Path], r
         now = predict(reproduced[name], X)
         if name != "torch":
             before = predict(recorded[name], X)
-            outputs[name] = {"identical": bool(np.array_equal(before, now)),
-                             "max_abs": float(np.abs(before - now).max()) if len(now) else 0.0, "rows": len(now)}
+            outputs[name] = {
+                "identical": bool(np.array_equal(before, now)),
+                "max_abs": float(np.abs(before - now).max()) if len(now) else 0.0,
+                "rows": len(now),
+            }
         q = classification_metrics(y, now)
         was = recorded_metrics.get(RECORDED_METRICS[name]) or {}
         diffs = [abs(q[k] - was[k]) for k in METRICS if was.get(k) is not None and q.get(k) is not None]
-        metrics[name] = {"recorded": {k: was.get(k) for k in METRICS}, "reproduced": {k: q[k] for k in METRICS},
-                         "max_abs_diff": max(diffs) if diffs else None}
+        metrics[name] = {
+            "recorded": {k: was.get(k) for k in METRICS},
+            "reproduced": {k: q[k] for k in METRICS},
+            "max_abs_diff": max(diffs) if diffs else None,
+        }
     return outputs, metrics
 
 
@@ -218,8 +262,13 @@ def inputs_differed(plan: Plan, world_size: int, device: str) -> list[dict[str, 
         if name in now and now[name] != was:
             out.append({"input": f"library version {name}", "recorded": was, "now": now[name]})
     if plan.dirty:
-        out.append({"input": "code", "recorded": f"{plan.commit}-dirty",
-                    "now": f"{plan.commit} (the recorded checkout's local changes are not in any commit)"})
+        out.append(
+            {
+                "input": "code",
+                "recorded": f"{plan.commit}-dirty",
+                "now": f"{plan.commit} (the recorded checkout's local changes are not in any commit)",
+            }
+        )
     return out
 
 
@@ -236,16 +285,24 @@ def judge(weights: dict, outputs: dict, metrics: dict) -> tuple[str, list[str]]:
             diffs.append(f"{name} metrics (max |d| {m['max_abs_diff']:.3g})")
     if not diffs:
         return "identical", diffs
-    within = (outputs["fp32"]["max_abs"] <= TOLERANCE["fp32_outputs"]
-              and all(m["max_abs_diff"] is not None and m["max_abs_diff"] <= TOLERANCE["metrics"]
-                      for m in metrics.values()))
+    within = outputs["fp32"]["max_abs"] <= TOLERANCE["fp32_outputs"] and all(
+        m["max_abs_diff"] is not None and m["max_abs_diff"] <= TOLERANCE["metrics"] for m in metrics.values()
+    )
     return ("within tolerance" if within else "differs"), diffs
 
 
 # ---- the whole ----------------------------------------------------------------------------------
-def reproduce_model(settings: Settings, version: str, *, depth: int = 0, work_dir: Path | None = None,
-                    world_size: int | None = None, repo: Path = REPO_ROOT, audit: bool = True,
-                    who: str | None = None) -> ReproduceRecord:
+def reproduce_model(
+    settings: Settings,
+    version: str,
+    *,
+    depth: int = 0,
+    work_dir: Path | None = None,
+    world_size: int | None = None,
+    repo: Path = REPO_ROOT,
+    audit: bool = True,
+    who: str | None = None,
+) -> ReproduceRecord:
     """Rebuild `version` from its record and compare it with the registered artifacts.
 
     `depth`: how many warm-start parents to reproduce first (0: read the recorded parent's weights
@@ -264,10 +321,13 @@ def reproduce_model(settings: Settings, version: str, *, depth: int = 0, work_di
     parents: list[dict[str, Any]] = []
     init_from = plan.warm_start
     if plan.warm_start and depth > 0:
-        parent = reproduce_model(settings, plan.warm_start, depth=depth - 1, work_dir=work / "parent", repo=repo,
-                                 audit=False, who=who)
-        parents = [{"model_version": parent.model_version, "verdict": parent.verdict, "summary": parent.summary},
-                   *parent.parents]
+        parent = reproduce_model(
+            settings, plan.warm_start, depth=depth - 1, work_dir=work / "parent", repo=repo, audit=False, who=who
+        )
+        parents = [
+            {"model_version": parent.model_version, "verdict": parent.verdict, "summary": parent.summary},
+            *parent.parents,
+        ]
         init_from = str(Path(parent.out) / "train" / "model.pt")
     world = world_size or plan.world_size
     device = pick_device(plan)
@@ -281,8 +341,11 @@ def reproduce_model(settings: Settings, version: str, *, depth: int = 0, work_di
     with worktree(Path(repo), plan.commit) as tree:
         train_in_worktree(settings, plan, tree, work / "train", world, device, init_from)
         rebuild_in_worktree(settings, plan, tree, work / "train" / "model.pt", work / "compress")
-    reproduced = {"torch": work / "train" / "model.pt", "fp32": work / "compress" / "model.fp32.onnx",
-                  "served": work / "compress" / "model.served.onnx"}
+    reproduced = {
+        "torch": work / "train" / "model.pt",
+        "fp32": work / "compress" / "model.fp32.onnx",
+        "served": work / "compress" / "model.served.onnx",
+    }
 
     weights = compare_weights(recorded["torch"], reproduced["torch"])
     outputs, metrics = compare_outputs(settings, plan, recorded, reproduced)
@@ -292,8 +355,9 @@ def reproduce_model(settings: Settings, version: str, *, depth: int = 0, work_di
     if diffs:
         summary += "; differs in " + ", ".join(diffs)
     if changed:
-        summary += "; inputs that differed: " + ", ".join(f"{c['input']} {c['recorded']} -> {c['now']}"
-                                                          for c in changed)
+        summary += "; inputs that differed: " + ", ".join(
+            f"{c['input']} {c['recorded']} -> {c['now']}" for c in changed
+        )
     elif verdict != "identical":
         summary += "; no recorded input differed"
     if verdict == "within tolerance":
@@ -302,13 +366,39 @@ def reproduce_model(settings: Settings, version: str, *, depth: int = 0, work_di
     audit_commit = None
     if audit:
         audit_commit = registry.record_audit(
-            "reproduce", who=who, model_version=version, verdict=verdict, code_commit=plan.commit, depth=depth,
-            inputs_differed=[c["input"] for c in changed], weights_identical=weights["identical"],
-            weights_max_abs=weights["max_abs"], world_size=world, device=device, summary=summary)
+            "reproduce",
+            who=who,
+            model_version=version,
+            verdict=verdict,
+            code_commit=plan.commit,
+            depth=depth,
+            inputs_differed=[c["input"] for c in changed],
+            weights_identical=weights["identical"],
+            weights_max_abs=weights["max_abs"],
+            world_size=world,
+            device=device,
+            summary=summary,
+        )
     rec = ReproduceRecord(
-        passed=verdict != "differs", model_version=version, verdict=verdict, summary=summary,
-        inputs_differed=changed, weights=weights, outputs=outputs, metrics=metrics, tolerance=TOLERANCE,
-        code_commit=plan.commit, data_version=plan.data_version, warm_start=plan.warm_start, init_from=init_from,
-        world_size=world, device=device, depth=depth, parents=parents, audit_commit=audit_commit, out=str(work))
+        passed=verdict != "differs",
+        model_version=version,
+        verdict=verdict,
+        summary=summary,
+        inputs_differed=changed,
+        weights=weights,
+        outputs=outputs,
+        metrics=metrics,
+        tolerance=TOLERANCE,
+        code_commit=plan.commit,
+        data_version=plan.data_version,
+        warm_start=plan.warm_start,
+        init_from=init_from,
+        world_size=world,
+        device=device,
+        depth=depth,
+        parents=parents,
+        audit_commit=audit_commit,
+        out=str(work),
+    )
     atomic_write_json(work / "reproduce.json", json_safe(rec.model_dump(mode="json")))
     return rec

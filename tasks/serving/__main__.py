@@ -6,6 +6,7 @@ $SLUICE_HOME/serving/address.json once it accepts connections, loads the registr
 state in the background (GET /v2/health/ready says when every variant is loaded and warmed),
 follows it every serving.poll_s, and stops cleanly on SIGTERM or SIGINT.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,13 +22,22 @@ from pathlib import Path
 
 
 def parse_args(argv: list[str] | None, default_host: str, default_port: int) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m tasks.serving", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m tasks.serving", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--host", default=default_host, help=f"bind address (default {default_host})")
-    parser.add_argument("--port", type=int, default=default_port,
-                        help=f"port, 0 for a free one (default {default_port}, from params serving.port)")
-    parser.add_argument("--log-level", default="warning", choices=["critical", "error", "warning", "info", "debug"],
-                        help="uvicorn's log level (the server's own lines always go to stderr)")
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=default_port,
+        help=f"port, 0 for a free one (default {default_port}, from params serving.port)",
+    )
+    parser.add_argument(
+        "--log-level",
+        default="warning",
+        choices=["critical", "error", "warning", "info", "debug"],
+        help="uvicorn's log level (the server's own lines always go to stderr)",
+    )
     args = parser.parse_args(argv)
     if not 0 <= args.port <= 65535:
         parser.error(f"--port must be in 0..65535, got {args.port}")
@@ -76,10 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     metrics = ServerMetrics()
     variants = Variants(registry.state, registry.read_model_artifact, len(dataset.FEATURE_NAMES), metrics)
     out = serving_dir(settings.home)
-    ctx = ServingContext(dataset=dataset, row_model=load_row_model(dataset), variants=variants, metrics=metrics,
-                         predlog=PredictionLog(out / LOG_NAME, int(sp.prediction_log_mb * 1024 * 1024),
-                                               sp.prediction_log_keep),
-                         max_rows=sp.max_rows, max_body_bytes=sp.max_body_bytes)
+    ctx = ServingContext(
+        dataset=dataset,
+        row_model=load_row_model(dataset),
+        variants=variants,
+        metrics=metrics,
+        predlog=PredictionLog(out / LOG_NAME, int(sp.prediction_log_mb * 1024 * 1024), sp.prediction_log_keep),
+        max_rows=sp.max_rows,
+        max_body_bytes=sp.max_body_bytes,
+    )
     app = create_app(ctx)
     follower = Follower(variants, sp.poll_s)
     stop_shadow = threading.Event()
@@ -92,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         def capture_signals(self):  # type: ignore[override]
             """uvicorn re-raises SIGTERM after its graceful shutdown, which kills the process before
             our cleanup runs (and exits -15); here a signal only asks for the graceful shutdown."""
-            previous = {s: signal.signal(s, lambda *_: self.handle_exit(s, None)) for s in (signal.SIGTERM, signal.SIGINT)}
+            previous = {
+                s: signal.signal(s, lambda signum, _frame: self.handle_exit(signum, None))
+                for s in (signal.SIGTERM, signal.SIGINT)
+            }
             try:
                 yield
             finally:
@@ -102,14 +120,24 @@ def main(argv: list[str] | None = None) -> int:
         async def startup(self, sockets=None):  # type: ignore[override]
             await super().startup(sockets=sockets)
             if not self.should_exit:
-                atomic_write_json(address_file, {"host": host, "port": port, "url": f"http://{url_host}:{port}",
-                                                 "pid": os.getpid(),
-                                                 "started_at": datetime.now(timezone.utc).isoformat()})
-                log(f"serving: listening on http://{url_host}:{port} (model {dataset.NAME!r}); "
-                    f"address in {address_file}")
+                atomic_write_json(
+                    address_file,
+                    {
+                        "host": host,
+                        "port": port,
+                        "url": f"http://{url_host}:{port}",
+                        "pid": os.getpid(),
+                        "started_at": datetime.now(timezone.utc).isoformat(),
+                    },
+                )
+                log(
+                    f"serving: listening on http://{url_host}:{port} (model {dataset.NAME!r}); "
+                    f"address in {address_file}"
+                )
 
-    config = uvicorn.Config(app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5,
-                            lifespan="off")
+    config = uvicorn.Config(
+        app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5, lifespan="off"
+    )
     server = Server(config)
     follower.start()
     shadow.start()

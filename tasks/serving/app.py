@@ -12,6 +12,7 @@ clients read) with a 4xx status for anything the caller can fix.
 (No `from __future__ import annotations` here: FastAPI reads the generated request models
 from the endpoints' annotations at route creation.)
 """
+
 import json
 import queue
 import threading
@@ -36,7 +37,7 @@ from tasks.serving.variants import LoadedModel, ScoreError, Snapshot, Variants
 PLATFORM = "onnxruntime_onnx"
 KEY_HEADER = "x-sluice-key"
 BINARY_HEADER = "inference-header-content-length"
-REQUEST_INDEX_SIZE = 200_000        # request ids remembered for feedback (about 100 B each)
+REQUEST_INDEX_SIZE = 200_000  # request ids remembered for feedback (about 100 B each)
 SHADOW_QUEUE = 256
 
 
@@ -49,6 +50,7 @@ class ApiError(Exception):
 @dataclass
 class ServingContext:
     """Everything the routes need, built once at start (see tasks/serving/__main__.py)."""
+
     dataset: Any
     row_model: Any
     variants: Variants
@@ -85,8 +87,10 @@ def describe_validation(errors: list[dict[str, Any]]) -> tuple[int, str]:
         loc = [p for p in e.get("loc", ()) if p != "body"]
         if e.get("type") == "json_invalid":
             status = 400
-            parts.append(f"malformed JSON at character {loc[0] if loc else '?'}: "
-                         f"{(e.get('ctx') or {}).get('error', e.get('msg'))}")
+            parts.append(
+                f"malformed JSON at character {loc[0] if loc else '?'}: "
+                f"{(e.get('ctx') or {}).get('error', e.get('msg'))}"
+            )
             continue
         where = ""
         for p in loc:
@@ -109,7 +113,7 @@ def parse_infer_body(body: bytes, header_length: Optional[str]) -> tuple[dict[st
         try:
             n = int(header_length)
         except ValueError:
-            raise ApiError(400, f"Inference-Header-Content-Length must be an integer, got {header_length!r}")
+            raise ApiError(400, f"Inference-Header-Content-Length must be an integer, got {header_length!r}") from None
         if not 0 < n <= len(body):
             raise ApiError(400, f"Inference-Header-Content-Length {n} is outside the body's {len(body)} bytes")
         head, tail = body[:n], body[n:]
@@ -118,7 +122,7 @@ def parse_infer_body(body: bytes, header_length: Optional[str]) -> tuple[dict[st
     try:
         req = json.loads(head)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ApiError(400, f"malformed JSON: {exc}")
+        raise ApiError(400, f"malformed JSON: {exc}") from None
     if not isinstance(req, dict):
         raise ApiError(400, "the inference request must be a JSON object")
     return req, tail
@@ -135,8 +139,11 @@ def infer_features(req: dict[str, Any], tail: bytes, input_name: str, n_features
     if t.get("datatype") != "FP32":
         raise ApiError(400, f"input {input_name!r} must be FP32, got {t.get('datatype')!r}")
     shape = t.get("shape")
-    if not (isinstance(shape, list) and len(shape) == 2 and all(isinstance(d, int) and not isinstance(d, bool)
-                                                                 for d in shape)):
+    if not (
+        isinstance(shape, list)
+        and len(shape) == 2
+        and all(isinstance(d, int) and not isinstance(d, bool) for d in shape)
+    ):
         raise ApiError(400, f"input {input_name!r} must have shape [n, {n_features}], got {shape!r}")
     n, width = shape
     if width != n_features:
@@ -149,8 +156,11 @@ def infer_features(req: dict[str, Any], tail: bytes, input_name: str, n_features
     size = params.get("binary_data_size") if isinstance(params, dict) else None
     if size is not None:
         if not isinstance(size, int) or size != n * width * 4 or len(tail) < size:
-            raise ApiError(400, f"binary_data_size {size!r} does not match shape {shape} of FP32 "
-                                f"({n * width * 4} bytes; {len(tail)} bytes follow the header)")
+            raise ApiError(
+                400,
+                f"binary_data_size {size!r} does not match shape {shape} of FP32 "
+                f"({n * width * 4} bytes; {len(tail)} bytes follow the header)",
+            )
         x = np.frombuffer(tail[:size], dtype="<f4").reshape(n, width)
     else:
         data = t.get("data")
@@ -159,7 +169,7 @@ def infer_features(req: dict[str, Any], tail: bytes, input_name: str, n_features
         try:
             x = np.asarray(data, dtype=np.float32).reshape(-1)
         except (ValueError, TypeError) as exc:
-            raise ApiError(400, f"input {input_name!r} data must be numbers: {exc}")
+            raise ApiError(400, f"input {input_name!r} data must be numbers: {exc}") from None
         if x.size != n * width:
             raise ApiError(400, f"input {input_name!r} holds {x.size} values, shape {shape} needs {n * width}")
         x = x.reshape(n, width)
@@ -192,8 +202,13 @@ class BodyLimit:
 
     async def _refuse(self, send: Any) -> None:
         body = json.dumps({"error": f"request body over the limit of {self.max_bytes} bytes"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 413,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
@@ -235,9 +250,12 @@ def create_app(ctx: ServingContext) -> FastAPI:
     name = ds.NAME
     PredictRequest = predict_request_model(ctx.row_model, ctx.max_rows)
     columns = list(ds.RAW_COLUMNS)
-    app = FastAPI(title="Sluice model server", version="1",
-                  description="Open Inference Protocol v2 + raw-row prediction for the dataset "
-                              f"{name!r}; follows the registry's serving state.")
+    app = FastAPI(
+        title="Sluice model server",
+        version="1",
+        description="Open Inference Protocol v2 + raw-row prediction for the dataset "
+        f"{name!r}; follows the registry's serving state.",
+    )
     app.add_middleware(BodyLimit, max_bytes=ctx.max_body_bytes)
     app.state.ctx = ctx
 
@@ -263,8 +281,11 @@ def create_app(ctx: ServingContext) -> FastAPI:
             raise ApiError(404, f"unknown model {model_name!r}; this server serves {name!r}")
         snap = variants.current
         if snap.champion is None:
-            raise ApiError(503, f"model {name!r} is not ready: no version loaded yet"
-                                + (f" ({variants.last_error})" if variants.last_error else ""))
+            raise ApiError(
+                503,
+                f"model {name!r} is not ready: no version loaded yet"
+                + (f" ({variants.last_error})" if variants.last_error else ""),
+            )
         return snap
 
     def pick(snap: Snapshot, key: Optional[str]) -> tuple[str, LoadedModel, Optional[LoadedModel]]:
@@ -275,22 +296,35 @@ def create_app(ctx: ServingContext) -> FastAPI:
             return CHAMPION, snap.champion, (snap.challenger if choice == CHALLENGER else None)
         return choice, snap.models[choice], None
 
-    def serve(x: np.ndarray, variant: str, model: LoadedModel, shadow: Optional[LoadedModel], endpoint: str,
-              t0: float) -> tuple[str, np.ndarray]:
+    def serve(
+        x: np.ndarray, variant: str, model: LoadedModel, shadow: Optional[LoadedModel], endpoint: str, t0: float
+    ) -> tuple[str, np.ndarray]:
         request_id = uuid.uuid4().hex
         try:
-            scores = model.predict(x)       # a NaN or infinite score raises ScoreError: never served
+            scores = model.predict(x)  # a NaN or infinite score raises ScoreError: never served
         except Exception as exc:  # noqa: BLE001 - logged against the variant, answered as a 500
             message = f"{type(exc).__name__}: {str(exc)[:300]}"
-            ctx.predlog.append([error_record(request_id, variant, model.spec.model_version,
-                                             (time.perf_counter() - t0) * 1000, False, endpoint, message)])
+            ctx.predlog.append(
+                [
+                    error_record(
+                        request_id,
+                        variant,
+                        model.spec.model_version,
+                        (time.perf_counter() - t0) * 1000,
+                        False,
+                        endpoint,
+                        message,
+                    )
+                ]
+            )
             log(f"serving: {variant} {model.spec.model_version} failed: {message}")
             what = "gave a non-finite score" if isinstance(exc, ScoreError) else "failed to score the request"
-            raise ApiError(500, f"model {model.spec.model_version} {what}", variant)
+            raise ApiError(500, f"model {model.spec.model_version} {what}", variant) from exc
         seconds = time.perf_counter() - t0
         m.observe(endpoint, variant, seconds, scores)
-        ctx.predlog.append(prediction_records(request_id, scores, variant, model.spec.model_version,
-                                              seconds * 1000, False, endpoint))
+        ctx.predlog.append(
+            prediction_records(request_id, scores, variant, model.spec.model_version, seconds * 1000, False, endpoint)
+        )
         ctx.remember(request_id, len(scores))
         if shadow is not None:
             try:
@@ -307,8 +341,15 @@ def create_app(ctx: ServingContext) -> FastAPI:
     @app.get("/v2/health/ready", tags=["v2"])
     async def ready() -> JSONResponse:
         ok = variants.ready
-        return JSONResponse({"ready": ok, "serving": variants.describe(), "pending": variants.pending is not None,
-                             "last_error": variants.last_error}, status_code=200 if ok else 503)
+        return JSONResponse(
+            {
+                "ready": ok,
+                "serving": variants.describe(),
+                "pending": variants.pending is not None,
+                "last_error": variants.last_error,
+            },
+            status_code=200 if ok else 503,
+        )
 
     @app.get("/v2", tags=["v2"])
     async def server_metadata() -> dict:
@@ -316,9 +357,13 @@ def create_app(ctx: ServingContext) -> FastAPI:
 
     def metadata(snap: Snapshot, versions: list[str]) -> dict:
         model = snap.champion
-        return {"name": name, "versions": versions, "platform": PLATFORM,
-                "inputs": [{"name": model.input_name, "datatype": "FP32", "shape": [-1, model.n_features]}],
-                "outputs": [{"name": model.output_name, "datatype": "FP32", "shape": [-1]}]}
+        return {
+            "name": name,
+            "versions": versions,
+            "platform": PLATFORM,
+            "inputs": [{"name": model.input_name, "datatype": "FP32", "shape": [-1, model.n_features]}],
+            "outputs": [{"name": model.output_name, "datatype": "FP32", "shape": [-1]}],
+        }
 
     @app.get("/v2/models/{model_name}", tags=["v2"])
     async def model_metadata(model_name: str) -> dict:
@@ -334,8 +379,9 @@ def create_app(ctx: ServingContext) -> FastAPI:
     @app.get("/v2/models/{model_name}/ready", tags=["v2"])
     async def model_ready(model_name: str) -> JSONResponse:
         snap = check_model(model_name)
-        return JSONResponse({"name": name, "ready": True,
-                             "versions": [mm.spec.model_version for mm in snap.models.values()]})
+        return JSONResponse(
+            {"name": name, "ready": True, "versions": [mm.spec.model_version for mm in snap.models.values()]}
+        )
 
     def pinned(snap: Snapshot, version: str) -> tuple[str, LoadedModel]:
         found = snap.by_version(version)
@@ -344,20 +390,47 @@ def create_app(ctx: ServingContext) -> FastAPI:
             raise ApiError(404, f"unknown version {version!r} of model {name!r}; serving {served}")
         return found
 
-    infer_doc = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
-        "type": "object", "required": ["inputs"],
-        "properties": {
-            "id": {"type": "string"},
-            "parameters": {"type": "object"},
-            "inputs": {"type": "array", "minItems": 1, "maxItems": 1, "items": {
-                "type": "object", "required": ["name", "datatype", "shape", "data"],
-                "properties": {"name": {"type": "string"}, "datatype": {"type": "string"},
-                               "shape": {"type": "array", "items": {"type": "integer"}},
-                               "data": {"type": "array", "items": {"type": "number"}},
-                               "parameters": {"type": "object"}}}},
-            "outputs": {"type": "array", "items": {"type": "object", "required": ["name"],
-                                                   "properties": {"name": {"type": "string"},
-                                                                  "parameters": {"type": "object"}}}}}}}}}}
+    infer_doc = {
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "type": "object",
+                        "required": ["inputs"],
+                        "properties": {
+                            "id": {"type": "string"},
+                            "parameters": {"type": "object"},
+                            "inputs": {
+                                "type": "array",
+                                "minItems": 1,
+                                "maxItems": 1,
+                                "items": {
+                                    "type": "object",
+                                    "required": ["name", "datatype", "shape", "data"],
+                                    "properties": {
+                                        "name": {"type": "string"},
+                                        "datatype": {"type": "string"},
+                                        "shape": {"type": "array", "items": {"type": "integer"}},
+                                        "data": {"type": "array", "items": {"type": "number"}},
+                                        "parameters": {"type": "object"},
+                                    },
+                                },
+                            },
+                            "outputs": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "required": ["name"],
+                                    "properties": {"name": {"type": "string"}, "parameters": {"type": "object"}},
+                                },
+                            },
+                        },
+                    }
+                }
+            },
+        }
+    }
 
     async def infer(request: Request, model_name: str, version: Optional[str]) -> Response:
         snap = check_model(model_name)
@@ -371,19 +444,31 @@ def create_app(ctx: ServingContext) -> FastAPI:
         x = infer_features(req, tail, model.input_name, model.n_features, ctx.max_rows)
         for o in req.get("outputs") or []:
             if not isinstance(o, dict) or o.get("name") != model.output_name:
-                raise ApiError(400, f"unknown output {o.get('name') if isinstance(o, dict) else o!r}; "
-                                    f"the model's output is {model.output_name!r}", variant)
+                raise ApiError(
+                    400,
+                    f"unknown output {o.get('name') if isinstance(o, dict) else o!r}; "
+                    f"the model's output is {model.output_name!r}",
+                    variant,
+                )
         request_id, scores = serve(x, variant, model, shadow, "infer", t0)
         out = {"name": model.output_name, "datatype": "FP32", "shape": [len(scores)]}
-        head = {"model_name": name, "model_version": model.spec.model_version, "id": str(req.get("id", request_id)),
-                "parameters": {"variant": variant, "request_id": request_id}, "outputs": [out]}
+        head = {
+            "model_name": name,
+            "model_version": model.spec.model_version,
+            "id": str(req.get("id", request_id)),
+            "parameters": {"variant": variant, "request_id": request_id},
+            "outputs": [out],
+        }
         headers = {"X-Request-Id": request_id, "X-Sluice-Variant": variant}
         if wants_binary(req):
             raw = scores.astype("<f4").tobytes()
             out["parameters"] = {"binary_data_size": len(raw)}
             js = json.dumps(head).encode()
-            return Response(js + raw, media_type="application/octet-stream",
-                            headers={**headers, "Inference-Header-Content-Length": str(len(js))})
+            return Response(
+                js + raw,
+                media_type="application/octet-stream",
+                headers={**headers, "Inference-Header-Content-Length": str(len(js))},
+            )
         out["data"] = [float(s) for s in scores.astype(np.float32)]
         return JSONResponse(head, headers=headers)
 
@@ -407,16 +492,30 @@ def create_app(ctx: ServingContext) -> FastAPI:
         try:
             x = np.ascontiguousarray(ds.featurize(df), dtype=np.float32)
         except Exception as exc:  # noqa: BLE001 - the plug-in's own error, reported to the caller
-            raise ApiError(422, f"rows could not be featurized: {type(exc).__name__}: {exc}", variant)
+            raise ApiError(422, f"rows could not be featurized: {type(exc).__name__}: {exc}", variant) from exc
         if x.shape != (len(df), model.n_features) or not np.all(np.isfinite(x)):
             raise ApiError(422, "rows featurize to non-finite or misshaped features", variant)
         request_id, scores = serve(x, variant, model, shadow, "predict", t0)
         version = model.spec.model_version
-        return JSONResponse({"request_id": request_id, "model_name": name, "model_version": version,
-                             "variant": variant,
-                             "predictions": [{"score": float(s), "label": int(s >= 0.5), "model_version": version,
-                                              "variant": variant, "request_id": request_id} for s in scores]},
-                            headers={"X-Request-Id": request_id, "X-Sluice-Variant": variant})
+        return JSONResponse(
+            {
+                "request_id": request_id,
+                "model_name": name,
+                "model_version": version,
+                "variant": variant,
+                "predictions": [
+                    {
+                        "score": float(s),
+                        "label": int(s >= 0.5),
+                        "model_version": version,
+                        "variant": variant,
+                        "request_id": request_id,
+                    }
+                    for s in scores
+                ],
+            },
+            headers={"X-Request-Id": request_id, "X-Sluice-Variant": variant},
+        )
 
     app.post("/v1/predict", tags=["v1"], summary="Score raw rows of the dataset")(predict)
 
@@ -424,12 +523,18 @@ def create_app(ctx: ServingContext) -> FastAPI:
     async def feedback(body: FeedbackRequest) -> dict:
         rows = ctx.rows_of(body.request_id)
         if rows is None:
-            raise ApiError(404, f"unknown request id {body.request_id!r} (not served by this server, "
-                                f"or older than its last {REQUEST_INDEX_SIZE:,} requests)")
+            raise ApiError(
+                404,
+                f"unknown request id {body.request_id!r} (not served by this server, "
+                f"or older than its last {REQUEST_INDEX_SIZE:,} requests)",
+            )
         labels = body.label if isinstance(body.label, list) else [body.label]
         if len(labels) != rows:
-            raise ApiError(422, f"request {body.request_id} scored {rows} rows; label must be "
-                                f"{'one label or ' if rows == 1 else ''}a list of {rows} labels, got {len(labels)}")
+            raise ApiError(
+                422,
+                f"request {body.request_id} scored {rows} rows; label must be "
+                f"{'one label or ' if rows == 1 else ''}a list of {rows} labels, got {len(labels)}",
+            )
         ctx.predlog.append(feedback_records(body.request_id, labels))
         m.feedback.inc(len(labels))
         return {"request_id": body.request_id, "labels": len(labels)}
@@ -437,10 +542,17 @@ def create_app(ctx: ServingContext) -> FastAPI:
     @app.get("/v1/serving", tags=["v1"], summary="What is served now (read-only)")
     async def serving() -> dict:
         snap = variants.current
-        return {"model_name": name, "mode": snap.desired.mode, "challenger_weight": snap.desired.challenger_weight,
-                "variants": {v: {"model_version": mm.spec.model_version, "sha256": mm.sha256,
-                                 "loaded_at": mm.loaded_at} for v, mm in snap.models.items()},
-                "pending": variants.pending is not None, "last_error": variants.last_error}
+        return {
+            "model_name": name,
+            "mode": snap.desired.mode,
+            "challenger_weight": snap.desired.challenger_weight,
+            "variants": {
+                v: {"model_version": mm.spec.model_version, "sha256": mm.sha256, "loaded_at": mm.loaded_at}
+                for v, mm in snap.models.items()
+            },
+            "pending": variants.pending is not None,
+            "last_error": variants.last_error,
+        }
 
     @app.get("/metrics", tags=["ops"])
     async def metrics() -> Response:
@@ -464,10 +576,24 @@ def shadow_worker(ctx: ServingContext, stop: threading.Event) -> None:
             ctx.metrics.shadow.inc()
             for s in scores:
                 ctx.metrics.score.labels(CHALLENGER).observe(float(s))
-            ctx.predlog.append(prediction_records(request_id, scores, CHALLENGER, model.spec.model_version,
-                                                  seconds * 1000, True, endpoint))
+            ctx.predlog.append(
+                prediction_records(
+                    request_id, scores, CHALLENGER, model.spec.model_version, seconds * 1000, True, endpoint
+                )
+            )
         except Exception as exc:  # noqa: BLE001 - a failing shadow must not affect serving
             ctx.metrics.errors.labels(endpoint, CHALLENGER, "shadow").inc()
-            ctx.predlog.append([error_record(request_id, CHALLENGER, model.spec.model_version, 0.0, True, endpoint,
-                                             f"{type(exc).__name__}: {exc}")])
+            ctx.predlog.append(
+                [
+                    error_record(
+                        request_id,
+                        CHALLENGER,
+                        model.spec.model_version,
+                        0.0,
+                        True,
+                        endpoint,
+                        f"{type(exc).__name__}: {exc}",
+                    )
+                ]
+            )
             log(f"serving: shadow scoring failed: {type(exc).__name__}: {exc}")

@@ -27,6 +27,7 @@ row belongs to one arm and a resample is a bootstrap of the whole randomized exp
 Fails closed: fewer than `min_samples` requests in a variant, a metric that cannot be
 computed (NaN) where a threshold applies, or no challenger at all, is a failure with a reason.
 """
+
 from __future__ import annotations
 
 import json
@@ -45,14 +46,15 @@ CHAMPION = "champion"
 CHALLENGER = "challenger"
 VARIANTS = (CHAMPION, CHALLENGER)
 
-PSI_BINS = 10          # equal-width bins over [0, 1]
-PSI_PSEUDO_COUNT = 0.5 # added to every bin's count: the floor of an empty bin (see psi)
-F1_THRESHOLD = 0.5     # score >= this is a positive prediction (as tasks.evaluation.quality)
+PSI_BINS = 10  # equal-width bins over [0, 1]
+PSI_PSEUDO_COUNT = 0.5  # added to every bin's count: the floor of an empty bin (see psi)
+F1_THRESHOLD = 0.5  # score >= this is a positive prediction (as tasks.evaluation.quality)
 
 Record = dict[str, Any]
 
 
 # ---- records ------------------------------------------------------------------------------
+
 
 def read_log(paths: Path | str | Iterable[Path | str]) -> list[Record]:
     """Every JSON object in one or more JSON-lines files, in the order given.
@@ -132,8 +134,12 @@ def record_time(rec: Record) -> float | None:
     return None
 
 
-def select_window(records: Iterable[Record], start: float | None = None, end: float | None = None,
-                  model_versions: dict[str, str] | None = None) -> list[Record]:
+def select_window(
+    records: Iterable[Record],
+    start: float | None = None,
+    end: float | None = None,
+    model_versions: dict[str, str] | None = None,
+) -> list[Record]:
     """The predictions with `start <= time < end` (epoch seconds; None: open), plus every
     feedback record for their request ids, whenever it arrived (labels come late).
 
@@ -148,8 +154,11 @@ def select_window(records: Iterable[Record], start: float | None = None, end: fl
             t = record_time(rec)
             if t is None or (start is not None and t < start) or (end is not None and t >= end):
                 continue
-        if model_versions and rec["variant"] in model_versions \
-                and rec.get("model_version") != model_versions[rec["variant"]]:
+        if (
+            model_versions
+            and rec["variant"] in model_versions
+            and rec.get("model_version") != model_versions[rec["variant"]]
+        ):
             continue
         preds.append(rec)
     ids = {p.get("request_id") for p in preds}
@@ -173,14 +182,16 @@ def labels_by_row(records: Iterable[Record]) -> dict[str, int]:
 
 # ---- metrics ------------------------------------------------------------------------------
 
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The q-th percentile (linear interpolation); NaN for no values."""
     arr = np.asarray(values, dtype=np.float64)
     return float(np.percentile(arr, q)) if arr.size else float("nan")
 
 
-def psi(expected: Sequence[float], actual: Sequence[float], bins: int = PSI_BINS,
-        pseudo_count: float = PSI_PSEUDO_COUNT) -> float:
+def psi(
+    expected: Sequence[float], actual: Sequence[float], bins: int = PSI_BINS, pseudo_count: float = PSI_PSEUDO_COUNT
+) -> float:
     """Population stability index of `actual` (challenger scores) against `expected` (champion).
 
     Fixed equal-width bins over [0, 1] (scores outside are clipped in). Each bin's
@@ -209,7 +220,7 @@ def _weighted_auc(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -
         return np.full(weights.shape[0], np.nan)
     order = np.argsort(scores, kind="stable")
     s, y, w = scores[order], labels[order], weights[:, order]
-    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])       # groups of tied scores
+    starts = np.flatnonzero(np.r_[True, s[1:] != s[:-1]])  # groups of tied scores
     pos = np.add.reduceat(w * y, starts, axis=1)
     neg = np.add.reduceat(w * (1 - y), starts, axis=1)
     below = np.cumsum(neg, axis=1) - neg
@@ -243,6 +254,7 @@ def f1(scores: Sequence[float], labels: Sequence[int]) -> float:
 @dataclass(frozen=True)
 class Arm:
     """One variant's labeled predictions: unit index (into the shared request-id list), score, label."""
+
     units: np.ndarray
     scores: np.ndarray
     labels: np.ndarray
@@ -270,8 +282,9 @@ def labeled_arms(window: Iterable[Record]) -> tuple[list[str], dict[str, Arm]]:
     return list(ids), arms
 
 
-def bootstrap_difference(arms: dict[str, Arm], n_units: int, resamples: int, confidence: float,
-                         seed: int) -> dict[str, dict[str, Any]]:
+def bootstrap_difference(
+    arms: dict[str, Arm], n_units: int, resamples: int, confidence: float, seed: int
+) -> dict[str, dict[str, Any]]:
     """Challenger - champion of ROC AUC and F1: the observed difference and a percentile bootstrap CI.
 
     Each resample draws `n_units` labeled rows with replacement (seeded) and weighs every
@@ -292,12 +305,17 @@ def bootstrap_difference(arms: dict[str, Arm], n_units: int, resamples: int, con
             per_arm_boot[v] = fn(arm.scores, arm.labels, counts[:, arm.units])
         diffs = per_arm_boot[CHALLENGER] - per_arm_boot[CHAMPION]
         ok = diffs[np.isfinite(diffs)]
-        low, high = (np.quantile(ok, [alpha / 2, 1 - alpha / 2]) if ok.size else (np.nan, np.nan))
+        low, high = np.quantile(ok, [alpha / 2, 1 - alpha / 2]) if ok.size else (np.nan, np.nan)
         out[name] = {
-            CHAMPION: per_arm_obs[CHAMPION], CHALLENGER: per_arm_obs[CHALLENGER],
+            CHAMPION: per_arm_obs[CHAMPION],
+            CHALLENGER: per_arm_obs[CHALLENGER],
             "difference": per_arm_obs[CHALLENGER] - per_arm_obs[CHAMPION],
-            "ci_low": float(low), "ci_high": float(high), "confidence": confidence,
-            "resamples": int(resamples), "degenerate": int(resamples - ok.size), "seed": seed,
+            "ci_low": float(low),
+            "ci_high": float(high),
+            "confidence": confidence,
+            "resamples": int(resamples),
+            "degenerate": int(resamples - ok.size),
+            "seed": seed,
         }
     return out
 
@@ -338,14 +356,20 @@ def variant_stats(window: Iterable[Record]) -> dict[str, dict[str, Any]]:
         errors = sum(r["error"] for r in reqs[v].values())
         latency = [r["latency"] for r in reqs[v].values() if not r["error"] and r["latency"] is not None]
         out[v] = {
-            "requests": n, "rows": rows[v], "errors": errors, "error_rate": errors / n if n else float("nan"),
-            "p50_ms": percentile(latency, 50), "p99_ms": percentile(latency, 99),
-            "model_versions": sorted(versions[v]), "scores": scores[v],
+            "requests": n,
+            "rows": rows[v],
+            "errors": errors,
+            "error_rate": errors / n if n else float("nan"),
+            "p50_ms": percentile(latency, 50),
+            "p99_ms": percentile(latency, 99),
+            "model_versions": sorted(versions[v]),
+            "scores": scores[v],
         }
     return out
 
 
 # ---- the verdict --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -363,8 +387,12 @@ def _fmt(v: float, unit: str = "", digits: int = 3) -> str:
     return "n/a" if v is None or not math.isfinite(v) else f"{v:.{digits}f}{unit}"
 
 
-def judge(window: Iterable[Record], params: CanaryParams, baseline: Iterable[Record] | None = None,
-          require_feedback: bool = False) -> Verdict:
+def judge(
+    window: Iterable[Record],
+    params: CanaryParams,
+    baseline: Iterable[Record] | None = None,
+    require_feedback: bool = False,
+) -> Verdict:
     """Pass or fail the challenger on one window of log records. Pure.
 
     `baseline`: champion records from elsewhere (e.g. the previous step's window; its
@@ -385,22 +413,27 @@ def judge(window: Iterable[Record], params: CanaryParams, baseline: Iterable[Rec
     # sample size: too few requests cannot be judged (fail closed)
     for v in VARIANTS:
         if stats[v]["requests"] < p.min_samples:
-            reasons.append(f"{v} requests {stats[v]['requests']} are below the minimum sample {p.min_samples}: "
-                           f"cannot judge")
+            reasons.append(
+                f"{v} requests {stats[v]['requests']} are below the minimum sample {p.min_samples}: cannot judge"
+            )
 
     # errors
     if not chall["error_rate"] <= p.max_error_rate:
-        reasons.append(f"challenger error rate {_fmt(chall['error_rate'], digits=4)} "
-                       f"({chall['errors']}/{chall['requests']}) exceeds {p.max_error_rate:.4f}")
+        reasons.append(
+            f"challenger error rate {_fmt(chall['error_rate'], digits=4)} "
+            f"({chall['errors']}/{chall['requests']}) exceeds {p.max_error_rate:.4f}"
+        )
 
     # latency
     ratio = chall["p99_ms"] / champ["p99_ms"] if champ["p99_ms"] and champ["p99_ms"] > 0 else float("nan")
     if not chall["p99_ms"] <= p.max_p99_ms:
         reasons.append(f"challenger p99 latency {_fmt(chall['p99_ms'], ' ms', 1)} exceeds {p.max_p99_ms:.1f} ms")
     if not ratio <= p.max_p99_ratio:
-        reasons.append(f"challenger p99 / champion p99 {_fmt(ratio, digits=2)} "
-                       f"({_fmt(chall['p99_ms'], ' ms', 1)} / {_fmt(champ['p99_ms'], ' ms', 1)}) "
-                       f"exceeds {p.max_p99_ratio:.2f}")
+        reasons.append(
+            f"challenger p99 / champion p99 {_fmt(ratio, digits=2)} "
+            f"({_fmt(chall['p99_ms'], ' ms', 1)} / {_fmt(champ['p99_ms'], ' ms', 1)}) "
+            f"exceeds {p.max_p99_ratio:.2f}"
+        )
 
     # score distribution
     score_psi = psi(champ["scores"], chall["scores"])
@@ -416,27 +449,45 @@ def judge(window: Iterable[Record], params: CanaryParams, baseline: Iterable[Rec
         auc = quality["roc_auc"]
         bound = -p.max_auc_drop
         if not auc["ci_low"] > bound:
-            reasons.append(f"online ROC AUC challenger - champion {_fmt(auc['difference'])} "
-                           f"({_fmt(auc[CHALLENGER])} vs {_fmt(auc[CHAMPION])}): the {p.confidence:.0%} CI's "
-                           f"lower bound {_fmt(auc['ci_low'])} is not above {bound:.3f}")
+            reasons.append(
+                f"online ROC AUC challenger - champion {_fmt(auc['difference'])} "
+                f"({_fmt(auc[CHALLENGER])} vs {_fmt(auc[CHAMPION])}): the {p.confidence:.0%} CI's "
+                f"lower bound {_fmt(auc['ci_low'])} is not above {bound:.3f}"
+            )
     else:
-        why = (f"labeled predictions champion {labeled[CHAMPION]}, challenger {labeled[CHALLENGER]}: "
-               f"below the minimum {p.min_labeled} for judging online quality")
+        why = (
+            f"labeled predictions champion {labeled[CHAMPION]}, challenger {labeled[CHALLENGER]}: "
+            f"below the minimum {p.min_labeled} for judging online quality"
+        )
         if require_feedback:
             reasons.append(f"online ROC AUC cannot be judged: {why}")
         else:
             notes.append(f"online ROC AUC not judged: {why}")
 
-    per_variant = {v: {k: val for k, val in stats[v].items() if k != "scores"} | {"labeled": labeled[v]}
-                   for v in VARIANTS}
+    per_variant = {
+        v: {k: val for k, val in stats[v].items() if k != "scores"} | {"labeled": labeled[v]} for v in VARIANTS
+    }
     metrics = {
         **per_variant,
         "p99_ratio": ratio,
         "psi": score_psi,
         "psi_bins": PSI_BINS,
         "quality": quality,
-        "thresholds": {k: getattr(p, k) for k in ("min_samples", "min_labeled", "max_error_rate", "max_p99_ms", "max_p99_ratio",
-                                                   "max_psi", "max_auc_drop", "confidence", "bootstrap", "seed")},
+        "thresholds": {
+            k: getattr(p, k)
+            for k in (
+                "min_samples",
+                "min_labeled",
+                "max_error_rate",
+                "max_p99_ms",
+                "max_p99_ratio",
+                "max_psi",
+                "max_auc_drop",
+                "confidence",
+                "bootstrap",
+                "seed",
+            )
+        },
         "notes": notes,
     }
     return Verdict(passed=not reasons, reasons=reasons, metrics=json_safe(metrics))
@@ -446,8 +497,10 @@ def fmt_verdict(v: Verdict) -> str:
     """One line for logs and reports."""
     m = v.metrics
     c, k = m.get(CHAMPION, {}), m.get(CHALLENGER, {})
-    head = (f"champion n={c.get('requests')} p99={c.get('p99_ms')} | challenger n={k.get('requests')} "
-            f"err={k.get('error_rate')} p99={k.get('p99_ms')} | psi={m.get('psi')}")
+    head = (
+        f"champion n={c.get('requests')} p99={c.get('p99_ms')} | challenger n={k.get('requests')} "
+        f"err={k.get('error_rate')} p99={k.get('p99_ms')} | psi={m.get('psi')}"
+    )
     q = m.get("quality")
     if q:
         a = q["roc_auc"]

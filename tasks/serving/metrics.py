@@ -14,6 +14,7 @@ Names are the contract with dashboards and the canary analysis:
     sluice_model_swaps_total                            serving-state changes applied
     sluice_ready                                        1 when every variant of the serving state is loaded
 """
+
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -28,24 +29,36 @@ class ServerMetrics:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.requests = Counter("sluice_requests", "Requests answered", ["endpoint", "variant"], registry=r)
-        self.errors = Counter("sluice_request_errors", "Requests answered with an error",
-                              ["endpoint", "variant", "code"], registry=r)
-        self.latency = Histogram("sluice_request_latency_seconds", "Featurization + model time per request",
-                                 ["endpoint", "variant"], buckets=LATENCY_BUCKETS, registry=r)
-        self.score = Histogram("sluice_prediction_score", "Scores served (probability of the positive class)",
-                               ["variant"], buckets=SCORE_BUCKETS, registry=r)
-        self.shadow = Counter("sluice_shadow_predictions", "Challenger predictions on mirrored traffic",
-                              registry=r)
-        self.shadow_dropped = Counter("sluice_shadow_dropped", "Mirrored requests dropped (shadow queue full)",
-                                      registry=r)
+        self.errors = Counter(
+            "sluice_request_errors", "Requests answered with an error", ["endpoint", "variant", "code"], registry=r
+        )
+        self.latency = Histogram(
+            "sluice_request_latency_seconds",
+            "Featurization + model time per request",
+            ["endpoint", "variant"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.score = Histogram(
+            "sluice_prediction_score",
+            "Scores served (probability of the positive class)",
+            ["variant"],
+            buckets=SCORE_BUCKETS,
+            registry=r,
+        )
+        self.shadow = Counter("sluice_shadow_predictions", "Challenger predictions on mirrored traffic", registry=r)
+        self.shadow_dropped = Counter(
+            "sluice_shadow_dropped", "Mirrored requests dropped (shadow queue full)", registry=r
+        )
         self.feedback = Counter("sluice_feedback", "Feedback labels received", registry=r)
-        self.model_info = Gauge("sluice_model_info", "Loaded model version per variant",
-                                ["variant", "model_version", "sha256"], registry=r)
-        self.load_failures = Counter("sluice_model_load_failures", "Model artifacts that failed to load",
-                                     ["model_version"], registry=r)
+        self.model_info = Gauge(
+            "sluice_model_info", "Loaded model version per variant", ["variant", "model_version", "sha256"], registry=r
+        )
+        self.load_failures = Counter(
+            "sluice_model_load_failures", "Model artifacts that failed to load", ["model_version"], registry=r
+        )
         self.swaps = Counter("sluice_model_swaps", "Serving-state changes applied", registry=r)
-        self.ready = Gauge("sluice_ready", "1 when every variant of the serving state is loaded and warmed",
-                           registry=r)
+        self.ready = Gauge("sluice_ready", "1 when every variant of the serving state is loaded and warmed", registry=r)
 
     def set_loaded(self, loaded: dict[str, tuple[str, str]]) -> None:
         """Replace the model-info series with `variant -> (model_version, sha256)`."""

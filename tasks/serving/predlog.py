@@ -13,6 +13,7 @@ Appends are serialized by a lock and flushed per request (no fsync: a crash may 
 lines, never tear earlier ones). Rotation renames files, so a reader holding an open file keeps
 reading whole lines.
 """
+
 from __future__ import annotations
 
 import json
@@ -36,27 +37,57 @@ def now_fields() -> dict[str, Any]:
     return {"at": datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds"), "ts": round(ts, 6)}
 
 
-def prediction_records(request_id: str, scores: Iterable[float], variant: str, model_version: str,
-                       latency_ms: float, shadow: bool, endpoint: str) -> list[dict[str, Any]]:
+def prediction_records(
+    request_id: str,
+    scores: Iterable[float],
+    variant: str,
+    model_version: str,
+    latency_ms: float,
+    shadow: bool,
+    endpoint: str,
+) -> list[dict[str, Any]]:
     """One record per row of a request (pure apart from the clock)."""
     stamp = now_fields()
-    return [{"kind": "prediction", "request_id": request_id, "row": i, **stamp, "variant": variant,
-             "model_version": model_version, "latency_ms": round(latency_ms, 3), "score": float(s),
-             "shadow": shadow, "endpoint": endpoint} for i, s in enumerate(scores)]
+    return [
+        {
+            "kind": "prediction",
+            "request_id": request_id,
+            "row": i,
+            **stamp,
+            "variant": variant,
+            "model_version": model_version,
+            "latency_ms": round(latency_ms, 3),
+            "score": float(s),
+            "shadow": shadow,
+            "endpoint": endpoint,
+        }
+        for i, s in enumerate(scores)
+    ]
 
 
-def error_record(request_id: str, variant: str, model_version: str, latency_ms: float, shadow: bool,
-                 endpoint: str, error: str) -> dict[str, Any]:
+def error_record(
+    request_id: str, variant: str, model_version: str, latency_ms: float, shadow: bool, endpoint: str, error: str
+) -> dict[str, Any]:
     """A failed scoring (the model raised): counts against its variant in the canary analysis."""
-    return {"kind": "prediction", "request_id": request_id, "row": 0, **now_fields(), "variant": variant,
-            "model_version": model_version, "latency_ms": round(latency_ms, 3), "shadow": shadow,
-            "endpoint": endpoint, "error": error[:500]}
+    return {
+        "kind": "prediction",
+        "request_id": request_id,
+        "row": 0,
+        **now_fields(),
+        "variant": variant,
+        "model_version": model_version,
+        "latency_ms": round(latency_ms, 3),
+        "shadow": shadow,
+        "endpoint": endpoint,
+        "error": error[:500],
+    }
 
 
 def feedback_records(request_id: str, labels: list[int]) -> list[dict[str, Any]]:
     stamp = now_fields()
-    return [{"kind": "feedback", "request_id": request_id, "row": i, **stamp, "label": int(y)}
-            for i, y in enumerate(labels)]
+    return [
+        {"kind": "feedback", "request_id": request_id, "row": i, **stamp, "label": int(y)} for i, y in enumerate(labels)
+    ]
 
 
 class PredictionLog:

@@ -13,6 +13,7 @@ answer, the row's gold label goes to `POST /v1/feedback` as `{"request_id", "lab
 Without --url the server's address comes from `$SLUICE_HOME/serving/address.json`. Prints
 the counts as JSON: sent, ok, failed, feedback_sent, feedback_failed, per-variant answers.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ from typing import Any, Sequence
 
 from tasks.core.files import json_safe
 
-ADDRESS_FILE = Path("serving") / "address.json"     # under SLUICE_HOME, written by python -m tasks.serving
+ADDRESS_FILE = Path("serving") / "address.json"  # under SLUICE_HOME, written by python -m tasks.serving
 MAX_ERRORS_KEPT = 10
 
 
@@ -65,8 +66,9 @@ def server_url(home: Path | str | None = None) -> str:
     try:
         address = json.loads(path.read_text())
     except FileNotFoundError:
-        raise FileNotFoundError(f"{path} does not exist: is the model server running (python -m tasks.serving)?") \
-            from None
+        raise FileNotFoundError(
+            f"{path} does not exist: is the model server running (python -m tasks.serving)?"
+        ) from None
     if address.get("url"):
         return str(address["url"]).rstrip("/")
     host = str(address["host"])
@@ -77,7 +79,9 @@ def server_url(home: Path | str | None = None) -> str:
     return f"http://{host}:{int(address['port'])}"
 
 
-def load_replay_rows(gold_dir: Path | str | None = None, dataset: Any = None) -> tuple[list[dict], list[str], list[int]]:
+def load_replay_rows(
+    gold_dir: Path | str | None = None, dataset: Any = None
+) -> tuple[list[dict], list[str], list[int]]:
     """(raw rows as JSON-able dicts, their ids as keys, their gold labels) from the gold test set."""
     import pandas as pd
 
@@ -128,10 +132,21 @@ def _explain(resp: Any) -> str:
     return f"HTTP {resp.status_code}" + (f": {detail}" if detail else "")
 
 
-async def replay_async(url: str, rows: Sequence[dict], labels: Sequence[int] | None, keys: Sequence[str] | None = None,
-                       *, count: int, rate: float, max_seconds: float, feedback_delay_s: float = 0.5,
-                       concurrency: int = 16, timeout_s: float = 10.0, offset: int = 0,
-                       transport: Any = None) -> ReplayResult:
+async def replay_async(
+    url: str,
+    rows: Sequence[dict],
+    labels: Sequence[int] | None,
+    keys: Sequence[str] | None = None,
+    *,
+    count: int,
+    rate: float,
+    max_seconds: float,
+    feedback_delay_s: float = 0.5,
+    concurrency: int = 16,
+    timeout_s: float = 10.0,
+    offset: int = 0,
+    transport: Any = None,
+) -> ReplayResult:
     """Send `count` one-row requests at `rate`/s (see the module doc); labels None: no feedback.
 
     Request i sends row (offset + i) mod len(rows): successive calls with offset = the rows
@@ -144,8 +159,10 @@ async def replay_async(url: str, rows: Sequence[dict], labels: Sequence[int] | N
     if not rows:
         raise ValueError("no rows to replay")
     if count < 0 or rate <= 0 or max_seconds <= 0 or concurrency < 1:
-        raise ValueError(f"need count >= 0, rate > 0, max_seconds > 0, concurrency >= 1; got "
-                         f"count={count}, rate={rate}, max_seconds={max_seconds}, concurrency={concurrency}")
+        raise ValueError(
+            f"need count >= 0, rate > 0, max_seconds > 0, concurrency >= 1; got "
+            f"count={count}, rate={rate}, max_seconds={max_seconds}, concurrency={concurrency}"
+        )
     if labels is not None and len(labels) != len(rows):
         raise ValueError(f"{len(rows)} rows but {len(labels)} labels")
     if keys is not None and len(keys) != len(rows):
@@ -157,8 +174,9 @@ async def replay_async(url: str, rows: Sequence[dict], labels: Sequence[int] | N
     t0 = time.monotonic()
     deadline = t0 + max_seconds
 
-    async with httpx.AsyncClient(timeout=timeout_s, transport=transport,
-                                 limits=httpx.Limits(max_connections=concurrency * 2)) as client:
+    async with httpx.AsyncClient(
+        timeout=timeout_s, transport=transport, limits=httpx.Limits(max_connections=concurrency * 2)
+    ) as client:
 
         async def feedback(request_id: str, label: int) -> None:
             await asyncio.sleep(feedback_delay_s)
@@ -190,8 +208,10 @@ async def replay_async(url: str, rows: Sequence[dict], labels: Sequence[int] | N
             request_id = _request_id(answer)
             if request_id is None:
                 result.failed += 1
-                result._error(f"predict row {keys[j] if keys else j}: "
-                              + (_explain(resp) if not resp.is_success else "no request_id in the answer"))
+                result._error(
+                    f"predict row {keys[j] if keys else j}: "
+                    + (_explain(resp) if not resp.is_success else "no request_id in the answer")
+                )
                 return
             result.ok += 1
             variant = _variant(answer)
@@ -224,14 +244,23 @@ async def replay_async(url: str, rows: Sequence[dict], labels: Sequence[int] | N
     return result
 
 
-def replay(url: str, rows: Sequence[dict], labels: Sequence[int] | None, keys: Sequence[str] | None = None,
-           **kwargs: Any) -> ReplayResult:
+def replay(
+    url: str, rows: Sequence[dict], labels: Sequence[int] | None, keys: Sequence[str] | None = None, **kwargs: Any
+) -> ReplayResult:
     """`replay_async` from synchronous code (an Airflow task, the CLI)."""
     return asyncio.run(replay_async(url, rows, labels, keys, **kwargs))
 
 
-def replay_gold(url: str | None = None, *, count: int, rate: float, max_seconds: float | None = None,
-                home: Path | str | None = None, dataset: Any = None, **kwargs: Any) -> ReplayResult:
+def replay_gold(
+    url: str | None = None,
+    *,
+    count: int,
+    rate: float,
+    max_seconds: float | None = None,
+    home: Path | str | None = None,
+    dataset: Any = None,
+    **kwargs: Any,
+) -> ReplayResult:
     """Replay the gold test set of `home` (default: $SLUICE_HOME) to `url` (default: address.json).
 
     max_seconds defaults to the time the count takes at the rate, plus half of it and 5 s."""
@@ -239,21 +268,31 @@ def replay_gold(url: str | None = None, *, count: int, rate: float, max_seconds:
     rows, keys, labels = load_replay_rows(gold, dataset)
     if max_seconds is None:
         max_seconds = count / rate * 1.5 + 5.0
-    return replay(url or server_url(home), rows, labels, keys, count=count, rate=rate, max_seconds=max_seconds,
-                  **kwargs)
+    return replay(
+        url or server_url(home), rows, labels, keys, count=count, rate=rate, max_seconds=max_seconds, **kwargs
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     from tasks.core.params import load_params
 
     canary = load_params().canary
-    ap = argparse.ArgumentParser(prog="python -m tasks.serving.replay", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m tasks.serving.replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     ap.add_argument("--url", help="the server's base URL (default: from $SLUICE_HOME/serving/address.json)")
-    ap.add_argument("--rows", type=int, default=canary.requests_per_step,
-                    help=f"requests to send (default canary.requests_per_step = {canary.requests_per_step})")
-    ap.add_argument("--rate", type=float, default=canary.replay_rate,
-                    help=f"requests per second (default canary.replay_rate = {canary.replay_rate:g})")
+    ap.add_argument(
+        "--rows",
+        type=int,
+        default=canary.requests_per_step,
+        help=f"requests to send (default canary.requests_per_step = {canary.requests_per_step})",
+    )
+    ap.add_argument(
+        "--rate",
+        type=float,
+        default=canary.replay_rate,
+        help=f"requests per second (default canary.replay_rate = {canary.replay_rate:g})",
+    )
     ap.add_argument("--max-seconds", type=float, default=None, help="stop sending after this (default: 1.5x + 5 s)")
     ap.add_argument("--feedback-delay", type=float, default=0.5, help="seconds from an answer to its label")
     ap.add_argument("--no-feedback", action="store_true", help="send no labels")
@@ -263,9 +302,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--rows must be >= 0, --rate and --max-seconds > 0")
     gold_rows, keys, labels = load_replay_rows()
     max_seconds = args.max_seconds if args.max_seconds is not None else args.rows / args.rate * 1.5 + 5.0
-    result = replay(args.url or server_url(), gold_rows, None if args.no_feedback else labels, keys,
-                    count=args.rows, rate=args.rate, max_seconds=max_seconds,
-                    feedback_delay_s=args.feedback_delay, concurrency=args.concurrency)
+    result = replay(
+        args.url or server_url(),
+        gold_rows,
+        None if args.no_feedback else labels,
+        keys,
+        count=args.rows,
+        rate=args.rate,
+        max_seconds=max_seconds,
+        feedback_delay_s=args.feedback_delay,
+        concurrency=args.concurrency,
+    )
     print(json.dumps(result.to_dict(), indent=2))
     return 0 if result.failed == 0 and result.feedback_failed == 0 else 1
 

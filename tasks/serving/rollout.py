@@ -5,6 +5,7 @@ default), and judge each step's window of the prediction log (tasks/serving/cana
 The server follows the registry's serving state by itself; this module only changes that
 state through the registry and reads what the server reports (`GET /v1/serving`) and logs.
 """
+
 from __future__ import annotations
 
 import time
@@ -33,8 +34,14 @@ class StepOutcome:
     seconds: float
 
     def to_dict(self) -> dict[str, Any]:
-        return {"weight": self.weight, "passed": self.passed, "reasons": self.reasons, "metrics": self.metrics,
-                "traffic": self.traffic, "seconds": round(self.seconds, 2)}
+        return {
+            "weight": self.weight,
+            "passed": self.passed,
+            "reasons": self.reasons,
+            "metrics": self.metrics,
+            "traffic": self.traffic,
+            "seconds": round(self.seconds, 2),
+        }
 
 
 @dataclass
@@ -56,11 +63,20 @@ def served(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
 
 def wait_until_served(url: str, champion: str, challenger: str | None, weight: int, timeout_s: float) -> dict:
     """Poll the server until it has loaded `champion` (and `challenger` at `weight`), or fail naming what it serves."""
+
     def matches(now: dict[str, Any]) -> bool:
         v = now.get("variants", {})
-        return (not now.get("pending") and v.get("champion", {}).get("model_version") == champion
-                and (challenger is None or (v.get("challenger", {}).get("model_version") == challenger
-                                            and now.get("challenger_weight") == weight)))
+        return (
+            not now.get("pending")
+            and v.get("champion", {}).get("model_version") == champion
+            and (
+                challenger is None
+                or (
+                    v.get("challenger", {}).get("model_version") == challenger
+                    and now.get("challenger_weight") == weight
+                )
+            )
+        )
 
     last: dict[str, Any] = {}
 
@@ -73,12 +89,18 @@ def wait_until_served(url: str, champion: str, challenger: str | None, weight: i
             return False
         return matches(last)
 
-    Retrying(stop=stop_after_delay(timeout_s), wait=wait_fixed(0.2), retry=retry_if_result(lambda ok: not ok),
-             retry_error_callback=lambda _: False)(probe)
+    Retrying(
+        stop=stop_after_delay(timeout_s),
+        wait=wait_fixed(0.2),
+        retry=retry_if_result(lambda ok: not ok),
+        retry_error_callback=lambda _: False,
+    )(probe)
     if not matches(last):
-        raise RolloutError(f"the model server at {url} does not serve champion {champion}"
-                           + (f" + challenger {challenger} at {weight}%" if challenger else "")
-                           + f" after {timeout_s:.0f} s; it reports {last}")
+        raise RolloutError(
+            f"the model server at {url} does not serve champion {champion}"
+            + (f" + challenger {challenger} at {weight}%" if challenger else "")
+            + f" after {timeout_s:.0f} s; it reports {last}"
+        )
     return last
 
 
@@ -98,19 +120,32 @@ def run_canary(settings: Settings, params: Params, champion: str, challenger: st
             registry.set_canary_weight(weight, reason=f"canary step {i + 1}/{len(c.steps)}", who="nightly_pipeline")
         wait_until_served(url, champion, challenger, weight, timeout_s=max(30.0, params.serving.poll_s * 20))
         t0 = time.time()
-        traffic = replay_gold(url, count=c.requests_per_step, rate=c.replay_rate, home=settings.home,
-                              dataset=dataset, feedback_delay_s=0.0, offset=i * c.requests_per_step)
-        time.sleep(0.2)                                   # the last feedback lines reach the log
+        traffic = replay_gold(
+            url,
+            count=c.requests_per_step,
+            rate=c.replay_rate,
+            home=settings.home,
+            dataset=dataset,
+            feedback_delay_s=0.0,
+            offset=i * c.requests_per_step,
+        )
+        time.sleep(0.2)  # the last feedback lines reach the log
         # Each step is judged on all the canary's traffic so far: the champion's earlier traffic is
         # the comparison at 100%, and online quality needs every label there is.
-        window = select_window(read_serving_log(log_path, params.serving.prediction_log_keep), start=started,
-                               model_versions={"champion": champion, "challenger": challenger})
+        window = select_window(
+            read_serving_log(log_path, params.serving.prediction_log_keep),
+            start=started,
+            model_versions={"champion": champion, "challenger": challenger},
+        )
         verdict = judge(window, c)
-        outcome = StepOutcome(weight, verdict.passed, verdict.reasons, verdict.metrics, traffic.to_dict(),
-                              time.time() - t0)
+        outcome = StepOutcome(
+            weight, verdict.passed, verdict.reasons, verdict.metrics, traffic.to_dict(), time.time() - t0
+        )
         rollout.steps.append(outcome)
-        log(f"canary step {i + 1}/{len(c.steps)} at {weight}%: {traffic.sent} requests "
-            f"({traffic.failed} failed), {'PASS' if verdict.passed else 'FAIL: ' + '; '.join(verdict.reasons)}")
+        log(
+            f"canary step {i + 1}/{len(c.steps)} at {weight}%: {traffic.sent} requests "
+            f"({traffic.failed} failed), {'PASS' if verdict.passed else 'FAIL: ' + '; '.join(verdict.reasons)}"
+        )
         if not verdict.passed:
             rollout.passed = False
             break

@@ -8,6 +8,7 @@ row the pipeline would have quarantined is refused at the door rather than score
 A column the contract says nothing about takes any finite JSON scalar. Every column is
 required and non-null, unknown columns are refused, floats must be finite.
 """
+
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
@@ -16,8 +17,21 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 FiniteFloat = Annotated[float, Field(allow_inf_nan=False, strict=False)]
 AnyScalar = Union[StrictInt, FiniteFloat, StrictStr, StrictBool]
-INT_TYPES = {"int8", "int16", "int32", "int64", "Int8", "Int16", "Int32", "Int64", "int", "uint8", "uint16",
-             "uint32", "uint64"}
+INT_TYPES = {
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "Int8",
+    "Int16",
+    "Int32",
+    "Int64",
+    "int",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+}
 
 
 def column_specs(raw_columns: list[str], suite: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -59,8 +73,11 @@ def field_type(spec: dict[str, Any]) -> Any:
     if spec["kind"] == "float":
         return Annotated[float, Field(allow_inf_nan=False, strict=False, **bounds)]
     if spec["kind"] == "str":
-        return Annotated[StrictStr, Field(pattern=spec["pattern"], max_length=1024)] if "pattern" in spec \
+        return (
+            Annotated[StrictStr, Field(pattern=spec["pattern"], max_length=1024)]
+            if "pattern" in spec
             else Annotated[StrictStr, Field(max_length=1024)]
+        )
     return AnyScalar
 
 
@@ -68,24 +85,37 @@ def row_model(dataset: Any, suite: dict[str, Any]) -> type[BaseModel]:
     """A pydantic model of one raw row of `dataset` (strict: no coercion from strings)."""
     specs = column_specs(list(dataset.RAW_COLUMNS), suite)
     fields = {c: (field_type(s), ...) for c, s in specs.items()}
-    return create_model(f"{dataset.NAME.capitalize()}Row",
-                        __config__=ConfigDict(extra="forbid", strict=True, allow_inf_nan=False,
-                                              protected_namespaces=()),
-                        **fields)
+    return create_model(
+        f"{dataset.NAME.capitalize()}Row",
+        __config__=ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, protected_namespaces=()),
+        **fields,
+    )
 
 
 def predict_request_model(row: type[BaseModel], max_rows: int) -> type[BaseModel]:
     """The /v1/predict body: 1..max_rows rows and an optional sticky key."""
     return create_model(
-        "PredictRequest", __config__=ConfigDict(extra="forbid", strict=True),
-        rows=(list[row], Field(..., min_length=1, max_length=max_rows,  # type: ignore[valid-type]
-                               description=f"raw rows, 1 to {max_rows}")),
-        key=(Union[Annotated[StrictStr, Field(min_length=1, max_length=256)], None],
-             Field(None, description="sticky split key (the X-Sluice-Key header wins)")))
+        "PredictRequest",
+        __config__=ConfigDict(extra="forbid", strict=True),
+        rows=(
+            list[row],
+            Field(
+                ...,
+                min_length=1,
+                max_length=max_rows,  # type: ignore[valid-type]
+                description=f"raw rows, 1 to {max_rows}",
+            ),
+        ),
+        key=(
+            Union[Annotated[StrictStr, Field(min_length=1, max_length=256)], None],
+            Field(None, description="sticky split key (the X-Sluice-Key header wins)"),
+        ),
+    )
 
 
 class FeedbackRequest(BaseModel):
     """A delayed label for a served request: one label, or one per row of the request."""
+
     model_config = ConfigDict(extra="forbid", strict=True)
     request_id: Annotated[StrictStr, Field(min_length=1, max_length=64)]
     label: Union[Literal[0, 1], Annotated[list[Literal[0, 1]], Field(min_length=1)]]

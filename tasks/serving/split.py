@@ -6,6 +6,7 @@ for a given weight, and when the canary raises the weight keys only ever move ch
 challenger (never back), which keeps a user's experience consistent through a rollout.
 Unkeyed requests are split at random with the same weight.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,11 +23,12 @@ def key_bucket(key: str) -> float:
     SHA-256 rather than Python's hash(): it is the same in every process and replica
     (hash() is salted per process), so a key sticks across restarts and pods."""
     digest = hashlib.sha256(key.encode("utf-8")).digest()
-    return int.from_bytes(digest[:8], "big") / 2 ** 64 * 100.0
+    return int.from_bytes(digest[:8], "big") / 2**64 * 100.0
 
 
-def choose_variant(key: str | None, challenger_weight: float, has_challenger: bool,
-                   rand: Callable[[], float] = random.random) -> str:
+def choose_variant(
+    key: str | None, challenger_weight: float, has_challenger: bool, rand: Callable[[], float] = random.random
+) -> str:
     """CHAMPION or CHALLENGER for one request in split mode.
 
     `challenger_weight` is a percentage (0..100). Without a challenger every request is the

@@ -10,6 +10,7 @@ a weight change or a rollback drops no request. A version that fails to read, ve
 warm is logged, counted (`sluice_model_load_failures_total`), and the previous snapshot keeps
 serving; the same state is retried after `retry_s`.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -43,19 +44,20 @@ class ScoreError(ValueError):
 @dataclass(frozen=True)
 class VariantSpec:
     model_version: str
-    artifact: str                    # path in the registry, e.g. models/model-v2/model.int8.onnx
-    sha256: str | None = None        # None: an older registry that recorded none (not checked)
+    artifact: str  # path in the registry, e.g. models/model-v2/model.int8.onnx
+    sha256: str | None = None  # None: an older registry that recorded none (not checked)
 
     @property
     def artifact_name(self) -> str:
         """The artifact's file name inside its version folder (what Registry.read_model_artifact takes)."""
         prefix = f"models/{self.model_version}/"
-        return self.artifact[len(prefix):] if self.artifact.startswith(prefix) else self.artifact.rsplit("/", 1)[-1]
+        return self.artifact[len(prefix) :] if self.artifact.startswith(prefix) else self.artifact.rsplit("/", 1)[-1]
 
 
 @dataclass(frozen=True)
 class DesiredState:
     """What the registry says to serve."""
+
     champion: VariantSpec | None = None
     challenger: VariantSpec | None = None
     challenger_weight: float = 0.0
@@ -68,8 +70,11 @@ class DesiredState:
 def _spec(raw: Any, where: str) -> VariantSpec | None:
     if raw is None:
         return None
-    if not isinstance(raw, dict) or not isinstance(raw.get("model_version"), str) \
-            or not isinstance(raw.get("artifact"), str):
+    if (
+        not isinstance(raw, dict)
+        or not isinstance(raw.get("model_version"), str)
+        or not isinstance(raw.get("artifact"), str)
+    ):
         raise StateError(f"serving.{where} must be null or {{model_version, artifact, sha256}}, got {raw!r}")
     sha = raw.get("sha256")
     if sha is not None and not (isinstance(sha, str) and len(sha) == 64):
@@ -94,13 +99,15 @@ def parse_serving(raw: Any) -> DesiredState:
     mode = raw.get("mode", "split")
     if mode not in MODES:
         raise StateError(f"serving.mode must be one of {MODES}, got {mode!r}")
-    return DesiredState(_spec(raw.get("champion"), "champion"), _spec(raw.get("challenger"), "challenger"),
-                        float(weight), mode)
+    return DesiredState(
+        _spec(raw.get("champion"), "champion"), _spec(raw.get("challenger"), "challenger"), float(weight), mode
+    )
 
 
 @dataclass
 class LoadedModel:
     """An onnxruntime session of one verified, warmed model version."""
+
     spec: VariantSpec
     sha256: str
     session: Any
@@ -116,8 +123,10 @@ class LoadedModel:
         bad = ~np.isfinite(scores)
         if bad.any():
             first = int(np.argmax(bad))
-            raise ScoreError(f"{self.spec.model_version} gave a non-finite score ({scores[first]}) for "
-                             f"{int(bad.sum())} of {len(scores)} rows (first: row {first})")
+            raise ScoreError(
+                f"{self.spec.model_version} gave a non-finite score ({scores[first]}) for "
+                f"{int(bad.sum())} of {len(scores)} rows (first: row {first})"
+            )
         return scores
 
 
@@ -130,8 +139,10 @@ def open_model(spec: VariantSpec, data: bytes, n_features: int, warm_rows: tuple
 
     digest = hashlib.sha256(data).hexdigest()
     if spec.sha256 and digest != spec.sha256:
-        raise LoadError(f"{spec.model_version}: {spec.artifact} has sha256 {digest[:12]}..., "
-                        f"the registry recorded {spec.sha256[:12]}... (corrupt or replaced artifact)")
+        raise LoadError(
+            f"{spec.model_version}: {spec.artifact} has sha256 {digest[:12]}..., "
+            f"the registry recorded {spec.sha256[:12]}... (corrupt or replaced artifact)"
+        )
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
@@ -139,16 +150,22 @@ def open_model(spec: VariantSpec, data: bytes, n_features: int, warm_rows: tuple
     try:
         sess = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises several types for a bad model
-        raise LoadError(f"{spec.model_version}: onnxruntime cannot load {spec.artifact}: "
-                        f"{type(exc).__name__}: {str(exc).strip()[:300]}") from None
+        raise LoadError(
+            f"{spec.model_version}: onnxruntime cannot load {spec.artifact}: "
+            f"{type(exc).__name__}: {str(exc).strip()[:300]}"
+        ) from None
     inputs, outputs = sess.get_inputs(), sess.get_outputs()
     if len(inputs) != 1 or len(outputs) < 1:
-        raise LoadError(f"{spec.model_version}: expected one input and an output, got "
-                        f"{[i.name for i in inputs]} -> {[o.name for o in outputs]}")
+        raise LoadError(
+            f"{spec.model_version}: expected one input and an output, got "
+            f"{[i.name for i in inputs]} -> {[o.name for o in outputs]}"
+        )
     shape = inputs[0].shape
     if inputs[0].type != "tensor(float)" or len(shape) != 2 or (isinstance(shape[1], int) and shape[1] != n_features):
-        raise LoadError(f"{spec.model_version}: input {inputs[0].name} is {inputs[0].type} {shape}, "
-                        f"the dataset has {n_features} features (float [batch, {n_features}])")
+        raise LoadError(
+            f"{spec.model_version}: input {inputs[0].name} is {inputs[0].type} {shape}, "
+            f"the dataset has {n_features} features (float [batch, {n_features}])"
+        )
     model = LoadedModel(spec, digest, sess, inputs[0].name, outputs[0].name, n_features)
     rng = np.random.default_rng(0)
     for n in warm_rows:
@@ -157,14 +174,17 @@ def open_model(spec: VariantSpec, data: bytes, n_features: int, warm_rows: tuple
         except Exception as exc:  # noqa: BLE001
             raise LoadError(f"{spec.model_version}: warm-up on {n} rows failed: {type(exc).__name__}: {exc}") from None
         if not np.all(np.isfinite(scores)) or scores.min() < 0 or scores.max() > 1:
-            raise LoadError(f"{spec.model_version}: warm-up scores are not probabilities "
-                            f"(range {scores.min():.3g}..{scores.max():.3g})")
+            raise LoadError(
+                f"{spec.model_version}: warm-up scores are not probabilities "
+                f"(range {scores.min():.3g}..{scores.max():.3g})"
+            )
     return model
 
 
 @dataclass(frozen=True)
 class Snapshot:
     """What is served now: immutable, replaced whole."""
+
     desired: DesiredState
     models: dict[str, LoadedModel]
 
@@ -189,17 +209,23 @@ EMPTY = Snapshot(DesiredState(), {})
 class Variants:
     """Holds the current Snapshot and applies serving states to it (one applier at a time)."""
 
-    def __init__(self, read_state: Callable[[], Any], read_artifact: Callable[[str, str], bytes], n_features: int,
-                 metrics: Any = None, retry_s: float = 30.0):
+    def __init__(
+        self,
+        read_state: Callable[[], Any],
+        read_artifact: Callable[[str, str], bytes],
+        n_features: int,
+        metrics: Any = None,
+        retry_s: float = 30.0,
+    ):
         self.read_state = read_state
         self.read_artifact = read_artifact
         self.n_features = n_features
         self.metrics = metrics
         self.retry_s = retry_s
         self.current: Snapshot = EMPTY
-        self.pending: DesiredState | None = None      # a state seen but not (yet) applied
+        self.pending: DesiredState | None = None  # a state seen but not (yet) applied
         self.last_error: str | None = None
-        self._failed: dict[DesiredState, float] = {}    # state -> monotonic time of its last failure
+        self._failed: dict[DesiredState, float] = {}  # state -> monotonic time of its last failure
         self._apply_lock = threading.Lock()
 
     @property
@@ -234,7 +260,7 @@ class Variants:
                 return False
             self._failed.pop(desired, None)
             before = self.describe()
-            self.current = Snapshot(desired, models)          # the atomic swap
+            self.current = Snapshot(desired, models)  # the atomic swap
             self.pending, self.last_error = None, None
             if self.metrics is not None:
                 self.metrics.swaps.inc()
@@ -250,18 +276,28 @@ class Variants:
         for variant, spec in desired.specs().items():
             reuse = have.get((spec.model_version, spec.artifact))
             if reuse is not None and (spec.sha256 is None or spec.sha256 == reuse.sha256):
-                models[variant] = LoadedModel(spec, reuse.sha256, reuse.session, reuse.input_name,
-                                              reuse.output_name, reuse.n_features, reuse.loaded_at)
+                models[variant] = LoadedModel(
+                    spec,
+                    reuse.sha256,
+                    reuse.session,
+                    reuse.input_name,
+                    reuse.output_name,
+                    reuse.n_features,
+                    reuse.loaded_at,
+                )
                 continue
             t0 = time.perf_counter()
             try:
                 data = self.read_artifact(spec.model_version, spec.artifact_name)
             except Exception as exc:  # noqa: BLE001 - registry/DVC errors of any kind
-                raise LoadError(f"{spec.model_version}: cannot read {spec.artifact} from the registry: "
-                                f"{type(exc).__name__}: {exc}") from None
+                raise LoadError(
+                    f"{spec.model_version}: cannot read {spec.artifact} from the registry: {type(exc).__name__}: {exc}"
+                ) from None
             models[variant] = open_model(spec, data, self.n_features)
-            log(f"serving: loaded {variant} {spec.model_version} ({len(data):,} B, sha256 "
-                f"{models[variant].sha256[:12]}) in {time.perf_counter() - t0:.2f} s")
+            log(
+                f"serving: loaded {variant} {spec.model_version} ({len(data):,} B, sha256 "
+                f"{models[variant].sha256[:12]}) in {time.perf_counter() - t0:.2f} s"
+            )
         return models
 
     def _fail(self, version: str | None, message: str) -> None:

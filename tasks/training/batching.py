@@ -6,6 +6,7 @@ just its step number. The
 global batch is split into per-rank micro-batches (`splits`, summing to the batch
 size); load balancing changes the splits, never the global batch.
 """
+
 from __future__ import annotations
 
 import torch
@@ -36,7 +37,7 @@ def rebalance(splits: list[int], seconds_per_sample: list[float], batch: int) ->
     total = sum(speed)
     ideal = [batch * v / total for v in speed]
     new = [max(1, int(i)) for i in ideal]
-    while sum(new) > batch:                                  # the max(1, .) floors can overshoot
+    while sum(new) > batch:  # the max(1, .) floors can overshoot
         j = max(range(world), key=lambda r: (new[r] - ideal[r], r))
         new[j] -= 1
     order = sorted(range(world), key=lambda r: (-(ideal[r] - int(ideal[r])), r))

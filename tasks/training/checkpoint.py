@@ -7,6 +7,7 @@ Kubernetes they come from the output bucket, and a checksum only proves the file
 whole, not who wrote it, so one that would build other objects (a pickled
 `__reduce__` payload) is refused and skipped like a corrupt one.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -57,8 +58,10 @@ def latest_valid_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:
             return path, load_checkpoint_bytes(data)
         except pickle.UnpicklingError as exc:
             why = re.search(r"Unsupported global: GLOBAL \S+|Unsupported operand \d+", str(exc))
-            log(f"checkpoint {path.name} refused: it holds more than tensors and plain values "
-                f"({why.group(0) if why else type(exc).__name__}): not loaded, skipped")
+            log(
+                f"checkpoint {path.name} refused: it holds more than tensors and plain values "
+                f"({why.group(0) if why else type(exc).__name__}): not loaded, skipped"
+            )
         except Exception as exc:  # noqa: BLE001 - any unreadable file is skipped like a corrupt one
             log(f"checkpoint {path.name} is unreadable ({type(exc).__name__}: {exc}): skipped")
     return None
@@ -103,7 +106,7 @@ class AsyncCheckpointer:
 
     def wait(self) -> None:
         if self._pending is not None:
-            self._pending.result()          # re-raises a failed write here
+            self._pending.result()  # re-raises a failed write here
             self._pending = None
 
     def close(self) -> None:

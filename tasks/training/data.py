@@ -11,6 +11,7 @@ function of (seed, e, k): a step's global batch is positions [s*B, (s+1)*B), the
 for any number of processes, and a run's exact data position is its step number.
 Each rank reads only the partitions its own slice of a batch touches.
 """
+
 from __future__ import annotations
 
 import bisect
@@ -46,7 +47,7 @@ class FeatureStats:
         if not n:
             raise ValueError("no trainable rows")
         mean = s / n
-        var = (sq - n * mean.pow(2)) / max(n - 1, 1)          # unbiased, like torch.std
+        var = (sq - n * mean.pow(2)) / max(n - 1, 1)  # unbiased, like torch.std
         return FeatureStats(n, mean.float(), var.clamp_min(0).sqrt().float(), ysum / n)
 
 
@@ -80,14 +81,13 @@ class EpochOrder:
 
     def __init__(self, counts: list[int], seed: int, epoch: int):
         self.seed, self.epoch = seed, epoch
-        self.parts = [int(i) for i in seeded_permutation(len(counts), seed, epoch, salt=0)
-                      if counts[int(i)] > 0]
+        self.parts = [int(i) for i in seeded_permutation(len(counts), seed, epoch, salt=0) if counts[int(i)] > 0]
         self.starts = np.cumsum([0] + [counts[i] for i in self.parts]).tolist()
         self._perms: dict[int, torch.Tensor] = {}
 
     def _rows(self, part: int, count: int) -> torch.Tensor:
         if part not in self._perms:
-            if len(self._perms) >= 8:                  # positions advance: old partitions are done
+            if len(self._perms) >= 8:  # positions advance: old partitions are done
                 self._perms.pop(next(iter(self._perms)))
             self._perms[part] = seeded_permutation(count, self.seed, self.epoch, salt=part + 1)
         return self._perms[part]
@@ -100,7 +100,7 @@ class EpochOrder:
             end = min(stop, self.starts[j + 1])
             part = self.parts[j]
             rows = self._rows(part, self.starts[j + 1] - self.starts[j])
-            groups.append((part, rows[k - self.starts[j]:end - self.starts[j]]))
+            groups.append((part, rows[k - self.starts[j] : end - self.starts[j]]))
             k = end
         return groups
 
@@ -108,11 +108,10 @@ class EpochOrder:
 class StreamingVersion:
     """The trainable rows (label != -1) of a data version: features and soft targets."""
 
-    def __init__(self, data_version: str, registry_url: str | None = None, cache_mb: float = 256,
-                 seed: int = 0):
+    def __init__(self, data_version: str, registry_url: str | None = None, cache_mb: float = 256, seed: int = 0):
+        from tasks.core.settings import Settings
         from tasks.datasets import load_dataset
         from tasks.registry import Registry
-        from tasks.core.settings import Settings
 
         self.fs, info = Registry(Settings.from_env()).open_data_version(data_version, repo_url=registry_url)
         self.paths = [p["path"] for p in info["partitions"]]
@@ -126,6 +125,7 @@ class StreamingVersion:
                 x, y = self.cache.get(i)
                 counts.append(len(x))
                 yield x, y
+
         try:
             self.stats = FeatureStats.of(each())
         except ValueError:
@@ -139,8 +139,7 @@ class StreamingVersion:
         with self.fs.open(self.paths[i], "rb") as f:
             df = pd.read_parquet(f)
         df = df[df["label"] != -1]
-        return (torch.from_numpy(self.featurize(df)),
-                torch.from_numpy(df["label_prob"].to_numpy(np.float32)))
+        return (torch.from_numpy(self.featurize(df)), torch.from_numpy(df["label_prob"].to_numpy(np.float32)))
 
     def __len__(self) -> int:
         return self.stats.rows

@@ -14,6 +14,7 @@ loop spends blocked by checkpointing is summed (`checkpoint_blocked_s` in
 train_metrics.json; the `checkpoint_overhead` benchmark's figure). Only rank 0 logs
 and writes files; with `--out` a URI (a pod), rank 0 publishes them there (`outputs.py`).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -91,6 +92,7 @@ def init_process_group(device: torch.device, store_dir: str | Path | None = None
 @dataclass(frozen=True)
 class Ranks:
     """This process's place in the job (torchrun's RANK, WORLD_SIZE, LOCAL_*)."""
+
     rank: int = 0
     world: int = 1
     local_rank: int = 0
@@ -111,8 +113,9 @@ def join_process_group(device: torch.device, store_dir: str | Path | None, timeo
         return Ranks()
     init_process_group(device, store_dir, timeout_s)
     world = dist.get_world_size()
-    return Ranks(dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", "0")),
-                 int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    return Ranks(
+        dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    )
 
 
 def read_init_model(init_from: str, registry_url: str | None) -> dict:
@@ -138,14 +141,20 @@ def warm_start(model, init_from: str | None, registry_url: str | None = None) ->
     return init_from
 
 
-def resume_or_warm_start(state: TrainState, store: OutputStore, ranks: Ranks, device: torch.device,
-                         init_from: str | None, registry_url: str | None) -> str | None:
+def resume_or_warm_start(
+    state: TrainState,
+    store: OutputStore,
+    ranks: Ranks,
+    device: torch.device,
+    init_from: str | None,
+    registry_url: str | None,
+) -> str | None:
     """Continue from the newest valid checkpoint of this same training (its fingerprint), else
     start from `init_from`'s weights when the architecture matches. Returns the warm start used."""
     if ranks.local_rank == 0:
-        store.fetch_checkpoints()              # one fetch per node: each pod has its own disk
+        store.fetch_checkpoints()  # one fetch per node: each pod has its own disk
     if ranks.distributed:
-        dist.barrier()                         # fetched before anyone reads the folder
+        dist.barrier()  # fetched before anyone reads the folder
     found = latest_valid_checkpoint(store.local / CHECKPOINTS)
     if found and found[1].get("fingerprint") != state.fingerprint:
         if ranks.master:
@@ -166,6 +175,7 @@ def resume_or_warm_start(state: TrainState, store: OutputStore, ranks: Ranks, de
 class Wrapped:
     """The model as the step runs it: DDP (or the model itself in one process), DDP's `no_sync`
     for accumulation chunks, and the comm hook's state that measures gradient spread."""
+
     module: torch.nn.Module
     no_sync: Callable
     spread: SpreadState
@@ -179,8 +189,9 @@ def wrap_for_ddp(model: torch.nn.Module, p: TrainParams, device: torch.device, r
         return Wrapped(model, contextlib.nullcontext, spread)
     # The only buffers are the input scaling, identical on every rank: no sync each forward
     # (it would also make fast ranks wait for slow ones before their compute, blinding the balancer).
-    ddp = DistributedDataParallel(model, forward_sync_buffers=False,
-                                  device_ids=[device.index] if device.type == "cuda" else None)
+    ddp = DistributedDataParallel(
+        model, forward_sync_buffers=False, device_ids=[device.index] if device.type == "cuda" else None
+    )
     if p.allreduce == "hierarchical":
         spread.inner, spread.inner_state = hierarchical_allreduce_hook, HierarchicalState.build(ranks.local_world)
     ddp.register_comm_hook(spread, measured_hook)
@@ -190,16 +201,20 @@ def wrap_for_ddp(model: torch.nn.Module, p: TrainParams, device: torch.device, r
 @dataclass(frozen=True)
 class StepStats:
     """What one rank tells the others after each step."""
-    loss_sum: float                 # summed over its micro-batch
-    stop: bool                      # it was told to stop (SIGTERM)
-    seconds_per_sample: float       # its own compute time per row (load balancing)
-    local_grad_sq: float            # ||its own gradient||^2, on logging steps (gradient variance)
+
+    loss_sum: float  # summed over its micro-batch
+    stop: bool  # it was told to stop (SIGTERM)
+    seconds_per_sample: float  # its own compute time per row (load balancing)
+    local_grad_sq: float  # ||its own gradient||^2, on logging steps (gradient variance)
 
 
 def exchange_step_stats(mine: StepStats, ranks: Ranks, device: torch.device) -> list[StepStats]:
     """Every rank's StepStats, in rank order: one small all_gather per step."""
-    shared = torch.tensor([mine.loss_sum, float(mine.stop), mine.seconds_per_sample, mine.local_grad_sq],
-                          dtype=torch.float64, device=device)
+    shared = torch.tensor(
+        [mine.loss_sum, float(mine.stop), mine.seconds_per_sample, mine.local_grad_sq],
+        dtype=torch.float64,
+        device=device,
+    )
     per_rank = [shared.clone() for _ in range(ranks.world)]
     if ranks.distributed:
         dist.all_gather(per_rank, shared)
@@ -217,8 +232,9 @@ class StopSignal:
         self.requested = True
 
 
-def checkpoint(state: TrainState, checkpointer: AsyncCheckpointer | None, ranks: Ranks, device: torch.device,
-               wait: bool = False) -> None:
+def checkpoint(
+    state: TrainState, checkpointer: AsyncCheckpointer | None, ranks: Ranks, device: torch.device, wait: bool = False
+) -> None:
     """Every rank calls this at the same steps: the RNG states of all ranks are gathered (no layer
     draws random numbers today, but a resumed run must not depend on that staying true)."""
     rng = [rng_state(device)] * ranks.world
@@ -233,7 +249,7 @@ def make_checkpointer(store: OutputStore) -> AsyncCheckpointer:
     folder = store.local / CHECKPOINTS
 
     def publish(path: Path) -> None:
-        store.publish(path, path.with_suffix(".sha256"))      # the checksum last: it marks it complete
+        store.publish(path, path.with_suffix(".sha256"))  # the checksum last: it marks it complete
         store.prune_checkpoints({f.name for f in folder.glob("ckpt-*")})
         if (store.local / "metrics.jsonl").exists():
             store.publish(store.local / "metrics.jsonl")
@@ -241,10 +257,19 @@ def make_checkpointer(store: OutputStore) -> AsyncCheckpointer:
     return AsyncCheckpointer(folder, on_saved=publish if store.uri else None)
 
 
-def run_training(data_version: str, out: str, p: TrainParams, registry_url: str | None = None,
-                 init_from: str | None = None, workdir: Path | None = None, *, store_dir: str | Path | None = None,
-                 dist_timeout_s: int = 300, on_micro_batch: MicroBatchHook | None = None,
-                 sync_checkpoints: bool = False) -> dict:
+def run_training(
+    data_version: str,
+    out: str,
+    p: TrainParams,
+    registry_url: str | None = None,
+    init_from: str | None = None,
+    workdir: Path | None = None,
+    *,
+    store_dir: str | Path | None = None,
+    dist_timeout_s: int = 300,
+    on_micro_batch: MicroBatchHook | None = None,
+    sync_checkpoints: bool = False,
+) -> dict:
     """Train `p.epochs` epochs of `data_version` into `out` (resuming if a checkpoint of this same
     training is there); returns what train_metrics.json holds. `sync_checkpoints`: wait for each
     periodic checkpoint's write in the step loop (a benchmark's control: what the background
@@ -254,21 +279,27 @@ def run_training(data_version: str, out: str, p: TrainParams, registry_url: str 
     stop, store = StopSignal(), OutputStore(out, workdir)
     data = StreamingVersion(data_version, registry_url, cache_mb=p.stream_cache_mb, seed=p.seed)
     batch = min(p.batch_size, len(data))
-    steps_per_epoch = max(1, len(data) // batch)     # full global batches only; the order changes each epoch
+    steps_per_epoch = max(1, len(data) // batch)  # full global batches only; the order changes each epoch
     total_steps = p.epochs * steps_per_epoch
-    model = make_model(data.stats, p).to(device)     # same seed and data on every rank: same start, same scaling
-    state = TrainState(model, make_optimizer(model, p), equal_splits(batch, ranks.world),
-                       training_fingerprint(data_version, p, init_from, ranks.world))
+    model = make_model(data.stats, p).to(device)  # same seed and data on every rank: same start, same scaling
+    state = TrainState(
+        model,
+        make_optimizer(model, p),
+        equal_splits(batch, ranks.world),
+        training_fingerprint(data_version, p, init_from, ranks.world),
+    )
     warm = resume_or_warm_start(state, store, ranks, device, init_from, registry_url)
     resumed_from = state.step
     if ranks.master:
-        log(f"{len(data)} rows in {len(data.counts)} partition(s), {ranks.world} process(es) on {device.type}, "
-            f"steps {state.step}->{total_steps}")
+        log(
+            f"{len(data)} rows in {len(data.counts)} partition(s), {ranks.world} process(es) on {device.type}, "
+            f"steps {state.step}->{total_steps}"
+        )
     net = wrap_for_ddp(model, p, device, ranks)
     autocast, loss_fn = autocast_for(p, device), make_loss(data.stats.spam_share).to(device)
     checkpointer = make_checkpointer(store) if ranks.master else None
     metrics = TrainingMetrics(store.local / "metrics.jsonl", enabled=ranks.master)
-    blocked_s, saves = 0.0, 0          # the step loop's time inside checkpointing, by its own clock
+    blocked_s, saves = 0.0, 0  # the step loop's time inside checkpointing, by its own clock
     t0 = time.time()
 
     while state.step < total_steps:
@@ -279,25 +310,35 @@ def run_training(data_version: str, out: str, p: TrainParams, registry_url: str 
         before = [t.detach().clone() for t in model.parameters()] if logging else None
         net.spread.start(logging)
         started = time.perf_counter()
-        if on_micro_batch is not None:         # e.g. a benchmark's simulated slow rank: timed as compute
+        if on_micro_batch is not None:  # e.g. a benchmark's simulated slow rank: timed as compute
             on_micro_batch(ranks.rank, len(xb))
         state.optimizer.zero_grad(set_to_none=True)
         # Scaled so that DDP's mean over ranks is the mean over the global batch, whatever the split.
-        loss_sum, ready = accumulate_gradients(net.module, loss_fn, xb, yb, ranks.world / batch,
-                                               p.micro_batch_size, net.no_sync, autocast)
+        loss_sum, ready = accumulate_gradients(
+            net.module, loss_fn, xb, yb, ranks.world / batch, p.micro_batch_size, net.no_sync, autocast
+        )
         state.optimizer.step()
-        compute_s = ready - started           # this rank's own time (the last backward waits for the others)
-        stats = exchange_step_stats(StepStats(loss_sum, stop.requested, compute_s / max(1, len(xb)),
-                                              net.spread.local_sq), ranks, device)
+        compute_s = ready - started  # this rank's own time (the last backward waits for the others)
+        stats = exchange_step_stats(
+            StepStats(loss_sum, stop.requested, compute_s / max(1, len(xb)), net.spread.local_sq), ranks, device
+        )
         step_loss = sum(r.loss_sum for r in stats) / batch
         epoch_done = state.finish_step(step_loss, batch, steps_per_epoch)
         metrics.observe(step_loss)
         if before is not None:
-            metrics.record(state.step, epoch, step_loss, model, before, state.splits, batch, compute_s,
-                           local_grad_sq=[r.local_grad_sq for r in stats] if ranks.distributed else None)
+            metrics.record(
+                state.step,
+                epoch,
+                step_loss,
+                model,
+                before,
+                state.splits,
+                batch,
+                compute_s,
+                local_grad_sq=[r.local_grad_sq for r in stats] if ranks.distributed else None,
+            )
         if epoch_done and ranks.master and (state.step // steps_per_epoch) % max(1, p.epochs // 10) == 0:
-            log(f"epoch {state.step // steps_per_epoch}/{p.epochs} loss {state.losses[-1]:.4f} "
-                f"splits {state.splits}")
+            log(f"epoch {state.step // steps_per_epoch}/{p.epochs} loss {state.losses[-1]:.4f} splits {state.splits}")
         if p.balance_every and state.step % p.balance_every == 0 and ranks.distributed:
             state.splits = rebalance(state.splits, [r.seconds_per_sample for r in stats], batch)
         if any(r.stop for r in stats):
@@ -308,21 +349,35 @@ def run_training(data_version: str, out: str, p: TrainParams, registry_url: str 
             blocked_s, saves = blocked_s + time.perf_counter() - blocked, saves + 1
     if checkpointer is not None:
         blocked = time.perf_counter()
-        checkpointer.close()                          # the last write is part of the run's time
+        checkpointer.close()  # the last write is part of the run's time
         blocked_s += time.perf_counter() - blocked
 
-    result = {"data_version": data_version, "rows": int(len(data)), "partitions": len(data.counts),
-              "epochs": p.epochs, "world_size": ranks.world, "device": device.type, "steps": total_steps,
-              "resumed_from_step": resumed_from, "warm_started_from": warm, "losses": state.losses,
-              "final_loss": state.losses[-1], "final_splits": state.splits, "partition_loads": data.cache.loads,
-              "seconds": time.time() - t0, "checkpoints": saves, "checkpoint_blocked_s": blocked_s,
-              "n_parameters": sum(t.numel() for t in model.parameters())}
+    result = {
+        "data_version": data_version,
+        "rows": int(len(data)),
+        "partitions": len(data.counts),
+        "epochs": p.epochs,
+        "world_size": ranks.world,
+        "device": device.type,
+        "steps": total_steps,
+        "resumed_from_step": resumed_from,
+        "warm_started_from": warm,
+        "losses": state.losses,
+        "final_loss": state.losses[-1],
+        "final_splits": state.splits,
+        "partition_loads": data.cache.loads,
+        "seconds": time.time() - t0,
+        "checkpoints": saves,
+        "checkpoint_blocked_s": blocked_s,
+        "n_parameters": sum(t.numel() for t in model.parameters()),
+    }
     finish(result, model, store, ranks)
     return result
 
 
-def stop_with_checkpoint(state: TrainState, checkpointer: AsyncCheckpointer | None, ranks: Ranks,
-                         device: torch.device) -> None:
+def stop_with_checkpoint(
+    state: TrainState, checkpointer: AsyncCheckpointer | None, ranks: Ranks, device: torch.device
+) -> None:
     """A rank was told to stop: checkpoint this very step (waiting for the write), then exit 143."""
     checkpoint(state, checkpointer, ranks, device, wait=True)
     if ranks.master:
@@ -347,31 +402,49 @@ def finish(result: dict, model: torch.nn.Module, store: OutputStore, ranks: Rank
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="Train the spam model on a data version (run under torchrun).")
     parser.add_argument("--data-version", required=True)
-    parser.add_argument("--out", required=True,
-                        help="output folder, or an fsspec URI (s3://...) to publish to from a pod")
+    parser.add_argument(
+        "--out", required=True, help="output folder, or an fsspec URI (s3://...) to publish to from a pod"
+    )
     parser.add_argument("--workdir", type=Path, help="local working folder when --out is a URI")
     parser.add_argument("--params", required=True, help="JSON of the train section of params.yaml")
-    parser.add_argument("--init-from", help="model version (model-vN) or model.pt to warm-start from, "
-                                            "used when the architecture matches")
-    parser.add_argument("--registry-url", help="git URL of the registry to read the data version from "
-                                               "(default: SLUICE_REGISTRY_URL, else the local registry)")
-    parser.add_argument("--store-dir", type=Path, help="a folder for the process group's file store, "
-                                                       "on one machine (default: torchrun's env:// rendezvous)")
+    parser.add_argument(
+        "--init-from",
+        help="model version (model-vN) or model.pt to warm-start from, used when the architecture matches",
+    )
+    parser.add_argument(
+        "--registry-url",
+        help="git URL of the registry to read the data version from "
+        "(default: SLUICE_REGISTRY_URL, else the local registry)",
+    )
+    parser.add_argument(
+        "--store-dir",
+        type=Path,
+        help="a folder for the process group's file store, on one machine (default: torchrun's env:// rendezvous)",
+    )
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None, on_micro_batch: MicroBatchHook | None = None,
-         sync_checkpoints: bool = False) -> int:
+def main(
+    argv: list[str] | None = None, on_micro_batch: MicroBatchHook | None = None, sync_checkpoints: bool = False
+) -> int:
     """The torchrun worker: arguments and settings in, `run_training` (`on_micro_batch`: see
     MicroBatchHook; `sync_checkpoints`: see run_training; bench/slow_engine.py passes them)."""
     args = parse_args(argv)
     settings = Settings.from_env()
     raw = json.loads(args.params)
     raw["hidden"] = tuple(raw["hidden"])
-    run_training(args.data_version, args.out, TrainParams.model_validate(raw),
-                 args.registry_url or settings.registry_url or None, args.init_from or None, args.workdir,
-                 store_dir=args.store_dir, dist_timeout_s=settings.dist_timeout_s, on_micro_batch=on_micro_batch,
-                 sync_checkpoints=sync_checkpoints)
+    run_training(
+        args.data_version,
+        args.out,
+        TrainParams.model_validate(raw),
+        args.registry_url or settings.registry_url or None,
+        args.init_from or None,
+        args.workdir,
+        store_dir=args.store_dir,
+        dist_timeout_s=settings.dist_timeout_s,
+        on_micro_batch=on_micro_batch,
+        sync_checkpoints=sync_checkpoints,
+    )
     return 0
 
 

@@ -9,6 +9,7 @@ cross node boundaries drop by the local world size.
 Nodes are runs of `local_size` consecutive global ranks (torchrun numbers ranks node
 by node). Every rank creates every group, in the same order, as torch requires.
 """
+
 # No `from __future__ import annotations` here: DDP checks the hooks' return annotation object.
 from dataclasses import dataclass, field
 
@@ -21,9 +22,9 @@ class HierarchicalState:
     local_size: int
     intra_group: object = None
     leader_group: object = None
-    leader: int = 0                  # global rank of this rank's node leader
+    leader: int = 0  # global rank of this rank's node leader
     is_leader: bool = False
-    internode_bytes: int = 0         # bytes this rank handed to collectives spanning several nodes
+    internode_bytes: int = 0  # bytes this rank handed to collectives spanning several nodes
     calls: int = field(default=0)
 
     @classmethod
@@ -62,6 +63,7 @@ def hierarchical_allreduce_hook(state: HierarchicalState, bucket) -> torch.futur
 @dataclass
 class FlatState:
     """Plain allreduce with the same byte accounting (the baseline for the benchmark)."""
+
     nodes: int
     internode_bytes: int = 0
     calls: int = 0
@@ -69,7 +71,7 @@ class FlatState:
 
 def flat_allreduce_hook(state: FlatState, bucket) -> torch.futures.Future[torch.Tensor]:
     tensor = bucket.buffer()
-    if state.nodes > 1:                       # one collective over every rank: it spans the nodes
+    if state.nodes > 1:  # one collective over every rank: it spans the nodes
         state.internode_bytes += tensor.numel() * tensor.element_size()
     dist.all_reduce(tensor)
     tensor.div_(dist.get_world_size())

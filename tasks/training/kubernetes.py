@@ -25,6 +25,7 @@ between the same run's pods only. `render_manifests` gives the
 manifests without a cluster; `validate_manifests` checks them against the
 Kubernetes API schema.
 """
+
 from __future__ import annotations
 
 import os
@@ -39,9 +40,9 @@ from tasks.training.local import engine_args, params_json
 
 RDZV_PORT = 29500
 PLAN_TASK = "plan_train"
-WORKDIR = "/workspace/out"           # the pod's local working folder (its outputs are published)
-STATE_DIR = "/workspace/.sluice"     # the pod's SLUICE_HOME (the default under the image's /workspace)
-RUN_AS_USER = 1000                   # docker/trainer.Dockerfile: USER 1000
+WORKDIR = "/workspace/out"  # the pod's local working folder (its outputs are published)
+STATE_DIR = "/workspace/.sluice"  # the pod's SLUICE_HOME (the default under the image's /workspace)
+RUN_AS_USER = 1000  # docker/trainer.Dockerfile: USER 1000
 K8S_SCHEMA_VERSION = "1.34.0"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 
@@ -49,26 +50,26 @@ _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$")
 @dataclass(frozen=True)
 class KubernetesTraining:
     image: str = "sluice-trainer:latest"
-    namespace: str = "sluice-train"               # the trainers' own namespace (PSA restricted), not Airflow's
+    namespace: str = "sluice-train"  # the trainers' own namespace (PSA restricted), not Airflow's
     nodes: int = 1
     gpus_per_node: int = 1
     cpu: str = "8"
     memory: str = "32Gi"
     shm_size: str = "8Gi"
-    ephemeral_storage: str = "50Gi"               # the pod's disk: outputs, checkpoints, /tmp, data cache
+    ephemeral_storage: str = "50Gi"  # the pod's disk: outputs, checkpoints, /tmp, data cache
     tmp_size: str = "4Gi"
     node_selector: dict[str, str] = field(default_factory=lambda: {"nvidia.com/gpu.present": "true"})
     gpu_toleration: bool = True
-    registry_secret: str = "sluice-registry"     # AWS_* credentials of the DVC remote
-    registry_url: str = ""                        # git URL of the registry, as the pods reach it
-    s3_endpoint_url: str = ""                     # an S3-compatible store's endpoint, as the pods reach it
+    registry_secret: str = "sluice-registry"  # AWS_* credentials of the DVC remote
+    registry_url: str = ""  # git URL of the registry, as the pods reach it
+    s3_endpoint_url: str = ""  # an S3-compatible store's endpoint, as the pods reach it
 
     def __post_init__(self) -> None:
         from tasks.core.settings import url_credentials_error
 
         if self.nodes < 1 or self.gpus_per_node < 1:
             raise ValueError(f"nodes ({self.nodes}) and gpus_per_node ({self.gpus_per_node}) must be >= 1")
-        for name in ("registry_url", "s3_endpoint_url"):      # they go into pod arguments and XCom
+        for name in ("registry_url", "s3_endpoint_url"):  # they go into pod arguments and XCom
             why = url_credentials_error(getattr(self, name))
             if why:
                 raise ValueError(f"{name} {why}")
@@ -81,10 +82,14 @@ class KubernetesTraining:
         env = os.environ if env is None else env
         scaling = load_params().scaling
         kw: dict[str, Any] = dict(scaling.profiles[profile or scaling.profile])
-        for key, name, cast in (("SLUICE_K8S_IMAGE", "image", str), ("SLUICE_K8S_NAMESPACE", "namespace", str),
-                                ("SLUICE_K8S_NODES", "nodes", int), ("SLUICE_K8S_GPUS_PER_NODE", "gpus_per_node", int),
-                                ("SLUICE_REGISTRY_URL", "registry_url", str),
-                                ("SLUICE_S3_ENDPOINT_URL", "s3_endpoint_url", str)):
+        for key, name, cast in (
+            ("SLUICE_K8S_IMAGE", "image", str),
+            ("SLUICE_K8S_NAMESPACE", "namespace", str),
+            ("SLUICE_K8S_NODES", "nodes", int),
+            ("SLUICE_K8S_GPUS_PER_NODE", "gpus_per_node", int),
+            ("SLUICE_REGISTRY_URL", "registry_url", str),
+            ("SLUICE_S3_ENDPOINT_URL", "s3_endpoint_url", str),
+        ):
             if env.get(key):
                 kw[name] = cast(env[key])
         return cls(**kw)
@@ -98,14 +103,21 @@ def job_name(run_id: str) -> str:
     return name
 
 
-def plan(run_id: str, data_version: str, p: TrainParams, out_root: str, registry_url: str,
-         init_from: str | None = None) -> dict[str, str]:
+def plan(
+    run_id: str, data_version: str, p: TrainParams, out_root: str, registry_url: str, init_from: str | None = None
+) -> dict[str, str]:
     """What the pods of one training run get, as strings (the operators' templates read them)."""
     from tasks.core.settings import safe_run_id
 
-    return {"name": job_name(run_id), "run_id": run_id, "data_version": data_version, "params": params_json(p),
-            "out_uri": f"{out_root.rstrip('/')}/{safe_run_id(run_id)}/train", "registry_url": registry_url,
-            "init_from": init_from or ""}
+    return {
+        "name": job_name(run_id),
+        "run_id": run_id,
+        "data_version": data_version,
+        "params": params_json(p),
+        "out_uri": f"{out_root.rstrip('/')}/{safe_run_id(run_id)}/train",
+        "registry_url": registry_url,
+        "init_from": init_from or "",
+    }
 
 
 def plan_training(run_id: str, settings, data_version: str, epochs: int | None = None) -> dict[str, str]:
@@ -114,11 +126,12 @@ def plan_training(run_id: str, settings, data_version: str, epochs: int | None =
     from tasks.train import warm_start_version
 
     if not settings.train_out_uri or not settings.registry_url:
-        raise ValueError("the kubernetes backend needs SLUICE_TRAIN_OUT_URI (where pods write) and "
-                         "SLUICE_REGISTRY_URL (the registry's git URL as pods reach it)")
+        raise ValueError(
+            "the kubernetes backend needs SLUICE_TRAIN_OUT_URI (where pods write) and "
+            "SLUICE_REGISTRY_URL (the registry's git URL as pods reach it)"
+        )
     p = load_params(overrides={"train": {"epochs": epochs}}).train
-    return plan(run_id, data_version, p, settings.train_out_uri, settings.registry_url,
-                warm_start_version(settings, p))
+    return plan(run_id, data_version, p, settings.train_out_uri, settings.registry_url, warm_start_version(settings, p))
 
 
 def from_plan(field: str) -> str:
@@ -127,8 +140,9 @@ def from_plan(field: str) -> str:
 
 
 def templated_plan() -> dict[str, str]:
-    return {k: from_plan(k) for k in ("name", "run_id", "data_version", "params", "out_uri", "registry_url",
-                                      "init_from")}
+    return {
+        k: from_plan(k) for k in ("name", "run_id", "data_version", "params", "out_uri", "registry_url", "init_from")
+    }
 
 
 def pod_command(cfg: KubernetesTraining, plan: dict[str, str]) -> list[str]:
@@ -136,49 +150,93 @@ def pod_command(cfg: KubernetesTraining, plan: dict[str, str]) -> list[str]:
     if cfg.nodes == 1:
         launcher = ["torchrun", "--standalone", f"--nproc-per-node={cfg.gpus_per_node}"]
     else:
-        launcher = ["torchrun", f"--nnodes={cfg.nodes}", f"--nproc-per-node={cfg.gpus_per_node}",
-                    "--rdzv-backend=c10d", f"--rdzv-endpoint=job-{name}-0.{name}:{RDZV_PORT}", f"--rdzv-id={name}"]
+        launcher = [
+            "torchrun",
+            f"--nnodes={cfg.nodes}",
+            f"--nproc-per-node={cfg.gpus_per_node}",
+            "--rdzv-backend=c10d",
+            f"--rdzv-endpoint=job-{name}-0.{name}:{RDZV_PORT}",
+            f"--rdzv-id={name}",
+        ]
     # --init-from "" means none: the argument list keeps one shape whatever the plan holds.
-    return [*launcher, *engine_args(plan["data_version"], plan["out_uri"], plan["params"], plan["init_from"],
-                                    plan["registry_url"], workdir=WORKDIR)]
+    return [
+        *launcher,
+        *engine_args(
+            plan["data_version"],
+            plan["out_uri"],
+            plan["params"],
+            plan["init_from"],
+            plan["registry_url"],
+            workdir=WORKDIR,
+        ),
+    ]
 
 
 def _common(cfg: KubernetesTraining, plan: dict[str, str], kube_config_file: str | None):
     from kubernetes.client import models as k8s
 
-    tolerations = [k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")] \
-        if cfg.gpu_toleration else []
+    tolerations = (
+        [k8s.V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")] if cfg.gpu_toleration else []
+    )
     # The root filesystem is read-only: HOME and every cache go to /tmp (an emptyDir).
-    env = {"DVC_NO_ANALYTICS": "1", "PYTHONUNBUFFERED": "1", "HOME": "/tmp/home", "XDG_CACHE_HOME": "/tmp/cache",
-           "DVC_SITE_CACHE_DIR": "/tmp/dvc-site-cache", "TMPDIR": "/tmp",
-           **({"SLUICE_S3_ENDPOINT_URL": cfg.s3_endpoint_url} if cfg.s3_endpoint_url else {})}
+    env = {
+        "DVC_NO_ANALYTICS": "1",
+        "PYTHONUNBUFFERED": "1",
+        "HOME": "/tmp/home",
+        "XDG_CACHE_HOME": "/tmp/cache",
+        "DVC_SITE_CACHE_DIR": "/tmp/dvc-site-cache",
+        "TMPDIR": "/tmp",
+        **({"SLUICE_S3_ENDPOINT_URL": cfg.s3_endpoint_url} if cfg.s3_endpoint_url else {}),
+    }
     seccomp = k8s.V1SeccompProfile(type="RuntimeDefault")
-    volumes = [("dshm", "/dev/shm", k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=cfg.shm_size)),
-               ("work", WORKDIR, k8s.V1EmptyDirVolumeSource()),
-               ("state", STATE_DIR, k8s.V1EmptyDirVolumeSource()),
-               ("tmp", "/tmp", k8s.V1EmptyDirVolumeSource(size_limit=cfg.tmp_size))]
+    volumes = [
+        ("dshm", "/dev/shm", k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=cfg.shm_size)),
+        ("work", WORKDIR, k8s.V1EmptyDirVolumeSource()),
+        ("state", STATE_DIR, k8s.V1EmptyDirVolumeSource()),
+        ("tmp", "/tmp", k8s.V1EmptyDirVolumeSource(size_limit=cfg.tmp_size)),
+    ]
     return dict(
-        namespace=cfg.namespace, image=cfg.image,
-        labels={"app.kubernetes.io/name": "sluice", "app.kubernetes.io/component": "trainer",
-                "sluice/run": plan["name"], "sluice/data-version": plan["data_version"]},
+        namespace=cfg.namespace,
+        image=cfg.image,
+        labels={
+            "app.kubernetes.io/name": "sluice",
+            "app.kubernetes.io/component": "trainer",
+            "sluice/run": plan["name"],
+            "sluice/data-version": plan["data_version"],
+        },
         annotations={"sluice/airflow-run-id": plan["run_id"]},
         container_resources=k8s.V1ResourceRequirements(
-            requests={"cpu": cfg.cpu, "memory": cfg.memory, "nvidia.com/gpu": str(cfg.gpus_per_node),
-                      "ephemeral-storage": cfg.ephemeral_storage},
-            limits={"memory": cfg.memory, "nvidia.com/gpu": str(cfg.gpus_per_node),
-                    "ephemeral-storage": cfg.ephemeral_storage}),
-        node_selector=cfg.node_selector, tolerations=tolerations,
+            requests={
+                "cpu": cfg.cpu,
+                "memory": cfg.memory,
+                "nvidia.com/gpu": str(cfg.gpus_per_node),
+                "ephemeral-storage": cfg.ephemeral_storage,
+            },
+            limits={
+                "memory": cfg.memory,
+                "nvidia.com/gpu": str(cfg.gpus_per_node),
+                "ephemeral-storage": cfg.ephemeral_storage,
+            },
+        ),
+        node_selector=cfg.node_selector,
+        tolerations=tolerations,
         volumes=[k8s.V1Volume(name=n, empty_dir=src) for n, _, src in volumes],
         volume_mounts=[k8s.V1VolumeMount(name=n, mount_path=path) for n, path, _ in volumes],
-        security_context=k8s.V1PodSecurityContext(run_as_non_root=True, run_as_user=RUN_AS_USER,
-                                                  seccomp_profile=seccomp),
+        security_context=k8s.V1PodSecurityContext(
+            run_as_non_root=True, run_as_user=RUN_AS_USER, seccomp_profile=seccomp
+        ),
         container_security_context=k8s.V1SecurityContext(
-            run_as_non_root=True, allow_privilege_escalation=False, read_only_root_filesystem=True,
-            capabilities=k8s.V1Capabilities(drop=["ALL"]), seccomp_profile=seccomp),
+            run_as_non_root=True,
+            allow_privilege_escalation=False,
+            read_only_root_filesystem=True,
+            capabilities=k8s.V1Capabilities(drop=["ALL"]),
+            seccomp_profile=seccomp,
+        ),
         automount_service_account_token=False,
         env_from=[k8s.V1EnvFromSource(secret_ref=k8s.V1SecretEnvSource(name=cfg.registry_secret))],
         env_vars=[k8s.V1EnvVar(name=k, value=v) for k, v in env.items()],
-        config_file=kube_config_file, in_cluster=kube_config_file is None,
+        config_file=kube_config_file,
+        in_cluster=kube_config_file is None,
     )
 
 
@@ -186,17 +244,32 @@ def _job_failure_policy():
     """Retry pods lost to node disruption without counting them; fail fast on a crash in our code."""
     from kubernetes.client import models as k8s
 
-    return k8s.V1Job(spec=k8s.V1JobSpec(template=k8s.V1PodTemplateSpec(), pod_failure_policy=k8s.V1PodFailurePolicy(
-        rules=[
-            k8s.V1PodFailurePolicyRule(action="Ignore", on_pod_conditions=[
-                k8s.V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget", status="True")]),
-            k8s.V1PodFailurePolicyRule(action="FailJob", on_exit_codes=k8s.V1PodFailurePolicyOnExitCodesRequirement(
-                container_name="base", operator="In", values=[1])),
-        ])))
+    return k8s.V1Job(
+        spec=k8s.V1JobSpec(
+            template=k8s.V1PodTemplateSpec(),
+            pod_failure_policy=k8s.V1PodFailurePolicy(
+                rules=[
+                    k8s.V1PodFailurePolicyRule(
+                        action="Ignore",
+                        on_pod_conditions=[
+                            k8s.V1PodFailurePolicyOnPodConditionsPattern(type="DisruptionTarget", status="True")
+                        ],
+                    ),
+                    k8s.V1PodFailurePolicyRule(
+                        action="FailJob",
+                        on_exit_codes=k8s.V1PodFailurePolicyOnExitCodesRequirement(
+                            container_name="base", operator="In", values=[1]
+                        ),
+                    ),
+                ]
+            ),
+        )
+    )
 
 
-def training_operator(task_id: str, cfg: KubernetesTraining, plan: dict[str, str],
-                      kube_config_file: str | None = None, **operator_kwargs):
+def training_operator(
+    task_id: str, cfg: KubernetesTraining, plan: dict[str, str], kube_config_file: str | None = None, **operator_kwargs
+):
     """The Airflow operator that runs training on Kubernetes (pod for 1 node, Indexed Job for M).
     `plan`: concrete values (`plan()`) or templates of the plan_train result (`templated_plan()`)."""
     command = pod_command(cfg, plan)
@@ -204,25 +277,53 @@ def training_operator(task_id: str, cfg: KubernetesTraining, plan: dict[str, str
     if cfg.nodes == 1:
         from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 
-        return KubernetesPodOperator(task_id=task_id, name=plan["name"], cmds=command[:1], arguments=command[1:],
-                                     random_name_suffix=False, on_finish_action="delete_pod", **common)
+        return KubernetesPodOperator(
+            task_id=task_id,
+            name=plan["name"],
+            cmds=command[:1],
+            arguments=command[1:],
+            random_name_suffix=False,
+            on_finish_action="delete_pod",
+            **common,
+        )
     from tasks.training.kubernetes_operators import IndexedTrainingJobOperator
 
-    return IndexedTrainingJobOperator(task_id=task_id, name=plan["name"], cmds=command[:1], arguments=command[1:],
-                                 completion_mode="Indexed", completions=cfg.nodes, parallelism=cfg.nodes,
-                                 random_name_suffix=False, subdomain=plan["name"], backoff_limit=cfg.nodes * 2,
-                                 ttl_seconds_after_finished=3600, wait_until_job_complete=True,
-                                 on_kill_propagation_policy="Foreground", full_job_spec=_job_failure_policy(),
-                                 **common)
+    return IndexedTrainingJobOperator(
+        task_id=task_id,
+        name=plan["name"],
+        cmds=command[:1],
+        arguments=command[1:],
+        completion_mode="Indexed",
+        completions=cfg.nodes,
+        parallelism=cfg.nodes,
+        random_name_suffix=False,
+        subdomain=plan["name"],
+        backoff_limit=cfg.nodes * 2,
+        ttl_seconds_after_finished=3600,
+        wait_until_job_complete=True,
+        on_kill_propagation_policy="Foreground",
+        full_job_spec=_job_failure_policy(),
+        **common,
+    )
 
 
 def rendezvous_service(cfg: KubernetesTraining, name: str) -> dict[str, Any]:
     """The headless Service that gives the Indexed Job's pods stable DNS names."""
-    return {"apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": name, "namespace": cfg.namespace,
-                         "labels": {"app.kubernetes.io/name": "sluice", "sluice/run": name}},
-            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"sluice/run": name},
-                     "ports": [{"name": "rendezvous", "port": RDZV_PORT}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": cfg.namespace,
+            "labels": {"app.kubernetes.io/name": "sluice", "sluice/run": name},
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"sluice/run": name},
+            "ports": [{"name": "rendezvous", "port": RDZV_PORT}],
+        },
+    }
 
 
 def rendezvous_network_policy(cfg: KubernetesTraining, name: str) -> dict[str, Any]:
@@ -230,10 +331,16 @@ def rendezvous_network_policy(cfg: KubernetesTraining, name: str) -> dict[str, A
     the rest). No port list: besides the rendezvous port, NCCL and gloo open ports of their own
     between the pods; what matters is who may connect, and that is this run alone."""
     run = {"matchLabels": {"sluice/run": name}}
-    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-            "metadata": {"name": name, "namespace": cfg.namespace,
-                         "labels": {"app.kubernetes.io/name": "sluice", "sluice/run": name}},
-            "spec": {"podSelector": run, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": run}]}]}}
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": name,
+            "namespace": cfg.namespace,
+            "labels": {"app.kubernetes.io/name": "sluice", "sluice/run": name},
+        },
+        "spec": {"podSelector": run, "policyTypes": ["Ingress"], "ingress": [{"from": [{"podSelector": run}]}]},
+    }
 
 
 def training_tasks(cfg: KubernetesTraining, task_id: str = "train_pods") -> tuple[Any, list]:
@@ -245,27 +352,38 @@ def training_tasks(cfg: KubernetesTraining, task_id: str = "train_pods") -> tupl
     op = training_operator(task_id, cfg, templated_plan())
     if cfg.nodes == 1:
         return op, []
-    from airflow.providers.cncf.kubernetes.operators.resource import (KubernetesCreateResourceOperator,
-                                                                      KubernetesDeleteResourceOperator)
+    from airflow.providers.cncf.kubernetes.operators.resource import (
+        KubernetesCreateResourceOperator,
+        KubernetesDeleteResourceOperator,
+    )
 
-    service = json.dumps(rendezvous_service(cfg, from_plan("name")))      # JSON is YAML
-    create = KubernetesCreateResourceOperator(task_id="train_rendezvous", yaml_conf=service,
-                                              namespace=cfg.namespace).as_setup()
-    delete = KubernetesDeleteResourceOperator(task_id="train_rendezvous_delete", yaml_conf=service,
-                                              namespace=cfg.namespace).as_teardown(setups=create)
+    service = json.dumps(rendezvous_service(cfg, from_plan("name")))  # JSON is YAML
+    create = KubernetesCreateResourceOperator(
+        task_id="train_rendezvous", yaml_conf=service, namespace=cfg.namespace
+    ).as_setup()
+    delete = KubernetesDeleteResourceOperator(
+        task_id="train_rendezvous_delete", yaml_conf=service, namespace=cfg.namespace
+    ).as_teardown(setups=create)
     policy = json.dumps(rendezvous_network_policy(cfg, from_plan("name")))
-    allow = KubernetesCreateResourceOperator(task_id="train_network_policy", yaml_conf=policy,
-                                             namespace=cfg.namespace).as_setup()
-    disallow = KubernetesDeleteResourceOperator(task_id="train_network_policy_delete", yaml_conf=policy,
-                                                namespace=cfg.namespace).as_teardown(setups=allow)
+    allow = KubernetesCreateResourceOperator(
+        task_id="train_network_policy", yaml_conf=policy, namespace=cfg.namespace
+    ).as_setup()
+    disallow = KubernetesDeleteResourceOperator(
+        task_id="train_network_policy_delete", yaml_conf=policy, namespace=cfg.namespace
+    ).as_teardown(setups=allow)
     create >> op >> delete
     allow >> op >> disallow
     return op, [create, delete, allow, disallow]
 
 
-def render_manifests(run_id: str, data_version: str, p: TrainParams, cfg: KubernetesTraining,
-                     init_from: str | None = None, out_root: str = "s3://sluice-artifacts/runs",
-                     ) -> list[dict[str, Any]]:
+def render_manifests(
+    run_id: str,
+    data_version: str,
+    p: TrainParams,
+    cfg: KubernetesTraining,
+    init_from: str | None = None,
+    out_root: str = "s3://sluice-artifacts/runs",
+) -> list[dict[str, Any]]:
     """The manifests the train step would send, built without a cluster (camelCase, as sent):
     the pod; or the Job, the rendezvous Service and the run's NetworkPolicy."""
     the_plan = plan(run_id, data_version, p, out_root, cfg.registry_url, init_from)
@@ -278,16 +396,18 @@ def build_manifests(cfg: KubernetesTraining, plan: dict[str, str], operator=None
     from kubernetes.client import ApiClient
 
     with tempfile.TemporaryDirectory() as tmp:
-        kube_config = Path(tmp) / "kubeconfig"        # building reads a config; it contacts nothing
-        kube_config.write_text("apiVersion: v1\nkind: Config\ncurrent-context: render\nclusters: [{name: render, "
-                               "cluster: {server: 'https://127.0.0.1:6443'}}]\nusers: [{name: render, user: {}}]\n"
-                               "contexts: [{name: render, context: {cluster: render, user: render}}]\n")
+        kube_config = Path(tmp) / "kubeconfig"  # building reads a config; it contacts nothing
+        kube_config.write_text(
+            "apiVersion: v1\nkind: Config\ncurrent-context: render\nclusters: [{name: render, "
+            "cluster: {server: 'https://127.0.0.1:6443'}}]\nusers: [{name: render, user: {}}]\n"
+            "contexts: [{name: render, context: {cluster: render, user: render}}]\n"
+        )
         op = operator or training_operator("train_pods", cfg, plan, str(kube_config))
         op.config_file, op.in_cluster = str(kube_config), False
         api = ApiClient()
         if cfg.nodes == 1:
             pod = op.build_pod_request_obj()
-            pod.metadata.labels.pop("airflow_kpo_in_cluster", None)      # a render-time artefact
+            pod.metadata.labels.pop("airflow_kpo_in_cluster", None)  # a render-time artefact
             return [api.sanitize_for_serialization(pod)]
         job = op.build_job_request_obj()
         job.spec.template.metadata.labels.pop("airflow_kpo_in_cluster", None)
@@ -300,7 +420,7 @@ def check_restricted(kind: str, spec: dict[str, Any]) -> None:
     psc = spec.get("securityContext") or {}
     for c in spec.get("containers", []) + spec.get("initContainers", []):
         csc, where = c.get("securityContext") or {}, f"{kind} {c['name']}"
-        if not (csc.get("runAsNonRoot", psc.get("runAsNonRoot")) is True):
+        if csc.get("runAsNonRoot", psc.get("runAsNonRoot")) is not True:
             raise ValueError(f"{where}: runAsNonRoot must be true")
         if csc.get("runAsUser", psc.get("runAsUser")) == 0:
             raise ValueError(f"{where}: runAsUser must not be 0")
@@ -320,10 +440,24 @@ def check_restricted(kind: str, spec: dict[str, Any]) -> None:
     if spec.get("hostNetwork") or spec.get("hostPID") or spec.get("hostIPC"):
         raise ValueError(f"{kind}: host namespaces are not allowed")
     for v in spec.get("volumes", []):
-        if set(v) - {"name"} - {"emptyDir", "configMap", "secret", "persistentVolumeClaim", "projected",
-                                "downwardAPI", "ephemeral", "csi"}:
-            raise ValueError(f"{kind}: volume {v['name']!r} is of a type restricted pods may not use "
-                             f"({sorted(set(v) - {'name'})}, e.g. hostPath)")
+        if (
+            set(v)
+            - {"name"}
+            - {
+                "emptyDir",
+                "configMap",
+                "secret",
+                "persistentVolumeClaim",
+                "projected",
+                "downwardAPI",
+                "ephemeral",
+                "csi",
+            }
+        ):
+            raise ValueError(
+                f"{kind}: volume {v['name']!r} is of a type restricted pods may not use "
+                f"({sorted(set(v) - {'name'})}, e.g. hostPath)"
+            )
 
 
 def validate_manifests(manifests: list[dict[str, Any]], version: str = K8S_SCHEMA_VERSION) -> None:
@@ -342,7 +476,9 @@ def validate_manifests(manifests: list[dict[str, Any]], version: str = K8S_SCHEM
                     try:
                         parse_quantity(qty)
                     except ValueError:
-                        raise ValueError(f"{m['kind']} {c['name']}: {kind}[{res}] = {qty!r} is not a quantity") from None
+                        raise ValueError(
+                            f"{m['kind']} {c['name']}: {kind}[{res}] = {qty!r} is not a quantity"
+                        ) from None
                     if res == "nvidia.com/gpu" and not str(qty).isdigit():
                         raise ValueError(f"{m['kind']} {c['name']}: GPU count {qty!r} must be a whole number")
         if m["kind"] in ("Pod", "Job") and spec.get("restartPolicy") != "Never":

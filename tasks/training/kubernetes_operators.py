@@ -1,4 +1,5 @@
 """Operator subclasses for the Kubernetes training backend (imported only when it is selected)."""
+
 from __future__ import annotations
 
 from airflow.providers.cncf.kubernetes.operators.job import KubernetesJobOperator

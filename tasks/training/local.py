@@ -4,6 +4,7 @@ The launcher and its workers get an allowlisted environment (`worker_env`), not 
 process's: under Airflow that holds the JWT and session secrets, the Fernet key, the
 database URL and the admin password file, none of which the training code needs.
 """
+
 from __future__ import annotations
 
 import json
@@ -14,22 +15,57 @@ import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
-from tasks.core.params import TrainParams
 from tasks.core.log import log
+from tasks.core.params import TrainParams
 
-ENGINE_MODULE = "tasks.training.engine"          # the torchrun workers' entry module
+ENGINE_MODULE = "tasks.training.engine"  # the torchrun workers' entry module
 
 
 # Names passed to the workers as they are, and prefixes of names passed (all else is dropped):
 # the process basics, Sluice's settings, the DVC remote's credentials and config (AWS_*, DVC_*),
 # git's (the registry), TLS trust and proxies, thread counts and the CUDA/NCCL/gloo/torch knobs.
-WORKER_ENV_NAMES = frozenset({
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "TZ", "TERM", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV",
-    "LD_LIBRARY_PATH", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
-    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-})
-WORKER_ENV_PREFIXES = ("LC_", "SLUICE_", "AWS_", "DVC_", "GIT_", "OMP_", "MKL_", "CUDA_", "NCCL_", "GLOO_",
-                       "TORCH_", "TORCHELASTIC_", "PYTORCH_", "NVIDIA_")
+WORKER_ENV_NAMES = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "USER",
+        "LOGNAME",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "TERM",
+        "TMPDIR",
+        "PYTHONPATH",
+        "VIRTUAL_ENV",
+        "LD_LIBRARY_PATH",
+        "SSL_CERT_FILE",
+        "SSL_CERT_DIR",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "HTTP_PROXY",
+        "HTTPS_PROXY",
+        "NO_PROXY",
+        "http_proxy",
+        "https_proxy",
+        "no_proxy",
+    }
+)
+WORKER_ENV_PREFIXES = (
+    "LC_",
+    "SLUICE_",
+    "AWS_",
+    "DVC_",
+    "GIT_",
+    "OMP_",
+    "MKL_",
+    "CUDA_",
+    "NCCL_",
+    "GLOO_",
+    "TORCH_",
+    "TORCHELASTIC_",
+    "PYTORCH_",
+    "NVIDIA_",
+)
 
 
 def worker_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -39,10 +75,16 @@ def worker_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     (Kubernetes pods build their own environment: there NCCL must use the pod network)."""
     environ = os.environ if environ is None else environ
     env = {k: v for k, v in environ.items() if k in WORKER_ENV_NAMES or k.startswith(WORKER_ENV_PREFIXES)}
-    env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1",
-                "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo",
-                # Otherwise the launcher opens a TCPStore server (all interfaces) to share with workers.
-                "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1"})
+    env.update(
+        {
+            "OMP_NUM_THREADS": "1",
+            "PYTHONUNBUFFERED": "1",
+            "GLOO_SOCKET_IFNAME": "lo",
+            "NCCL_SOCKET_IFNAME": "lo",
+            # Otherwise the launcher opens a TCPStore server (all interfaces) to share with workers.
+            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+        }
+    )
     return env
 
 
@@ -50,16 +92,31 @@ def params_json(p: TrainParams) -> str:
     return json.dumps(p.model_dump(mode="json"), sort_keys=True)
 
 
-def engine_args(data_version: str, out: str, params: str, init_from: str | None = None,
-                registry_url: str | None = None, workdir: str | None = None, store_dir: str | None = None,
-                module: str = ENGINE_MODULE, module_args: Sequence[str] = ()) -> list[str]:
+def engine_args(
+    data_version: str,
+    out: str,
+    params: str,
+    init_from: str | None = None,
+    registry_url: str | None = None,
+    workdir: str | None = None,
+    store_dir: str | None = None,
+    module: str = ENGINE_MODULE,
+    module_args: Sequence[str] = (),
+) -> list[str]:
     """The engine's part of the command: the same locally, in a Kubernetes pod, in dvc.yaml.
     `params` is `params_json(p)` (or, in a pod spec, a template that renders to it). `module` is
     the worker's entry module: another one (a benchmark's) takes `module_args` and then the
     engine's arguments."""
     return [
-        "-m", module, *module_args,
-        "--data-version", data_version, "--out", out, "--params", params,
+        "-m",
+        module,
+        *module_args,
+        "--data-version",
+        data_version,
+        "--out",
+        out,
+        "--params",
+        params,
         *(["--init-from", init_from] if init_from is not None else []),
         *(["--registry-url", registry_url] if registry_url else []),
         *(["--workdir", workdir] if workdir else []),
@@ -67,43 +124,78 @@ def engine_args(data_version: str, out: str, params: str, init_from: str | None 
     ]
 
 
-def torchrun_command(data_version: str, out: str, p: TrainParams, store_dir: Path,
-                     max_restarts: int = 1, init_from: str | None = None, workdir: Path | None = None,
-                     module: str = ENGINE_MODULE, module_args: Sequence[str] = ()) -> list[str]:
+def torchrun_command(
+    data_version: str,
+    out: str,
+    p: TrainParams,
+    store_dir: Path,
+    max_restarts: int = 1,
+    init_from: str | None = None,
+    workdir: Path | None = None,
+    module: str = ENGINE_MODULE,
+    module_args: Sequence[str] = (),
+) -> list[str]:
     """The local backend's command. On one machine the rendezvous uses a file store: torch's
     TCPStore server listens on every interface, and Sluice's processes listen on loopback only.
     The workers' process group uses another file store in the same folder (`--store-dir`).
     (Across machines, Kubernetes pods use the c10d TCP rendezvous instead.)"""
     return [
-        sys.executable, "-m", "torch.distributed.run",
-        "--nnodes=1", f"--nproc-per-node={p.nproc}", f"--max-restarts={max_restarts}",
-        "--rdzv-backend=c10d", f"--rdzv-endpoint={store_dir / 'rendezvous'}", "--rdzv-conf=store_type=file",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        f"--nproc-per-node={p.nproc}",
+        f"--max-restarts={max_restarts}",
+        "--rdzv-backend=c10d",
+        f"--rdzv-endpoint={store_dir / 'rendezvous'}",
+        "--rdzv-conf=store_type=file",
         "--local-addr=127.0.0.1",
-        *engine_args(data_version, str(out), params_json(p), init_from, workdir=str(workdir) if workdir else None,
-                     store_dir=str(store_dir), module=module, module_args=module_args),
+        *engine_args(
+            data_version,
+            str(out),
+            params_json(p),
+            init_from,
+            workdir=str(workdir) if workdir else None,
+            store_dir=str(store_dir),
+            module=module,
+            module_args=module_args,
+        ),
     ]
 
 
-def start_torchrun(data_version: str, out: Path | str, p: TrainParams, init_from: str | None = None,
-                   max_restarts: int = 1, workdir: Path | None = None, module: str = ENGINE_MODULE,
-                   module_args: Sequence[str] = ()) -> subprocess.Popen:
+def start_torchrun(
+    data_version: str,
+    out: Path | str,
+    p: TrainParams,
+    init_from: str | None = None,
+    max_restarts: int = 1,
+    workdir: Path | None = None,
+    module: str = ENGINE_MODULE,
+    module_args: Sequence[str] = (),
+) -> subprocess.Popen:
     """Start the local launcher in its own process group (returns at once). `out` may be an
     fsspec URI, as in a pod; the engine then works in `workdir` and publishes to `out`.
     `module` / `module_args`: another worker entry module (see `engine_args`)."""
     local = workdir or Path(out)
     local.mkdir(parents=True, exist_ok=True)
     store_dir = local / "dist-store"
-    shutil.rmtree(store_dir, ignore_errors=True)        # a previous attempt's keys must not leak in
+    shutil.rmtree(store_dir, ignore_errors=True)  # a previous attempt's keys must not leak in
     store_dir.mkdir(parents=True)
-    cmd = torchrun_command(data_version, str(out), p, store_dir, max_restarts, init_from, workdir, module,
-                           module_args)
+    cmd = torchrun_command(data_version, str(out), p, store_dir, max_restarts, init_from, workdir, module, module_args)
     log(f"launching: {' '.join(cmd[:9])} ...")
     return subprocess.Popen(cmd, env=worker_env(), start_new_session=True)
 
 
-def run_torchrun(data_version: str, out: Path | str, p: TrainParams, timeout_s: float = 3600,
-                 init_from: str | None = None, workdir: Path | None = None, module: str = ENGINE_MODULE,
-                 module_args: Sequence[str] = ()) -> None:
+def run_torchrun(
+    data_version: str,
+    out: Path | str,
+    p: TrainParams,
+    timeout_s: float = 3600,
+    init_from: str | None = None,
+    workdir: Path | None = None,
+    module: str = ENGINE_MODULE,
+    module_args: Sequence[str] = (),
+) -> None:
     """Train to the end; a worker that dies is restarted once from the newest checkpoint."""
     proc = start_torchrun(data_version, out, p, init_from, workdir=workdir, module=module, module_args=module_args)
     try:

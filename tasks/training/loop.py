@@ -4,6 +4,7 @@ One definition of the model set-up, the loss and an epoch: the torchrun engine w
 them in DDP, samplers and checkpoints; `fit_in_memory` runs them in one process
 (benchmarks that train many models side by side).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -36,9 +37,16 @@ def make_loss(spam_share: float) -> torch.nn.Module:
     return torch.nn.BCEWithLogitsLoss(reduction="sum", pos_weight=torch.tensor((1 - spam_share) / spam_share))
 
 
-def accumulate_gradients(model: torch.nn.Module, loss_fn, xb: torch.Tensor, yb: torch.Tensor, scale: float,
-                         micro: int = 0, no_sync=contextlib.nullcontext, autocast=contextlib.nullcontext
-                         ) -> tuple[float, float]:
+def accumulate_gradients(
+    model: torch.nn.Module,
+    loss_fn,
+    xb: torch.Tensor,
+    yb: torch.Tensor,
+    scale: float,
+    micro: int = 0,
+    no_sync=contextlib.nullcontext,
+    autocast=contextlib.nullcontext,
+) -> tuple[float, float]:
     """Backward of `scale * sum of sample losses` over xb, in chunks of `micro` rows (0: one chunk).
     Gradients add up across chunks, so the result is the same as one pass over the whole slice;
     only the last chunk may synchronize (DDP's `no_sync` for the others).
@@ -50,9 +58,9 @@ def accumulate_gradients(model: torch.nn.Module, loss_fn, xb: torch.Tensor, yb: 
     total, ready = 0.0, time.perf_counter()
     for i, start in enumerate(chunks):
         last = i == len(chunks) - 1
-        with (contextlib.nullcontext() if last else no_sync()):
+        with contextlib.nullcontext() if last else no_sync():
             with autocast():
-                loss = loss_fn(model(xb[start:start + size]).float(), yb[start:start + size])
+                loss = loss_fn(model(xb[start : start + size]).float(), yb[start : start + size])
             if last:
                 ready = time.perf_counter()
             (loss * scale).backward()
@@ -65,8 +73,9 @@ def fit_in_memory(x: torch.Tensor, y: torch.Tensor, p: TrainParams) -> tuple[Spa
     stats = FeatureStats.of([(x, y)])
     model = make_model(stats, p)
     opt, loss_fn = make_optimizer(model, p), make_loss(stats.spam_share)
-    loader = DataLoader(TensorDataset(x, y), batch_size=p.batch_size, shuffle=True,
-                        generator=torch.Generator().manual_seed(p.seed))
+    loader = DataLoader(
+        TensorDataset(x, y), batch_size=p.batch_size, shuffle=True, generator=torch.Generator().manual_seed(p.seed)
+    )
     losses = []
     for _ in range(p.epochs):
         total, count = 0.0, 0

@@ -3,6 +3,7 @@
 Feature scaling lives inside the model (buffers), so the exported ONNX graph takes
 raw features and the serving side needs no separate scaler.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -12,7 +13,6 @@ import torch
 from torch import nn
 
 from tasks.core.files import atomic_write_with
-
 
 CLIP_STD = 5.0
 
@@ -33,7 +33,7 @@ class SpamMLP(nn.Module):
 
     def set_scaling(self, mean: torch.Tensor, std: torch.Tensor) -> None:
         self.mean.copy_(mean)
-        self.std.copy_(std.clamp_min(1e-3))          # constant features would divide by zero
+        self.std.copy_(std.clamp_min(1e-3))  # constant features would divide by zero
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Logit of P(spam), shape [n]."""

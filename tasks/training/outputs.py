@@ -10,6 +10,7 @@ restarted pod, on any node, resumes where the last one stopped.
 A checkpoint is published before its checksum file, so a pod killed between the two
 uploads leaves a checkpoint without a checksum, which is skipped on resume.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -18,7 +19,7 @@ from tasks.core.log import log
 from tasks.core.settings import Settings
 
 CHECKPOINTS = "checkpoints"
-OUTPUTS = ("model.pt", "train_metrics.json", "metrics.jsonl")   # what a finished run publishes
+OUTPUTS = ("model.pt", "train_metrics.json", "metrics.jsonl")  # what a finished run publishes
 
 
 def is_uri(out: str) -> bool:

@@ -6,6 +6,7 @@ hook adds up ||g_r||^2 over the buckets; after it, ||g||^2 is the reduced gradie
 The variance across ranks is then mean_r ||g_r||^2 - ||g||^2 = mean_r ||g_r - g||^2:
 high when ranks see very different data (or uneven splits), zero when they agree.
 """
+
 # No `from __future__ import annotations` here: DDP checks the hooks' return annotation object.
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -16,10 +17,10 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 
 @dataclass
 class SpreadState:
-    inner: Callable = allreduce_hook      # the hook that does the reduction
-    inner_state: Any = None               # its state (None: the default process group)
-    measure: bool = False                 # set on the steps that log metrics
-    local_sq: float = 0.0                 # sum over buckets of ||local bucket||^2 this step
+    inner: Callable = allreduce_hook  # the hook that does the reduction
+    inner_state: Any = None  # its state (None: the default process group)
+    measure: bool = False  # set on the steps that log metrics
+    local_sq: float = 0.0  # sum over buckets of ||local bucket||^2 this step
 
     def start(self, measure: bool) -> None:
         self.measure, self.local_sq = measure, 0.0

@@ -6,6 +6,7 @@ gradient's variance across ranks (`spread.py`; also relative to ||g||^2), and th
 update-to-weight ratio (||w_after - w_before|| / ||w_before||: too high diverges,
 too low does not learn). Throughput: samples per second of the global batch.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,7 +29,7 @@ class TrainingMetrics:
             import psutil
 
             self._proc = psutil.Process()
-            self._proc.cpu_percent()               # start the CPU-time window
+            self._proc.cpu_percent()  # start the CPU-time window
 
     @staticmethod
     def due(step_done: int, every: int) -> bool:
@@ -40,8 +41,18 @@ class TrainingMetrics:
         if self.enabled:
             self.window.append(loss)
 
-    def record(self, step: int, epoch: int, loss: float, model: torch.nn.Module, before: list[torch.Tensor],
-               splits: list[int], batch: int, compute_s: float, local_grad_sq: list[float] | None = None) -> None:
+    def record(
+        self,
+        step: int,
+        epoch: int,
+        loss: float,
+        model: torch.nn.Module,
+        before: list[torch.Tensor],
+        splits: list[int],
+        batch: int,
+        compute_s: float,
+        local_grad_sq: list[float] | None = None,
+    ) -> None:
         """On the steps that close a window (after `observe` of that step): write one line."""
         if not self.enabled:
             return
@@ -52,13 +63,19 @@ class TrainingMetrics:
         weight_sq = sum(float(b.pow(2).sum()) for b in before)
         mean = sum(self.window) / len(self.window)
         line = {
-            "step": step, "epoch": epoch, "time": time.time(), "loss": loss,
+            "step": step,
+            "epoch": epoch,
+            "time": time.time(),
+            "loss": loss,
             "loss_std": math.sqrt(sum((v - mean) ** 2 for v in self.window) / len(self.window)),
-            "grad_norm": math.sqrt(grad_sq), "update_to_weight": math.sqrt(delta_sq / max(weight_sq, 1e-30)),
+            "grad_norm": math.sqrt(grad_sq),
+            "update_to_weight": math.sqrt(delta_sq / max(weight_sq, 1e-30)),
             "samples_per_s": batch * len(self.window) / max(now - self.last, 1e-9),
-            "rank0_compute_s": compute_s, "splits": splits,
+            "rank0_compute_s": compute_s,
+            "splits": splits,
             **self._spread(local_grad_sq, grad_sq),
-            "cpu_percent": self._proc.cpu_percent(), "rss_mb": self._proc.memory_info().rss / 2**20,
+            "cpu_percent": self._proc.cpu_percent(),
+            "rss_mb": self._proc.memory_info().rss / 2**20,
         }
         if torch.cuda.is_available():
             line["gpu_mem_mb"] = torch.cuda.max_memory_allocated() / 2**20
@@ -79,7 +96,7 @@ def _gpu_utilization() -> float | None:
     """This GPU's utilization over the last sample period (NVML through torch), None if unreadable."""
     try:
         return float(torch.cuda.utilization())
-    except Exception:                     # no NVML (pynvml missing, MIG slices): report nothing
+    except Exception:  # no NVML (pynvml missing, MIG slices): report nothing
         return None
 
 
@@ -89,9 +106,14 @@ def summarize(lines: list[dict]) -> dict | None:
         return None
     last = lines[-1]
     rates = sorted(m["samples_per_s"] for m in lines)
-    out = {"windows": len(lines), "median_samples_per_s": rates[len(rates) // 2],
-           "last_grad_norm": last["grad_norm"], "last_update_to_weight": last["update_to_weight"],
-           "last_loss_std": last["loss_std"], "peak_rss_mb": max(m["rss_mb"] for m in lines)}
+    out = {
+        "windows": len(lines),
+        "median_samples_per_s": rates[len(rates) // 2],
+        "last_grad_norm": last["grad_norm"],
+        "last_update_to_weight": last["update_to_weight"],
+        "last_loss_std": last["loss_std"],
+        "peak_rss_mb": max(m["rss_mb"] for m in lines),
+    }
     spreads = sorted(m["grad_var_relative"] for m in lines if "grad_var_relative" in m)
     if spreads:
         out["median_grad_var_relative"] = spreads[len(spreads) // 2]

@@ -26,13 +26,32 @@ def test_gpu_check_runs_the_engine_path_on_cpu_and_refuses_without_a_gpu():
 
     import torch
 
-    run = subprocess.run([sys.executable, "-m", "bench.gpu_check", "--device", "cpu", "--nproc", "2",
-                          "--steps", "2", "--warmup", "1", "--batch", "64", "--peak-tflops", "1"],
-                         capture_output=True, text=True, timeout=300)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bench.gpu_check",
+            "--device",
+            "cpu",
+            "--nproc",
+            "2",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--batch",
+            "64",
+            "--peak-tflops",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     result = json.loads(run.stdout.strip().splitlines()[-1])
     assert result["backend"] == "gloo" and result["processes"] == 2 and result["steps"] == 2
-    assert result["bf16_autocast"] is False and 9e6 < result["parameters"] < 11e6      # the ~10M bench model
+    assert result["bf16_autocast"] is False and 9e6 < result["parameters"] < 11e6  # the ~10M bench model
     expected = 6 * result["parameters"] * result["samples_per_s"] / 1e12
     assert result["achieved_tflops"] == pytest.approx(expected) and result["mfu"] == pytest.approx(expected / 2)
     if not torch.cuda.is_available():

@@ -1,4 +1,5 @@
 """A tiny trained SpamMLP on a synthetic, learnable task, shared by the compression tests."""
+
 from __future__ import annotations
 
 import logging
@@ -44,7 +45,7 @@ def trained(rows):
     x, t = torch.from_numpy(X), torch.from_numpy(y).float()
     for _ in range(30):
         for i in range(0, len(x), 64):
-            loss = F.binary_cross_entropy_with_logits(model(x[i:i + 64]), t[i:i + 64])
+            loss = F.binary_cross_entropy_with_logits(model(x[i : i + 64]), t[i : i + 64])
             opt.zero_grad()
             loss.backward()
             opt.step()

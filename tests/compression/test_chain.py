@@ -1,4 +1,5 @@
 """apply_chain: torch-side then export then ONNX-side; configs in metadata; the input model untouched."""
+
 import numpy as np
 import pytest
 
@@ -10,8 +11,9 @@ from tasks.compression.mlp import param_count
 
 def test_structured_prune_then_int8(baseline, trained, data):
     before = [p.detach().clone() for p in trained.parameters()]
-    cand = apply_chain(trained, ["prune_structured(0.5)", "int8_dynamic"], data, baseline.onnx_path.parent,
-                       parent=baseline)
+    cand = apply_chain(
+        trained, ["prune_structured(0.5)", "int8_dynamic"], data, baseline.onnx_path.parent, parent=baseline
+    )
     assert all(np.array_equal(a, b.detach()) for a, b in zip(before, trained.parameters()))
     assert cand.parent is baseline and cand.name == "prune_structured(0.5)+int8_dynamic"
     assert [c["kind"] for c in cand.configs] == ["prune_structured", "int8_dynamic"]

@@ -1,9 +1,17 @@
 """Technique configs, short forms, chain order and the search config: validation errors name the cause."""
+
 import pytest
 from pydantic import ValidationError
 
-from tasks.compression.config import (CompressionSearchConfig, Int8StaticConfig, LowRankConfig, PruneConfig,
-                                      check_chain, parse_chain, parse_technique)
+from tasks.compression.config import (
+    CompressionSearchConfig,
+    Int8StaticConfig,
+    LowRankConfig,
+    PruneConfig,
+    check_chain,
+    parse_chain,
+    parse_technique,
+)
 from tasks.compression.errors import CompressionError
 
 
@@ -44,8 +52,11 @@ def test_configs_are_frozen_and_refuse_unknown_keys():
 
 
 def test_wrong_order_names_the_order():
-    with pytest.raises(CompressionError, match=r"out of order: prune\(0.5\) must come before int8_dynamic.*order: "
-                                               r"distil -> prune_structured -> lowrank -> prune -> export"):
+    with pytest.raises(
+        CompressionError,
+        match=r"out of order: prune\(0.5\) must come before int8_dynamic.*order: "
+        r"distil -> prune_structured -> lowrank -> prune -> export",
+    ):
         parse_chain(["int8_dynamic", "prune(0.5)"])
     with pytest.raises(CompressionError, match="distil.* must come before prune_structured"):
         parse_chain(["prune_structured(0.5)", "distil(8)"])
@@ -60,9 +71,12 @@ def test_search_config_defaults_and_errors():
     cfg = CompressionSearchConfig()
     chains = cfg.chains()
     assert len(chains) == len(cfg.candidates) >= 8
-    assert all(c.fine_tune_epochs == cfg.fine_tune_epochs for ch in chains for c in ch if hasattr(c, "fine_tune_epochs"))
-    custom = CompressionSearchConfig.model_validate({"candidates": [["prune(0.5)", "int8_dynamic"]],
-                                                     "fine_tune_epochs": 0, "calibration_rows": 32})
+    assert all(
+        c.fine_tune_epochs == cfg.fine_tune_epochs for ch in chains for c in ch if hasattr(c, "fine_tune_epochs")
+    )
+    custom = CompressionSearchConfig.model_validate(
+        {"candidates": [["prune(0.5)", "int8_dynamic"]], "fine_tune_epochs": 0, "calibration_rows": 32}
+    )
     assert custom.chains()[0][0].fine_tune_epochs == 0
     with pytest.raises(ValidationError, match="candidates: chain .* out of order"):
         CompressionSearchConfig(candidates=[["int8_dynamic", "prune(0.5)"]])

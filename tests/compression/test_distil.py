@@ -1,4 +1,5 @@
 """Distillation: the student has the asked architecture and tracks the teacher on held-out rows."""
+
 import numpy as np
 
 from tasks.compression.config import DistilConfig
@@ -17,7 +18,7 @@ def _spearman(a, b):
 
 
 def test_student_architecture_and_tracking(trained, rows, held_out):
-    student, info = distil(trained, DistilConfig(hidden=(8,), epochs=40), rows[0])   # labels unused
+    student, info = distil(trained, DistilConfig(hidden=(8,), epochs=40), rows[0])  # labels unused
     assert layer_shapes(student) == [(20, 8), (8, 1)] and student.arch["hidden"] == [8]
     assert param_count(student) == 20 * 8 + 8 + 8 + 1 == info["params"] < param_count(trained)
     assert np.array_equal(student.mean.numpy(), trained.mean.numpy())

@@ -1,4 +1,5 @@
 """fp16: every float initializer is float16; inputs and outputs stay float32."""
+
 import numpy as np
 
 from tasks.compression.chain import apply_chain

@@ -1,4 +1,5 @@
 """Low-rank: factor ranks, shapes and parameter counts; a rank no layer can use is an error."""
+
 import copy
 
 import numpy as np
@@ -11,7 +12,7 @@ from tasks.compression.mlp import layer_shapes, param_count
 
 
 def test_factors_have_the_rank_and_approximate_the_weight(trained):
-    lin = trained.net[0]                         # Linear(20, 32)
+    lin = trained.net[0]  # Linear(20, 32)
     pair = factorize(lin, 5)
     first, second = pair
     assert (first.in_features, first.out_features, second.in_features, second.out_features) == (20, 5, 5, 32)

@@ -1,4 +1,5 @@
 """Pruning: the measured sparsity is the config's ratio; structured pruning really shrinks the layers."""
+
 import copy
 
 import numpy as np
@@ -13,13 +14,15 @@ from tests.compression.conftest import torch_prob
 
 @pytest.mark.parametrize("ratio", [0.3, 0.75])
 def test_unstructured_sparsity_equals_the_ratio(trained, rows, ratio):
-    model, info = prune_unstructured(copy.deepcopy(trained), PruneConfig(ratio=ratio, fine_tune_epochs=1), rows[0][:200])
+    model, info = prune_unstructured(
+        copy.deepcopy(trained), PruneConfig(ratio=ratio, fine_tune_epochs=1), rows[0][:200]
+    )
     measured = sparsity(model)
     for frac, (n_in, n_out) in zip(measured["per_layer"], layer_shapes(model)):
-        assert frac == round(ratio * n_in * n_out) / (n_in * n_out)      # exact: torch prunes round(amount x numel)
+        assert frac == round(ratio * n_in * n_out) / (n_in * n_out)  # exact: torch prunes round(amount x numel)
     assert measured["overall"] == pytest.approx(ratio, abs=2e-3) and info["sparsity"] == measured["overall"]
     names = [n for n, _ in model.named_parameters()]
-    assert not any(n.endswith("weight_orig") for n in names)          # the reparametrization is removed
+    assert not any(n.endswith("weight_orig") for n in names)  # the reparametrization is removed
     assert not hasattr(model.net[0], "weight_mask")
 
 
@@ -29,9 +32,9 @@ def test_unstructured_fine_tune_keeps_pruned_weights_at_zero(trained, rows):
 
 
 def test_structured_pruning_shrinks_layers_and_params(trained, rows, held_out):
-    model, info = prune_structured(copy.deepcopy(trained), PruneStructuredConfig(ratio=0.5, fine_tune_epochs=20,
-                                   fine_tune_lr=3e-3),
-                                   rows[0])
+    model, info = prune_structured(
+        copy.deepcopy(trained), PruneStructuredConfig(ratio=0.5, fine_tune_epochs=20, fine_tune_lr=3e-3), rows[0]
+    )
     assert layer_shapes(model) == [(20, 16), (16, 8), (8, 1)]
     assert param_count(model) == 20 * 16 + 16 + 16 * 8 + 8 + 8 + 1 == info["params"]
     assert info["params_before"] == param_count(trained) == 20 * 32 + 32 + 32 * 16 + 16 + 16 + 1

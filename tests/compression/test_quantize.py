@@ -1,4 +1,5 @@
 """int8 quantization: the quantized nodes and int8 weights are there; calibration sets are checked."""
+
 import numpy as np
 import pytest
 
@@ -36,7 +37,7 @@ def test_static_int8_qdq_per_channel_structure(baseline, trained, data):
     weights = {k: v for k, v in inits.items() if v.dtype == np.int8 and v.ndim == 2}
     assert len(weights) == 3
     scales = {k: v for k, v in inits.items() if k.endswith("weight_scale")}
-    assert sorted(v.size for v in scales.values()) == [1, 16, 32]        # one scale per output channel
+    assert sorted(v.size for v in scales.values()) == [1, 16, 32]  # one scale per output channel
     assert "Sigmoid" in ops and ops["Sigmoid"] == 1
 
 

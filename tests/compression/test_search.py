@@ -1,31 +1,45 @@
 """measure, pareto_front, choose, gate and the emails slices."""
+
 import numpy as np
 import pandas as pd
-import pytest
 
 from tasks.compression.chain import apply_chain
-from tasks.compression.search import choose, gate, gate_reasons, measure, pareto_front, probe_inputs, \
-    quality_shortfalls
+from tasks.compression.search import choose, gate, gate_reasons, measure, pareto_front, probe_inputs, quality_shortfalls
 from tasks.datasets.emails import slices
 
 
 def _row(name, size, lat, auc, slice_auc=None, baseline=False):
-    return {"name": name, "size_bytes": size, "latency_b1_ms": lat, "baseline": baseline,
-            "overall": {"roc_auc": auc}, "slices": {"a": {"roc_auc": slice_auc if slice_auc is not None else auc}}}
+    return {
+        "name": name,
+        "size_bytes": size,
+        "latency_b1_ms": lat,
+        "baseline": baseline,
+        "overall": {"roc_auc": auc},
+        "slices": {"a": {"roc_auc": slice_auc if slice_auc is not None else auc}},
+    }
 
 
 def test_pareto_front():
-    rows = [_row("big_fast", 100, 1.0, 0.9), _row("small_slow", 10, 5.0, 0.9), _row("dominated", 100, 6.0, 0.9),
-            _row("mid", 50, 2.0, 0.9)]
+    rows = [
+        _row("big_fast", 100, 1.0, 0.9),
+        _row("small_slow", 10, 5.0, 0.9),
+        _row("dominated", 100, 6.0, 0.9),
+        _row("mid", 50, 2.0, 0.9),
+    ]
     assert [r["name"] for r in pareto_front(rows)] == ["big_fast", "small_slow", "mid"]
 
 
 def test_choose_smallest_passing_with_reasons():
-    rows = [_row("fp32", 100, 1.0, 0.90, baseline=True), _row("int8", 30, 0.5, 0.895),
-            _row("tiny_bad", 5, 0.2, 0.80), _row("slice_bad", 10, 0.3, 0.90, slice_auc=0.7),
-            _row("slow_small", 20, 3.0, 0.90), _row("tie", 20, 2.0, 0.90)]
+    rows = [
+        _row("fp32", 100, 1.0, 0.90, baseline=True),
+        _row("int8", 30, 0.5, 0.895),
+        _row("tiny_bad", 5, 0.2, 0.80),
+        _row("slice_bad", 10, 0.3, 0.90, slice_auc=0.7),
+        _row("slow_small", 20, 3.0, 0.90),
+        _row("tie", 20, 2.0, 0.90),
+    ]
     chosen, reasons = choose(rows, floor_ratio=0.99)
-    assert chosen["name"] == "tie"                                   # smallest passing; ties: the faster
+    assert chosen["name"] == "tie"  # smallest passing; ties: the faster
     assert "overall: ROC AUC 0.8000 < 0.99 x 0.9000" in reasons["tiny_bad"]
     assert "slice a: ROC AUC 0.7000" in reasons["slice_bad"]
     assert "off the Pareto front: tie" in reasons["slow_small"]

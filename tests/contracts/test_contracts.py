@@ -19,23 +19,32 @@ def test_real_batch_passes(raw_batch):
     assert r.evaluated == len(contracts.load_suite_spec("raw_batch")["expectations"])
 
 
-@pytest.mark.parametrize("breakage, expected", [
-    (lambda df: df.drop(columns=["winner"]), ("expect_table_columns_to_match_set", None)),
-    (lambda df: df.rename(columns={"cc": "carbon_copy"}), ("expect_table_columns_to_match_set", None)),
-    (lambda df: df.assign(dollar=df["dollar"].astype(str) + "$"), ("expect_column_values_to_be_in_type_list", "dollar")),
-    (lambda df: df.assign(num_char=df["num_char"].where(df.index > 3)), ("expect_column_values_to_not_be_null", "num_char")),
-    (lambda df: df.assign(line_breaks=-df["line_breaks"]), ("expect_column_values_to_be_between", "line_breaks")),
-    (lambda df: df.assign(email_id=7), ("expect_column_values_to_be_unique", "email_id")),
-    (lambda df: df.assign(number="many"), ("expect_column_values_to_be_in_set", "number")),
-    (lambda df: df.assign(re_subj=2), ("expect_column_values_to_be_in_set", "re_subj")),
-    (lambda df: df.iloc[:0], ("expect_table_row_count_to_be_between", None)),
-    (lambda df: df.assign(time="yesterday"), ("expect_column_values_to_match_regex", "time")),
-])
+@pytest.mark.parametrize(
+    "breakage, expected",
+    [
+        (lambda df: df.drop(columns=["winner"]), ("expect_table_columns_to_match_set", None)),
+        (lambda df: df.rename(columns={"cc": "carbon_copy"}), ("expect_table_columns_to_match_set", None)),
+        (
+            lambda df: df.assign(dollar=df["dollar"].astype(str) + "$"),
+            ("expect_column_values_to_be_in_type_list", "dollar"),
+        ),
+        (
+            lambda df: df.assign(num_char=df["num_char"].where(df.index > 3)),
+            ("expect_column_values_to_not_be_null", "num_char"),
+        ),
+        (lambda df: df.assign(line_breaks=-df["line_breaks"]), ("expect_column_values_to_be_between", "line_breaks")),
+        (lambda df: df.assign(email_id=7), ("expect_column_values_to_be_unique", "email_id")),
+        (lambda df: df.assign(number="many"), ("expect_column_values_to_be_in_set", "number")),
+        (lambda df: df.assign(re_subj=2), ("expect_column_values_to_be_in_set", "re_subj")),
+        (lambda df: df.iloc[:0], ("expect_table_row_count_to_be_between", None)),
+        (lambda df: df.assign(time="yesterday"), ("expect_column_values_to_match_regex", "time")),
+    ],
+)
 def test_broken_batches_fail_naming_the_expectation(raw_batch, breakage, expected):
     r = validate_frame(breakage(raw_batch.copy()), "raw_batch")
     assert not r.success
     assert expected in failed(r), r.summary()
-    assert all(f.guards for f in r.failures)          # every failure says what it guards against
+    assert all(f.guards for f in r.failures)  # every failure says what it guards against
     assert expected[0] in r.summary()
 
 
@@ -57,7 +66,9 @@ def test_labeled_contract(raw_batch):
     r = validate_frame(contract_view(all_abstain), "labeled")
     assert ("expect_column_mean_to_be_between", "covered") in failed(r)
     all_spam = df.assign(label=1, label_prob=1.0)
-    assert ("expect_column_mean_to_be_between", "spam_label") in failed(validate_frame(contract_view(all_spam), "labeled"))
+    assert ("expect_column_mean_to_be_between", "spam_label") in failed(
+        validate_frame(contract_view(all_spam), "labeled")
+    )
 
 
 def _with_suite(monkeypatch, tmp_path, spec):
@@ -66,22 +77,35 @@ def _with_suite(monkeypatch, tmp_path, spec):
 
 
 def test_unknown_expectation_type_is_refused_not_silently_dropped(monkeypatch, tmp_path, raw_batch):
-    _with_suite(monkeypatch, tmp_path, {"name": "custom", "expectations": [
-        {"type": "expect_column_values_to_be_awesome", "kwargs": {"column": "cc"}, "meta": {"guards": "x"}}]})
+    _with_suite(
+        monkeypatch,
+        tmp_path,
+        {
+            "name": "custom",
+            "expectations": [
+                {"type": "expect_column_values_to_be_awesome", "kwargs": {"column": "cc"}, "meta": {"guards": "x"}}
+            ],
+        },
+    )
     with pytest.raises(ContractError, match="did not load.*awesome"):
         validate_frame(raw_batch, "custom")
 
 
 def test_expectation_without_guard_note_is_refused(monkeypatch, tmp_path):
-    _with_suite(monkeypatch, tmp_path, {"name": "custom", "expectations": [
-        {"type": "expect_column_to_exist", "kwargs": {"column": "cc"}}]})
+    _with_suite(
+        monkeypatch,
+        tmp_path,
+        {"name": "custom", "expectations": [{"type": "expect_column_to_exist", "kwargs": {"column": "cc"}}]},
+    )
     with pytest.raises(ContractError, match="guards"):
         contracts.load_suite_spec("custom")
 
 
 def test_suite_hash_tracks_content(monkeypatch, tmp_path):
-    spec = {"name": "custom", "expectations": [
-        {"type": "expect_column_to_exist", "kwargs": {"column": "cc"}, "meta": {"guards": "x"}}]}
+    spec = {
+        "name": "custom",
+        "expectations": [{"type": "expect_column_to_exist", "kwargs": {"column": "cc"}, "meta": {"guards": "x"}}],
+    }
     _with_suite(monkeypatch, tmp_path, spec)
     h1 = contracts.suite_hash("custom")
     spec["expectations"][0]["kwargs"]["column"] = "dollar"
@@ -116,7 +140,8 @@ def test_distribution_against_the_previous_version(emails):
     flipped = tonight.assign(label=np.where(tonight["label"] == -1, -1, 1 - tonight["label"]))
     flipped["label_prob"] = flipped["label"].clip(lower=0).astype(float).where(flipped["label"] != -1)
     assert ("expect_column_kl_divergence_to_be_less_than", "label") in failed(
-        validate_frame(contract_view(flipped), "labeled", reference=ref))
+        validate_frame(contract_view(flipped), "labeled", reference=ref)
+    )
 
     inflated = tonight.assign(num_char=tonight["num_char"] * 10)
     r = validate_frame(contract_view(inflated), "labeled", reference=ref)
@@ -125,14 +150,20 @@ def test_distribution_against_the_previous_version(emails):
 
 def test_resolve_relative_is_pure_and_smoothed():
     ref = pd.DataFrame({"number": ["small"] * 9 + ["big"], "x": [1.0] * 10})
-    e = {"type": "expect_column_kl_divergence_to_be_less_than", "kwargs": {"column": "number"},
-         "meta": {"guards": "g", "relative_to_previous": {"categorical_kl": 0.1, "values": ["none", "small", "big"]}}}
+    e = {
+        "type": "expect_column_kl_divergence_to_be_less_than",
+        "kwargs": {"column": "number"},
+        "meta": {"guards": "g", "relative_to_previous": {"categorical_kl": 0.1, "values": ["none", "small", "big"]}},
+    }
     out = contracts.resolve_relative(e, ref)
     part = out["kwargs"]["partition_object"]
     assert part["values"] == ["big", "none", "small"] and abs(sum(part["weights"]) - 1) < 1e-9
-    assert min(part["weights"]) > 0 and "partition_object" not in e["kwargs"]        # input untouched
-    m = {"type": "expect_column_median_to_be_between", "kwargs": {"column": "x"},
-         "meta": {"guards": "g", "relative_to_previous": {"max_rel_change": 0.5}}}
+    assert min(part["weights"]) > 0 and "partition_object" not in e["kwargs"]  # input untouched
+    m = {
+        "type": "expect_column_median_to_be_between",
+        "kwargs": {"column": "x"},
+        "meta": {"guards": "g", "relative_to_previous": {"max_rel_change": 0.5}},
+    }
     assert contracts.resolve_relative(m, ref)["kwargs"] | {} == {"column": "x", "min_value": 0.5, "max_value": 1.5}
 
 

@@ -9,8 +9,14 @@ from tasks.core.files import atomic_write_bytes, atomic_write_with, json_safe
 
 
 def test_json_safe_gives_strict_json():
-    value = {"nan": math.nan, "inf": np.float32("inf"), "n": np.int64(3), "arr": np.array([1.5, np.nan]),
-             "day": date(2026, 11, 30), 1: (True, None)}
+    value = {
+        "nan": math.nan,
+        "inf": np.float32("inf"),
+        "n": np.int64(3),
+        "arr": np.array([1.5, np.nan]),
+        "day": date(2026, 11, 30),
+        1: (True, None),
+    }
     out = json_safe(value)
     assert out == {"nan": None, "inf": None, "n": 3, "arr": [1.5, None], "day": "2026-11-30", "1": [True, None]}
     json.dumps(out, allow_nan=False)

@@ -20,23 +20,26 @@ def test_none_override_keeps_file_value():
     assert load_params(overrides={"train": {"epochs": None}}).train.epochs == load_params().train.epochs
 
 
-@pytest.mark.parametrize("text, key", [
-    ("train:\n  epochs: 0\n", "train.epochs"),
-    ("train:\n  epochs: ten\n", "train.epochs"),
-    ("train:\n  batch_size: 1\n", "train.batch_size"),
-    ("train:\n  hidden: []\n", "train.hidden"),
-    ("train:\n  learning_rate: 0.1\n", "unknown key"),
-    ("evaluate:\n  min_roc_auc: 1.5\n", "evaluate.min_roc_auc"),
-    ("demo:\n  dev_fraction: 0.6\n", "demo.dev_fraction"),
-    ("surprise: {}\n", "unknown section"),
-    ("scaling:\n  profile: huge\n", "scaling.profile"),
-    ("scaling:\n  profiles: {smoke: {nodes: 0, gpus_per_node: 1}}\n", "scaling.profiles.smoke"),
-    ("compress:\n  candidates: [[int8_dynamic, prune(0.5)]]\n", "compress.candidates"),
-    ("compress:\n  candidates: [[distil(0)]]\n", "compress.candidates"),
-    ("compress:\n  candidates: []\n", "compress.candidates"),
-    ("compress:\n  floor_ratio: 1.5\n", "compress.floor_ratio"),
-    ("compress:\n  max_roc_auc_drop: 0.02\n", "unknown key"),
-])
+@pytest.mark.parametrize(
+    "text, key",
+    [
+        ("train:\n  epochs: 0\n", "train.epochs"),
+        ("train:\n  epochs: ten\n", "train.epochs"),
+        ("train:\n  batch_size: 1\n", "train.batch_size"),
+        ("train:\n  hidden: []\n", "train.hidden"),
+        ("train:\n  learning_rate: 0.1\n", "unknown key"),
+        ("evaluate:\n  min_roc_auc: 1.5\n", "evaluate.min_roc_auc"),
+        ("demo:\n  dev_fraction: 0.6\n", "demo.dev_fraction"),
+        ("surprise: {}\n", "unknown section"),
+        ("scaling:\n  profile: huge\n", "scaling.profile"),
+        ("scaling:\n  profiles: {smoke: {nodes: 0, gpus_per_node: 1}}\n", "scaling.profiles.smoke"),
+        ("compress:\n  candidates: [[int8_dynamic, prune(0.5)]]\n", "compress.candidates"),
+        ("compress:\n  candidates: [[distil(0)]]\n", "compress.candidates"),
+        ("compress:\n  candidates: []\n", "compress.candidates"),
+        ("compress:\n  floor_ratio: 1.5\n", "compress.floor_ratio"),
+        ("compress:\n  max_roc_auc_drop: 0.02\n", "unknown key"),
+    ],
+)
 def test_bad_values_name_the_key(tmp_path, text, key):
     path = tmp_path / "params.yaml"
     path.write_text(text)
@@ -57,13 +60,19 @@ def test_compress_section_is_the_search_config():
     assert all(chain for chain in c.chains())
 
 
-@pytest.mark.parametrize("text, message", [
-    ("train:\n  lr: 1e-3\n", None),                                   # YAML 1.1 would read a string
-    ("train: [\n", "not valid YAML"),
-    ("compress:\n  parity_atol: .inf\n", "compress.parity_atol"),     # would turn the parity gate off
-    ("train:\n  nproc: 100000\n", "train.nproc"),
-    ("scaling:\n  profiles: {smoke: {nodes: 1, gpus_per_node: 1, gpu: 2}}\n", "scaling.profiles.smoke.gpu: unknown key"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("train:\n  lr: 1e-3\n", None),  # YAML 1.1 would read a string
+        ("train: [\n", "not valid YAML"),
+        ("compress:\n  parity_atol: .inf\n", "compress.parity_atol"),  # would turn the parity gate off
+        ("train:\n  nproc: 100000\n", "train.nproc"),
+        (
+            "scaling:\n  profiles: {smoke: {nodes: 1, gpus_per_node: 1, gpu: 2}}\n",
+            "scaling.profiles.smoke.gpu: unknown key",
+        ),
+    ],
+)
 def test_values_are_read_as_meant_or_refused_by_key(tmp_path, text, message):
     path = tmp_path / "params.yaml"
     path.write_text(text)

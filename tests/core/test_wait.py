@@ -25,7 +25,11 @@ def test_listed_errors_mean_not_yet_and_others_propagate():
 
     assert wait_until(flaky, timeout_s=5, interval_s=0.01, retry_on=(ConnectionError,)) == "up"
     with pytest.raises(TimeoutError, match="ConnectionError: down"):
-        wait_until(lambda: (_ for _ in ()).throw(ConnectionError("down")), timeout_s=0.2, interval_s=0.05,
-                   retry_on=(ConnectionError,))
+        wait_until(
+            lambda: (_ for _ in ()).throw(ConnectionError("down")),
+            timeout_s=0.2,
+            interval_s=0.05,
+            retry_on=(ConnectionError,),
+        )
     with pytest.raises(KeyError):
         wait_until(lambda: {}["x"], timeout_s=5, retry_on=(ConnectionError,))

@@ -1,4 +1,5 @@
 """Every DAG file imports cleanly, without heavy libraries, and is wired as intended."""
+
 from pathlib import Path
 
 import pytest
@@ -74,7 +75,7 @@ def test_no_cycles(dagbag):
 
 def test_nightly_pipeline_wiring(dagbag):
     t = dagbag["dags"]["nightly_pipeline"]["tasks"]
-    for task in t.values():                                  # run_failed watches every task
+    for task in t.values():  # run_failed watches every task
         task["down"] = [d for d in task["down"] if d != "run_failed"]
     assert t["ingest"]["down"] == ["no_batch", "validate_raw"]
     assert t["validate_raw"]["down"] == ["quarantine_raw", "weak_label"]
@@ -93,4 +94,4 @@ def test_rollback_dag(dagbag):
     d = dagbag["dags"]["rollback"]
     assert list(d["tasks"]) == ["rollback_versions"]
     assert d["params"] == ["data_version", "model_version", "reason"]
-    assert d["paused_on_creation"] is False         # an emergency rollback must not wait in `queued`
+    assert d["paused_on_creation"] is False  # an emergency rollback must not wait in `queued`

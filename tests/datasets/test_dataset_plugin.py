@@ -1,12 +1,13 @@
 """A second dataset plugs in through params.yaml alone: the whole nightly DAG runs on it."""
+
 import json
 
 import pytest
 import yaml
 
+from tasks.core.settings import REPO_ROOT
 from tasks.datasets import DatasetError, load_dataset
 from tasks.registry import Registry
-from tasks.core.settings import REPO_ROOT
 from tests.airflow_helpers import dags_test, migrate
 
 
@@ -24,7 +25,7 @@ def test_nightly_pipeline_on_another_dataset(settings, tmp_path, monkeypatch):
     params["dataset"]["module"] = "tests.toy.dataset"
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.setenv("SLUICE_PARAMS", str(tmp_path / "params.yaml"))
-    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))          # so Airflow's task processes find tests.toy
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))  # so Airflow's task processes find tests.toy
     migrate(settings)
     run_id, state, proc = dags_test(settings, {"epochs": 10})
     assert state == "success", proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -32,5 +33,8 @@ def test_nightly_pipeline_on_another_dataset(settings, tmp_path, monkeypatch):
     assert summary["outcome"] == "deployed model-v1", summary
     info = Registry(settings).data_version_info("data-v1")
     assert info["dataset"] == "toy" and info["partitions"][0]["path"] == "data/toy/batch-0001.parquet"
-    assert info["contracts"] == {"toy_raw": info["contracts"]["toy_raw"], "toy_labeled": info["contracts"]["toy_labeled"]}
-    assert summary["test"]["challenger"]["roc_auc"] > 0.9                 # the toy faults are easy to see
+    assert info["contracts"] == {
+        "toy_raw": info["contracts"]["toy_raw"],
+        "toy_labeled": info["contracts"]["toy_labeled"],
+    }
+    assert summary["test"]["challenger"]["roc_auc"] > 0.9  # the toy faults are easy to see

@@ -1,5 +1,5 @@
-from tasks.datasets.demo_feed import DemoFeed, split_demo
 from tasks.core.params import load_params
+from tasks.datasets.demo_feed import DemoFeed, split_demo
 from tasks.datasets.emails import GOLD_COLUMN, ID_COLUMN, RAW_COLUMNS
 
 

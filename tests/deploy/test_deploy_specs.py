@@ -5,6 +5,7 @@
 - the Dockerfiles against the lock (Airflow and torch versions) and the repository (COPY);
 - the SLUICE_* settings in values.yaml against the names the code actually reads.
 """
+
 from __future__ import annotations
 
 import copy
@@ -69,9 +70,11 @@ def _env(values: dict) -> dict[str, str]:
 
 # ---- (a) Helm values against the chart's schema -------------------------------------------
 
+
 def test_vendored_schema_is_the_recorded_copy():
-    assert hashlib.sha256(SCHEMA_FILE.read_bytes()).hexdigest() == SCHEMA_SHA256, \
+    assert hashlib.sha256(SCHEMA_FILE.read_bytes()).hexdigest() == SCHEMA_SHA256, (
         "k8s/chart/values.schema.json changed: update k8s/chart/SOURCE.md and SCHEMA_SHA256 together"
+    )
 
 
 def test_values_validate_against_chart_schema(validator, values):
@@ -84,12 +87,15 @@ def test_values_top_level_keys_are_chart_keys(schema, values):
     assert set(values) <= set(schema["properties"]), set(values) - set(schema["properties"])
 
 
-@pytest.mark.parametrize("path, bad", [
-    (("executor",), "Kubernetes"),                    # not "...Executor": the schema's pattern
-    (("images", "airflow", "pullPolicy"), "Sometimes"),  # enum
-    (("workers", "extraVolumeMounts"), [{"name": "sluice-state"}]),  # VolumeMount needs mountPath ($ref)
-    (("env",), [{"name": "SLUICE_HOME", "value": 1}]),  # env values must be strings
-])
+@pytest.mark.parametrize(
+    "path, bad",
+    [
+        (("executor",), "Kubernetes"),  # not "...Executor": the schema's pattern
+        (("images", "airflow", "pullPolicy"), "Sometimes"),  # enum
+        (("workers", "extraVolumeMounts"), [{"name": "sluice-state"}]),  # VolumeMount needs mountPath ($ref)
+        (("env",), [{"name": "SLUICE_HOME", "value": 1}]),  # env values must be strings
+    ],
+)
 def test_broken_values_are_rejected(validator, values, path, bad):
     broken = copy.deepcopy(values)
     node = broken
@@ -119,30 +125,34 @@ def test_values_wiring(values):
 
 # ---- (b) every manifest against the Kubernetes API schema ---------------------------------
 
+
 @pytest.mark.parametrize("name, doc", _manifests(), ids=lambda x: x if isinstance(x, str) else x.get("kind"))
 def test_manifest_validates(name, doc):
     kubernetes_validate.validate(doc, K8S_SCHEMA_VERSION, strict=True)
 
 
-AIRFLOW_NAMESPACE = "sluice"          # where the chart is installed (helm --namespace), the PVC lives
+AIRFLOW_NAMESPACE = "sluice"  # where the chart is installed (helm --namespace), the PVC lives
 
 
 def test_manifests_match_values(values):
     docs = {d["kind"]: d for _, d in _manifests()}
     env = _env(values)
     trainers = env["SLUICE_K8S_NAMESPACE"]
-    assert trainers != AIRFLOW_NAMESPACE                       # trainers apart from Airflow
+    assert trainers != AIRFLOW_NAMESPACE  # trainers apart from Airflow
     assert docs["Namespace"]["metadata"]["name"] == trainers
     for kind in ("Role", "RoleBinding", "NetworkPolicy"):
         assert docs[kind]["metadata"]["namespace"] == trainers, kind
     (subject,) = docs["RoleBinding"]["subjects"]
-    assert subject == {"kind": "ServiceAccount", "name": values["workers"]["serviceAccount"]["name"],
-                       "namespace": AIRFLOW_NAMESPACE}
+    assert subject == {
+        "kind": "ServiceAccount",
+        "name": values["workers"]["serviceAccount"]["name"],
+        "namespace": AIRFLOW_NAMESPACE,
+    }
     assert docs["RoleBinding"]["roleRef"]["name"] == docs["Role"]["metadata"]["name"]
     pvc = docs["PersistentVolumeClaim"]
     assert pvc["metadata"]["namespace"] == AIRFLOW_NAMESPACE
     assert values["workers"]["extraVolumes"][0]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
-    assert "ReadWriteMany" in pvc["spec"]["accessModes"]          # one task pod per task, any node
+    assert "ReadWriteMany" in pvc["spec"]["accessModes"]  # one task pod per task, any node
     assert {entry["secretName"] for entry in values["secret"]} == {"sluice-registry"}
 
 
@@ -189,24 +199,32 @@ def test_values_ship_no_password_and_an_explicit_auth_manager(values):
 def test_values_urls_carry_no_credentials(values):
     from tasks.core.settings import Settings
 
-    Settings.from_env({k: v for k, v in _env(values).items() if k != "SLUICE_HOME"})   # the validators pass
+    Settings.from_env({k: v for k, v in _env(values).items() if k != "SLUICE_HOME"})  # the validators pass
 
 
 def test_role_allows_what_the_train_operators_do():
     role = next(d for _, d in _manifests() if d["kind"] == "Role")
-    granted = {(group, res, verb) for r in role["rules"] for group in r["apiGroups"]
-               for res in r["resources"] for verb in r["verbs"]}
-    needed = {("", "pods", v) for v in ("create", "get", "list", "watch", "delete")} \
-        | {("", "pods/log", "get"), ("", "services", "create"), ("", "services", "delete")} \
-        | {("batch", "jobs", v) for v in ("create", "get", "list", "watch", "delete")} \
+    granted = {
+        (group, res, verb)
+        for r in role["rules"]
+        for group in r["apiGroups"]
+        for res in r["resources"]
+        for verb in r["verbs"]
+    }
+    needed = (
+        {("", "pods", v) for v in ("create", "get", "list", "watch", "delete")}
+        | {("", "pods/log", "get"), ("", "services", "create"), ("", "services", "delete")}
+        | {("batch", "jobs", v) for v in ("create", "get", "list", "watch", "delete")}
         | {("networking.k8s.io", "networkpolicies", v) for v in ("create", "delete")}
+    )
     assert needed <= granted, needed - granted
 
 
 # ---- (c) Dockerfiles against the lock and the repository ----------------------------------
 
+
 def _instructions(path: Path) -> list[tuple[str, str]]:
-    text = re.sub(r"\\\n", " ", path.read_text())                # join continuation lines
+    text = re.sub(r"\\\n", " ", path.read_text())  # join continuation lines
     out = []
     for line in text.splitlines():
         line = line.strip()
@@ -240,8 +258,9 @@ def test_trainer_torch_matches_lock():
 
 @pytest.mark.parametrize("dockerfile", [AIRFLOW_DOCKERFILE, TRAINER_DOCKERFILE], ids=lambda p: p.name)
 def test_copy_sources_exist_and_are_not_ignored(dockerfile):
-    ignored = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
-               if ln.strip() and not ln.startswith("#")]
+    ignored = [
+        ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
     copies = [rest.split() for op, rest in _instructions(dockerfile) if op == "COPY"]
     assert copies
     for words in copies:
@@ -249,8 +268,9 @@ def test_copy_sources_exist_and_are_not_ignored(dockerfile):
         sources = [w for w in words if not w.startswith("--")][:-1]
         for src in sources:
             assert (ROOT / src).exists(), f"{dockerfile.name}: COPY source {src} is not in the repository"
-            assert not any(Path(src).match(pattern.strip("/")) for pattern in ignored), \
+            assert not any(Path(src).match(pattern.strip("/")) for pattern in ignored), (
                 f"{dockerfile.name}: COPY source {src} is excluded by .dockerignore"
+            )
 
 
 # ---- (d) the SLUICE_* settings are ones the code reads ------------------------------------
@@ -265,5 +285,5 @@ def test_sluice_env_names_are_read_by_the_code(values):
 
     names = [n for n in _env(values) if n.startswith(PREFIX)]
     assert names
-    unread = [n for n in names if n[len(PREFIX):].lower() not in Settings.model_fields]   # Settings reads them all
+    unread = [n for n in names if n[len(PREFIX) :].lower() not in Settings.model_fields]  # Settings reads them all
     assert set(unread) <= EXPECTED_NOT_YET_READ, f"values.yaml sets {unread}, which Settings does not read"

@@ -6,6 +6,7 @@
 - docker/server.Dockerfile against the lock (every pin equals constraints.txt, no torch or
   Airflow) and against the server's imports (run with only the image's packages importable).
 """
+
 from __future__ import annotations
 
 import json
@@ -59,6 +60,7 @@ def _env(container: dict) -> dict[str, dict]:
 
 # ---- the API schema -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name, doc", _manifests(), ids=lambda x: x if isinstance(x, str) else x.get("kind"))
 def test_manifest_validates(name, doc):
     kubernetes_validate.validate(doc, K8S_SCHEMA_VERSION, strict=True)
@@ -82,16 +84,20 @@ def test_kinds_and_namespace(docs):
 
 # ---- labels and selectors -------------------------------------------------------------------
 
+
 def test_labels_and_selectors_match(docs, pod):
     dep, svc, hpa, pdb = (docs[k] for k in ("Deployment", "Service", "HorizontalPodAutoscaler", "PodDisruptionBudget"))
     pod_labels = dep["spec"]["template"]["metadata"]["labels"]
     selector = dep["spec"]["selector"]["matchLabels"]
     assert set(dep["spec"]["selector"]) == {"matchLabels"}
     assert selector.items() <= pod_labels.items()
-    assert svc["spec"]["selector"] == selector                       # the Service reaches exactly these pods
-    assert pdb["spec"]["selector"] == {"matchLabels": selector}      # the budget covers exactly these pods
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
-                                             "name": dep["metadata"]["name"]}
+    assert svc["spec"]["selector"] == selector  # the Service reaches exactly these pods
+    assert pdb["spec"]["selector"] == {"matchLabels": selector}  # the budget covers exactly these pods
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": dep["metadata"]["name"],
+    }
     for spread in pod["topologySpreadConstraints"]:
         assert spread["labelSelector"] == {"matchLabels": selector}
     # the selector is specific: other Sluice pods (Airflow, trainers) carry app.kubernetes.io/name=sluice too
@@ -110,6 +116,7 @@ def test_service_ports_name_the_container_port(docs, container):
 
 # ---- probes, command, ports ----------------------------------------------------------------
 
+
 def test_probes(container):
     ports = {p["name"]: p["containerPort"] for p in container["ports"]}
     ready, live, start = container["readinessProbe"], container["livenessProbe"], container["startupProbe"]
@@ -127,8 +134,8 @@ def test_the_server_listens_where_the_pod_says(container):
     (port,) = container["ports"]
     args = container["args"]
     assert args[args.index("--port") + 1] == str(port["containerPort"])
-    assert args[args.index("--host") + 1] == "0.0.0.0"           # reachable from the Service, not loopback
-    assert "command" not in container                             # the image's ENTRYPOINT: python -m tasks.serving
+    assert args[args.index("--host") + 1] == "0.0.0.0"  # reachable from the Service, not loopback
+    assert "command" not in container  # the image's ENTRYPOINT: python -m tasks.serving
     expose = [rest for op, rest in _instructions(DOCKERFILE) if op == "EXPOSE"]
     assert expose == [str(port["containerPort"])]
 
@@ -138,12 +145,13 @@ def test_the_entrypoint_is_the_server():
     assert json.loads(entry) == ["python", "-m", "tasks.serving"]
     (cmd,) = [rest for op, rest in _instructions(DOCKERFILE) if op == "CMD"]
     assert json.loads(cmd)[:2] == ["--host", "0.0.0.0"]
-    server_main = pytest.importorskip("tasks.serving.__main__")    # the flags exist
+    server_main = pytest.importorskip("tasks.serving.__main__")  # the flags exist
     ns = server_main.parse_args(json.loads(cmd), "127.0.0.1", 0)
     assert (ns.host, ns.port) == ("0.0.0.0", 8080)
 
 
 # ---- resources -----------------------------------------------------------------------------
+
 
 def test_quantities_parse_and_requests_fit_limits(container, pod):
     res = container["resources"]
@@ -177,6 +185,7 @@ def test_threads_follow_the_cpu_limit(container):
 
 
 # ---- security ------------------------------------------------------------------------------
+
 
 def test_security_context(pod, container, docs):
     assert pod["automountServiceAccountToken"] is False
@@ -213,13 +222,14 @@ def test_writable_paths_are_volumes(pod, container):
 
 # ---- env: the registry, the DVC remote, the credentials ------------------------------------
 
+
 def test_env_wiring(container):
     from tasks.core.settings import PREFIX, Settings
 
     env = _env(container)
     sluice = [n for n in env if n.startswith(PREFIX)]
     assert {"SLUICE_HOME", "SLUICE_REGISTRY_URL", "SLUICE_DVC_REMOTE"} <= set(sluice)
-    unread = [n for n in sluice if n[len(PREFIX):].lower() not in Settings.model_fields]
+    unread = [n for n in sluice if n[len(PREFIX) :].lower() not in Settings.model_fields]
     assert not unread, f"the Deployment sets {unread}, which Settings does not read"
     # the same registry and DVC remote as the Airflow side (k8s/values.yaml)
     values = yaml.safe_load((ROOT / "k8s" / "values.yaml").read_text())
@@ -238,12 +248,13 @@ def test_credentials_come_from_the_registry_secret(container):
     env = _env(container)
     refs = {n: e["valueFrom"]["secretKeyRef"] for n, e in env.items() if "valueFrom" in e}
     assert set(refs) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
-    for name, ref in refs.items():
+    for ref in refs.values():
         assert (ref["name"], ref["key"]) in chart
-    assert not any("value" in env[n] for n in refs)                  # no key written into the manifest
+    assert not any("value" in env[n] for n in refs)  # no key written into the manifest
 
 
 # ---- autoscaling and disruption ------------------------------------------------------------
+
 
 def test_hpa(docs, container):
     spec = docs["HorizontalPodAutoscaler"]["spec"]
@@ -252,10 +263,10 @@ def test_hpa(docs, container):
     assert metric["type"] == "Resource" and metric["resource"]["name"] == "cpu"
     assert metric["resource"]["target"]["type"] == "Utilization"
     assert 0 < metric["resource"]["target"]["averageUtilization"] <= 100
-    assert "cpu" in container["resources"]["requests"]               # Utilization is a share of the request
+    assert "cpu" in container["resources"]["requests"]  # Utilization is a share of the request
     up, down = spec["behavior"]["scaleUp"], spec["behavior"]["scaleDown"]
     assert up["policies"] and down["policies"]
-    assert up["stabilizationWindowSeconds"] < down["stabilizationWindowSeconds"]   # up fast, down slow
+    assert up["stabilizationWindowSeconds"] < down["stabilizationWindowSeconds"]  # up fast, down slow
     for policy in up["policies"] + down["policies"]:
         assert policy["type"] in {"Pods", "Percent"} and policy["value"] > 0 and 0 < policy["periodSeconds"] <= 1800
     assert up["selectPolicy"] in {"Max", "Min", "Disabled"} and down["selectPolicy"] in {"Max", "Min", "Disabled"}
@@ -276,6 +287,7 @@ def test_pdb_leaves_a_replica_serving(docs):
 
 
 # ---- the image -----------------------------------------------------------------------------
+
 
 def _image_packages() -> dict[str, str]:
     """name (lowercase, normalized) -> version, from the Dockerfile's pip install lines."""
@@ -302,7 +314,7 @@ def test_image_pins_equal_the_lock():
     drift = {n: (v, pins[n]) for n, v in image.items() if pins[n] != v}
     assert not drift, f"{DOCKERFILE.name} pin != constraints.txt: {drift}"
     text = DOCKERFILE.read_text()
-    assert "-c constraints.txt" in text                               # transitive dependencies pinned too
+    assert "-c constraints.txt" in text  # transitive dependencies pinned too
 
 
 def test_image_is_slim():
@@ -316,23 +328,42 @@ def test_image_is_slim():
 
 
 def test_copy_sources_exist_and_are_not_ignored():
-    ignored = [ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines()
-               if ln.strip() and not ln.startswith("#")]
+    ignored = [
+        ln.strip() for ln in (ROOT / ".dockerignore").read_text().splitlines() if ln.strip() and not ln.startswith("#")
+    ]
     copies = [rest.split() for op, rest in _instructions(DOCKERFILE) if op == "COPY"]
     sources = [s for words in copies for s in [w for w in words if not w.startswith("--")][:-1]]
     assert {"constraints.txt", "params.yaml", "data_contracts", "tasks"} <= set(sources)
     for src in sources:
         assert (ROOT / src).exists(), f"COPY source {src} is not in the repository"
-        assert not any(Path(src).match(p.strip("/")) for p in ignored), f"COPY source {src} is excluded by .dockerignore"
+        assert not any(Path(src).match(p.strip("/")) for p in ignored), (
+            f"COPY source {src} is excluded by .dockerignore"
+        )
 
 
 # The server's modules, and what they import lazily (models, artifacts, parquet).
-SERVER_IMPORTS = ["tasks.serving.__main__", "tasks.serving.app", "tasks.serving.metrics", "tasks.serving.predlog",
-                  "tasks.serving.schema", "tasks.serving.split", "tasks.serving.variants", "tasks.registry",
-                  "tasks.datasets", "tasks.contracts.suite", "tasks.core.params", "tasks.core.settings",
-                  "uvicorn", "onnxruntime", "dvc.api", "dvc.repo", "dvc_s3", "pyarrow.parquet"]
+SERVER_IMPORTS = [
+    "tasks.serving.__main__",
+    "tasks.serving.app",
+    "tasks.serving.metrics",
+    "tasks.serving.predlog",
+    "tasks.serving.schema",
+    "tasks.serving.split",
+    "tasks.serving.variants",
+    "tasks.registry",
+    "tasks.datasets",
+    "tasks.contracts.suite",
+    "tasks.core.params",
+    "tasks.core.settings",
+    "uvicorn",
+    "onnxruntime",
+    "dvc.api",
+    "dvc.repo",
+    "dvc_s3",
+    "pyarrow.parquet",
+]
 
-_PROBE = r'''
+_PROBE = r"""
 import importlib, importlib.abc, importlib.metadata as md, json, sys
 from packaging.requirements import Requirement
 
@@ -377,22 +408,26 @@ try:
 except Exception as exc:
     failed["load_row_model"] = f"{type(exc).__name__}: {exc}"
 print(json.dumps({"failed": failed, "blocked": sorted(set(blocked))}))
-'''
+"""
 
 
 def _probe(roots: list[str], imports: list[str]) -> dict:
     from tasks.core.params import load_params
 
-    proc = subprocess.run([sys.executable, "-c", _PROBE, json.dumps(roots), json.dumps(imports),
-                           load_params().dataset.module],
-                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(
+        [sys.executable, "-c", _PROBE, json.dumps(roots), json.dumps(imports), load_params().dataset.module],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_the_import_probe_blocks_what_the_image_lacks():
     report = _probe(["numpy"], ["numpy", "sklearn", "tasks.core.files"])
-    assert set(report["failed"]) == {"sklearn", "load_row_model"}     # load_row_model needs pydantic
+    assert set(report["failed"]) == {"sklearn", "load_row_model"}  # load_row_model needs pydantic
     assert "sklearn" in report["blocked"]
 
 

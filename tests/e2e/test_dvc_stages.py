@@ -1,4 +1,5 @@
 """dvc.yaml's stages run the same step CLIs on a data version, outside Airflow."""
+
 import json
 import os
 import shutil
@@ -17,16 +18,21 @@ DVC = str(Path(sys.executable).parent / "dvc")
 def test_dvc_repro_trains_evaluates_compresses(tmp_path, emails):
     # A copy of the project (tracked files) with its own default SLUICE_HOME.
     project = tmp_path / "project"
-    files = subprocess.run(["git", "-C", str(REPO_ROOT), "ls-files", "--cached", "--others", "--exclude-standard"],
-                           capture_output=True, text=True, check=True).stdout.split()
+    files = subprocess.run(
+        ["git", "-C", str(REPO_ROOT), "ls-files", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
     for f in files:
         if (REPO_ROOT / f).is_file():
             (project / f).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(REPO_ROOT / f, project / f)
     subprocess.run(["git", "init", "-q"], cwd=project, check=True)
     subprocess.run(["git", "add", "-A"], cwd=project, check=True)
-    subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"], cwd=project,
-                   check=True)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "copy"], cwd=project, check=True
+    )
 
     # as after `source .venv/bin/activate`: dvc runs the stages with `python` from PATH
     env = {**os.environ, "DVC_NO_ANALYTICS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
@@ -45,7 +51,8 @@ DemoFeed(s.layout.ensure(), load_params().demo).ensure_gold()
 df = load_source().iloc[:800]
 df = df.assign(label=df.pop("spam"), label_prob=lambda d: d["label"].astype(float))
 df.to_parquet("part.parquet", index=False)
-print(Registry(s).snapshot({{"batch-0001": "part.parquet"}}, {{"rows_by_batch": {{"batch-0001": len(df)}}}})["data_version"])
+made = Registry(s).snapshot({{"batch-0001": "part.parquet"}}, {{"rows_by_batch": {{"batch-0001": len(df)}}}})
+print(made["data_version"])
 """
     out = subprocess.run([sys.executable, "-c", prepare], cwd=project, env=env, capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip().endswith("data-v1"), out.stderr[-2000:]

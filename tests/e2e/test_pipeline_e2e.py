@@ -1,13 +1,13 @@
 """nightly_pipeline end to end, in-process (`airflow dags test`: real tasks, no scheduler)."""
+
 import json
 
+import httpx
 import pytest
 
-import httpx
-
 from tasks.registry import Registry
-from tests.serving.server import ServerProcess
 from tests.airflow_helpers import dags_test, migrate, task_states
+from tests.serving.server import ServerProcess
 
 pytestmark = pytest.mark.slow
 FAST = {"epochs": 8}
@@ -27,7 +27,7 @@ def test_two_nightly_batches_accumulate_versions(airflow_home):
     settings = airflow_home
     run1, state1, proc1 = dags_test(settings, FAST)
     assert state1 == "success", proc1.stdout[-3000:]
-    with ServerProcess(settings.home).start() as server:      # the canary needs a server (make run starts one)
+    with ServerProcess(settings.home).start() as server:  # the canary needs a server (make run starts one)
         run2, state2, proc2 = dags_test(settings, FAST)
         served = httpx.get(server.url + "/v1/serving").json()
     assert state2 == "success", proc2.stdout[-3000:]
@@ -47,27 +47,52 @@ def test_two_nightly_batches_accumulate_versions(airflow_home):
     assert second["compression"]["artifact"] == "model.served.onnx" and second["compression"]["chosen"]
 
     states = task_states(settings, run2)
-    taken = ["ingest", "validate_raw", "weak_label", "validate_labeled", "snapshot", "train", "evaluate",
-             "compress", "register", "deploy_canary", "canary_analysis", "promote", "report"]
+    taken = [
+        "ingest",
+        "validate_raw",
+        "weak_label",
+        "validate_labeled",
+        "snapshot",
+        "train",
+        "evaluate",
+        "compress",
+        "register",
+        "deploy_canary",
+        "canary_analysis",
+        "promote",
+        "report",
+    ]
     assert all(states[t] == "success" for t in taken), states
-    assert all(states[t] == "skipped" for t in ("no_batch", "quarantine_raw", "quarantine_labeled",
-                                                  "reject_model_evaluate", "reject_model_compress",
-                                                  "rollback_canary", "run_failed"))
+    assert all(
+        states[t] == "skipped"
+        for t in (
+            "no_batch",
+            "quarantine_raw",
+            "quarantine_labeled",
+            "reject_model_evaluate",
+            "reject_model_compress",
+            "rollback_canary",
+            "run_failed",
+        )
+    )
     s = summary(settings, run2)
     assert s["outcome"] == "deployed model-v2"
     assert s["batch"]["rows_in"] == 500 and s["batch"]["rows_labeled"] + s["batch"]["rows_unlabeled"] == 500
     assert s["labeling"]["chosen"] in ("label_model", "majority_vote")
     assert {"label_model", "majority_vote"} == set(s["labeling"]["quality_dev"])
     assert s["train"]["world_size"] == 2 and s["train"]["final_loss"] > 0
-    assert s["train"]["warm_start"] == "model-v1"                        # incremental: from the prod model
-    m = s["train"]["metrics"]                                            # from train/metrics.jsonl
+    assert s["train"]["warm_start"] == "model-v1"  # incremental: from the prod model
+    m = s["train"]["metrics"]  # from train/metrics.jsonl
     assert m["median_samples_per_s"] > 0 and m["median_grad_var_relative"] >= 0 and m["peak_rss_mb"] > 0
     assert s["compression"]["chosen"] and s["compression"]["bytes"] <= s["compression"]["fp32_bytes"]
     assert state["serving"]["champion"]["artifact"] == "models/model-v2/model.served.onnx"
     assert s["test"]["champion_version"] == "model-v1"
-    canary = s["canary"]                                      # real HTTP traffic, judged step by step
+    canary = s["canary"]  # real HTTP traffic, judged step by step
     assert canary["passed"] and [st["weight"] for st in canary["steps"]] == [50, 100], canary
-    assert canary["steps"][-1]["metrics"]["challenger"]["requests"] > canary["steps"][0]["metrics"]["challenger"]["requests"]
+    assert (
+        canary["steps"][-1]["metrics"]["challenger"]["requests"]
+        > canary["steps"][0]["metrics"]["challenger"]["requests"]
+    )
     text = (settings.layout.run_dir(run2) / "summary.txt").read_text()
     for needle in ("ROC AUC", "F1", "coverage", "data-v2", "final loss", "train metrics", "compressed", "model-v2"):
         assert needle in text
@@ -78,32 +103,32 @@ def test_two_nightly_batches_accumulate_versions(airflow_home):
 def test_contract_breaking_batch_is_quarantined(airflow_home, emails):
     settings = airflow_home
     layout = settings.layout.ensure()
-    bad = emails.iloc[:300].drop(columns=["spam", "winner"]).copy()      # a column went missing
-    bad.loc[bad.index[:5], "line_breaks"] = -1                           # and a broken extractor
+    bad = emails.iloc[:300].drop(columns=["spam", "winner"]).copy()  # a column went missing
+    bad.loc[bad.index[:5], "line_breaks"] = -1  # and a broken extractor
     bad.to_csv(layout.landing / "bad-batch.csv", index=False)
     original = (layout.landing / "bad-batch.csv").read_bytes()
 
     run_id, state, proc = dags_test(settings, {"batch": "bad-batch"})
-    assert state == "success", proc.stdout[-3000:]                       # a gate is not a crash
+    assert state == "success", proc.stdout[-3000:]  # a gate is not a crash
     states = task_states(settings, run_id)
     assert states["quarantine_raw"] == "success" and states["weak_label"] == "skipped"
     assert states["snapshot"] == "skipped" and states["run_failed"] == "skipped"
 
     folder = layout.quarantine / "bad-batch"
     assert (folder / "bad-batch.csv").exists() and not (layout.landing / "bad-batch.csv").exists()
-    assert (folder / "bad-batch.csv").read_bytes() == original           # kept byte for byte
+    assert (folder / "bad-batch.csv").read_bytes() == original  # kept byte for byte
     report = json.loads((folder / "report.json").read_text())
     names = {(f["expectation"], f["column"]) for f in report["failures"]}
     assert ("expect_table_columns_to_match_set", None) in names
     assert ("expect_column_values_to_be_between", "line_breaks") in names
     assert "line_breaks" in (folder / "report.txt").read_text()
-    assert Registry(settings).state()["current_data"] is None               # data version unchanged
+    assert Registry(settings).state()["current_data"] is None  # data version unchanged
     assert "quarantined at validate_raw" in summary(settings, run_id)["outcome"]
 
 
 def test_unknown_conf_key_fails_the_first_task_naming_it(airflow_home):
     settings = airflow_home
-    run_id, state, proc = dags_test(settings, {"epoch": 5})          # a typo of "epochs"
+    run_id, state, proc = dags_test(settings, {"epoch": 5})  # a typo of "epochs"
     assert state == "failed" and task_states(settings, run_id)["ingest"] == "failed"
     assert "unknown run conf key(s) ['epoch']; known: ['batch', 'epochs']" in proc.stdout + proc.stderr
     assert summary(settings, run_id)["outcome"] == "FAILED at ingest"

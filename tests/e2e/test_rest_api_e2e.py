@@ -1,4 +1,5 @@
 """The real services (api-server, scheduler, dag-processor) on loopback, driven over REST."""
+
 import json
 
 import httpx
@@ -32,6 +33,7 @@ def _listening(pgids):
 def _safe_pgid(pid):
     try:
         import os
+
         return os.getpgid(pid)
     except ProcessLookupError:
         return None
@@ -62,8 +64,12 @@ def test_trigger_with_conf_runs_to_success(services):
     bad = client.request("POST", f"/dags/{DAG}/dagRuns", json={"logical_date": None, "conf": {"epochs": 0}})
     assert bad.status_code == 400, bad.text
     run_id = client.trigger(DAG, {"epochs": 6}, run_id="rest_e2e_1")
-    assert client.request("POST", f"/dags/{DAG}/dagRuns",
-                          json={"logical_date": None, "dag_run_id": "rest_e2e_1"}).status_code == 409
+    assert (
+        client.request(
+            "POST", f"/dags/{DAG}/dagRuns", json={"logical_date": None, "dag_run_id": "rest_e2e_1"}
+        ).status_code
+        == 409
+    )
     seen = []
     state = client.wait_for_run(DAG, run_id, timeout_s=600, on_change=lambda t, s: seen.append((t, s)))
     assert state == "success", seen
@@ -75,8 +81,9 @@ def test_trigger_with_conf_runs_to_success(services):
     assert reg.state()["prod_model"] == "model-v1"
     assert reg.model_version_info("model-v1")["run_id"] == run_id
     # Task logs are served by the api-server from the shared log folder (no worker log server).
-    log = client.request("GET", f"/dags/{DAG}/dagRuns/{run_id}/taskInstances/train/logs/1",
-                         headers={"Accept": "application/json"})
+    log = client.request(
+        "GET", f"/dags/{DAG}/dagRuns/{run_id}/taskInstances/train/logs/1", headers={"Accept": "application/json"}
+    )
     assert log.status_code == 200 and "trained on" in log.text
 
 
@@ -98,8 +105,9 @@ def test_rollback_dag_over_rest(services):
     assert client.wait_for_run("rollback", missing, timeout_s=300) == "failed"
     assert reg.state()["prod_model"] == "model-v2"
 
-    run_id = client.trigger("rollback", {"data_version": "data-v1", "model_version": "model-v1",
-                                         "reason": "batch-0002 labels look wrong"})
+    run_id = client.trigger(
+        "rollback", {"data_version": "data-v1", "model_version": "model-v1", "reason": "batch-0002 labels look wrong"}
+    )
     assert client.wait_for_run("rollback", run_id, timeout_s=300) == "success"
     state = reg.state()
     assert (state["current_data"], state["prod_model"]) == ("data-v1", "model-v1")

@@ -2,10 +2,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tasks.core.params import load_params
 from tasks.labeling import email_lfs
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import ABSTAIN, HAM, SPAM, apply_lfs, labeling_function
-from tasks.core.params import load_params
 from tests.conftest import row
 
 # (LF, row that should fire it, expected vote)
@@ -58,8 +58,7 @@ def test_lf_returning_bad_values_is_refused():
 def test_label_batch_on_real_rows(emails):
     dev, batch = emails.iloc[:600], emails.iloc[600:1100]
     lfs = email_lfs.LFS
-    out = label_batch(apply_lfs(batch, lfs), apply_lfs(dev, lfs), dev["spam"].to_numpy(), lfs,
-                      load_params().weak_label)
+    out = label_batch(apply_lfs(batch, lfs), apply_lfs(dev, lfs), dev["spam"].to_numpy(), lfs, load_params().weak_label)
     assert out.chosen in ("label_model", "majority_vote")
     assert set(out.quality) == {"label_model", "majority_vote"}
     # The chosen source is at least as good as the other on dev ROC AUC.

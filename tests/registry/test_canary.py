@@ -1,4 +1,5 @@
 """The serving state for canary releases: champion, challenger, weight, mode; on a real git + DVC registry."""
+
 import hashlib
 import json
 import shutil
@@ -28,8 +29,11 @@ def models(reg, tmp_path, n):
 
 
 def pointer(k):
-    return {"model_version": f"model-v{k}", "artifact": f"models/model-v{k}/{SERVED_ARTIFACT}",
-            "sha256": sha(f"onnx-{k}".encode())}
+    return {
+        "model_version": f"model-v{k}",
+        "artifact": f"models/model-v{k}/{SERVED_ARTIFACT}",
+        "sha256": sha(f"onnx-{k}".encode()),
+    }
 
 
 @pytest.fixture
@@ -45,11 +49,13 @@ def test_register_records_each_artifacts_sha256_and_size(settings, tmp_path):
     pt.write_bytes(b"weights" * 1000)
     onnx.write_bytes(b"onnx-bytes")
     info = reg.register_model("run-1", {"model.pt": pt, SERVED_ARTIFACT: onnx}, {"data_version": "data-v1"})
-    want = {"model.pt": {"sha256": sha(b"weights" * 1000), "bytes": 7000},
-            SERVED_ARTIFACT: {"sha256": sha(b"onnx-bytes"), "bytes": 10}}
+    want = {
+        "model.pt": {"sha256": sha(b"weights" * 1000), "bytes": 7000},
+        SERVED_ARTIFACT: {"sha256": sha(b"onnx-bytes"), "bytes": 10},
+    }
     assert info["artifacts"] == want
-    assert reg.model_version_info("model-v1")["artifacts"] == want           # in the tagged record
-    for name, digest in want.items():                                         # and matching the registered files
+    assert reg.model_version_info("model-v1")["artifacts"] == want  # in the tagged record
+    for name, digest in want.items():  # and matching the registered files
         assert sha(reg.model_path("model-v1", name).read_bytes()) == digest["sha256"]
         assert sha(reg.read_model_artifact("model-v1", name)) == digest["sha256"]
     promoted = reg.promote("model-v1", "first")
@@ -63,15 +69,19 @@ def test_start_canary_serves_a_challenger_beside_the_champion_once(reg):
     assert out["changed"]
     serving = reg.state()["serving"]
     assert serving == {"champion": pointer(1), "challenger": pointer(2), "challenger_weight": 10, "mode": "split"}
-    assert reg.state()["prod_model"] == "model-v1"                            # prod does not move
+    assert reg.state()["prod_model"] == "model-v1"  # prod does not move
     assert reg.state()["models"]["model-v2"]["stage"] == "canary"
-    assert reg.git("rev-parse", "HEAD~1") == head and reg.git("status", "--porcelain") == ""   # one commit
+    assert reg.git("rev-parse", "HEAD~1") == head and reg.git("status", "--porcelain") == ""  # one commit
     last = audit(reg)[-1]
     assert len(audit(reg)) == lines + 1 and last["action"] == "start_canary"
-    assert (last["model_version"], last["weight"], last["mode"], last["reason"]) == ("model-v2", 10, "split",
-                                                                                     "nightly run 7")
+    assert (last["model_version"], last["weight"], last["mode"], last["reason"]) == (
+        "model-v2",
+        10,
+        "split",
+        "nightly run 7",
+    )
     head = reg.git("rev-parse", "HEAD")
-    assert reg.start_canary("model-v2", 10, reason="retry")["changed"] is False     # idempotent
+    assert reg.start_canary("model-v2", 10, reason="retry")["changed"] is False  # idempotent
     assert reg.git("rev-parse", "HEAD") == head and len(audit(reg)) == lines + 1
     # The same challenger again with another mode: updated in place.
     assert reg.start_canary("model-v2", 25, "shadow", "mirror instead")["changed"]
@@ -112,14 +122,21 @@ def test_promote_of_another_version_displaces_the_challenger(reg):
     state = reg.state()
     assert state["serving"]["champion"] == pointer(3) and state["serving"]["challenger"] is None
     assert {v: m["stage"] for v, m in state["models"].items()} == {
-        "model-v1": "archived", "model-v2": "archived", "model-v3": "prod"}
+        "model-v1": "archived",
+        "model-v2": "archived",
+        "model-v3": "prod",
+    }
 
 
 def test_promote_of_the_champion_clears_a_challenger(reg):
     reg.start_canary("model-v2", 30, reason="start")
     assert reg.promote("model-v1", "keep the champion")["changed"]
-    assert reg.state()["serving"] == {"champion": pointer(1), "challenger": None, "challenger_weight": 0,
-                                      "mode": "split"}
+    assert reg.state()["serving"] == {
+        "champion": pointer(1),
+        "challenger": None,
+        "challenger_weight": 0,
+        "mode": "split",
+    }
 
 
 def test_rollback_canary_retires_the_challenger(reg):
@@ -155,7 +172,10 @@ def test_operator_rollback_sets_the_champion_and_clears_the_challenger(reg, sett
     assert state["prod_model"] == "model-v1"
     assert state["serving"] == {"champion": pointer(1), "challenger": None, "challenger_weight": 0, "mode": "split"}
     assert {v: m["stage"] for v, m in state["models"].items()} == {
-        "model-v1": "prod", "model-v2": "rolled_back", "model-v3": "rolled_back"}
+        "model-v1": "prod",
+        "model-v2": "rolled_back",
+        "model-v3": "rolled_back",
+    }
     assert audit(reg)[-1]["challenger"] == "model-v3"
     assert reg.rollback(None, "model-v1", "again")["changed"] is False
 
@@ -167,27 +187,36 @@ def test_a_data_only_rollback_keeps_the_champion_and_clears_the_challenger(reg, 
     reg.start_canary("model-v2", 40, reason="nightly")
     out = reg.rollback("data-v1", None, "bad batch 2")
     assert out["changed"] and out["to"] == {"data_version": "data-v1", "model_version": "model-v1"}
-    assert reg.state()["serving"] == {"champion": pointer(1), "challenger": None, "challenger_weight": 0,
-                                      "mode": "split"}
+    assert reg.state()["serving"] == {
+        "champion": pointer(1),
+        "challenger": None,
+        "challenger_weight": 0,
+        "mode": "split",
+    }
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda r: r.start_canary("model-v9", 10, reason="x"), "model-v9 does not exist"),
-    (lambda r: r.start_canary("model-v1", 10, reason="x"), "it is the champion"),
-    (lambda r: r.start_canary("../model-v2", 10, reason="x"), "not a model version"),
-    (lambda r: r.start_canary("model-v2", 101, reason="x"), "integer percent 0..100"),
-    (lambda r: r.start_canary("model-v2", -1, reason="x"), "integer percent 0..100"),
-    (lambda r: r.start_canary("model-v2", 12.5, reason="x"), "integer percent 0..100"),
-    (lambda r: r.start_canary("model-v2", True, reason="x"), "integer percent 0..100"),
-    (lambda r: r.start_canary("model-v2", 10, "ab", "x"), "one of split, shadow"),
-    (lambda r: r.start_canary("model-v2", 10), "needs a reason"),
-    (lambda r: r.start_canary("model-v2", 10, reason="  "), "needs a reason"),
-    (lambda r: r.start_canary("model-v2", 10, reason="x", artifact="model.fp32.onnx"), "has no artifact"),
-    (lambda r: r.start_canary("model-v2", 10, reason="x", artifact="../model-v1/model.int8.onnx"),
-     "not an artifact name"),
-    (lambda r: r.set_canary_weight(10, "x"), "there is no challenger"),
-    (lambda r: r.promote("model-v2", "x", artifact="model.pt"), "has no artifact"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda r: r.start_canary("model-v9", 10, reason="x"), "model-v9 does not exist"),
+        (lambda r: r.start_canary("model-v1", 10, reason="x"), "it is the champion"),
+        (lambda r: r.start_canary("../model-v2", 10, reason="x"), "not a model version"),
+        (lambda r: r.start_canary("model-v2", 101, reason="x"), "integer percent 0..100"),
+        (lambda r: r.start_canary("model-v2", -1, reason="x"), "integer percent 0..100"),
+        (lambda r: r.start_canary("model-v2", 12.5, reason="x"), "integer percent 0..100"),
+        (lambda r: r.start_canary("model-v2", True, reason="x"), "integer percent 0..100"),
+        (lambda r: r.start_canary("model-v2", 10, "ab", "x"), "one of split, shadow"),
+        (lambda r: r.start_canary("model-v2", 10), "needs a reason"),
+        (lambda r: r.start_canary("model-v2", 10, reason="  "), "needs a reason"),
+        (lambda r: r.start_canary("model-v2", 10, reason="x", artifact="model.fp32.onnx"), "has no artifact"),
+        (
+            lambda r: r.start_canary("model-v2", 10, reason="x", artifact="../model-v1/model.int8.onnx"),
+            "not an artifact name",
+        ),
+        (lambda r: r.set_canary_weight(10, "x"), "there is no challenger"),
+        (lambda r: r.promote("model-v2", "x", artifact="model.pt"), "has no artifact"),
+    ],
+)
 def test_refusals_change_nothing(reg, call, match):
     head, state, lines = reg.git("rev-parse", "HEAD"), reg.state(), len(audit(reg))
     with pytest.raises(RegistryError, match=match):
@@ -215,25 +244,48 @@ def test_no_canary_without_a_champion(settings, tmp_path):
     assert reg.state()["serving"] == {"champion": None, "challenger": None, "challenger_weight": 0, "mode": "split"}
 
 
-@pytest.mark.parametrize("raw, want", [
-    (None, {"champion": None, "challenger": None, "challenger_weight": 0, "mode": "split"}),
-    ({"model_version": "model-v2", "artifact": "models/model-v2/model.int8.onnx"},
-     {"champion": {"model_version": "model-v2", "artifact": "models/model-v2/model.int8.onnx", "sha256": None},
-      "challenger": None, "challenger_weight": 0, "mode": "split"}),
-    ({"model_version": None, "artifact": None},
-     {"champion": None, "challenger": None, "challenger_weight": 0, "mode": "split"}),
-    ({"champion": {"model_version": "model-v1", "artifact": "models/model-v1/x.onnx", "sha256": "ab"},
-      "challenger": {"model_version": "model-v2", "artifact": "models/model-v2/x.onnx", "sha256": "cd"},
-      "challenger_weight": 20, "mode": "shadow"},
-     {"champion": {"model_version": "model-v1", "artifact": "models/model-v1/x.onnx", "sha256": "ab"},
-      "challenger": {"model_version": "model-v2", "artifact": "models/model-v2/x.onnx", "sha256": "cd"},
-      "challenger_weight": 20, "mode": "shadow"}),
-])
+@pytest.mark.parametrize(
+    "raw, want",
+    [
+        (None, {"champion": None, "challenger": None, "challenger_weight": 0, "mode": "split"}),
+        (
+            {"model_version": "model-v2", "artifact": "models/model-v2/model.int8.onnx"},
+            {
+                "champion": {
+                    "model_version": "model-v2",
+                    "artifact": "models/model-v2/model.int8.onnx",
+                    "sha256": None,
+                },
+                "challenger": None,
+                "challenger_weight": 0,
+                "mode": "split",
+            },
+        ),
+        (
+            {"model_version": None, "artifact": None},
+            {"champion": None, "challenger": None, "challenger_weight": 0, "mode": "split"},
+        ),
+        (
+            {
+                "champion": {"model_version": "model-v1", "artifact": "models/model-v1/x.onnx", "sha256": "ab"},
+                "challenger": {"model_version": "model-v2", "artifact": "models/model-v2/x.onnx", "sha256": "cd"},
+                "challenger_weight": 20,
+                "mode": "shadow",
+            },
+            {
+                "champion": {"model_version": "model-v1", "artifact": "models/model-v1/x.onnx", "sha256": "ab"},
+                "challenger": {"model_version": "model-v2", "artifact": "models/model-v2/x.onnx", "sha256": "cd"},
+                "challenger_weight": 20,
+                "mode": "shadow",
+            },
+        ),
+    ],
+)
 def test_serving_state_normalizes_the_old_shape(raw, want):
     state = {"current_data": None, "prod_model": None, "serving": raw, "models": {}}
     before = json.dumps(state)
     assert serving_state(state) == want
-    assert json.dumps(state) == before                                        # pure
+    assert json.dumps(state) == before  # pure
 
 
 def test_serving_state_of_nothing_is_empty():
@@ -246,17 +298,27 @@ def test_a_registry_made_by_the_previous_code_still_reads_and_moves_on(settings,
     reg = Registry(settings)
     art = tmp_path / SERVED_ARTIFACT
     art.write_bytes(b"old-onnx")
-    with reg.transaction():                           # what the previous register + promote wrote
+    with reg.transaction():  # what the previous register + promote wrote
         folder = reg.root / "models" / "model-v1"
         folder.mkdir(parents=True)
         shutil.copyfile(art, folder / SERVED_ARTIFACT)
         with reg._dvc() as repo:
             repo.add(str(folder))
-        (reg.root / "models" / "model-v1.json").write_text(json.dumps(
-            {"version": "model-v1", "run_id": "old", "artifacts": [SERVED_ARTIFACT], "data_version": "data-v1"}))
-        (reg.root / "registry.json").write_text(json.dumps(
-            {"current_data": None, "prod_model": "model-v1", "models": {"model-v1": {"stage": "prod"}},
-             "serving": {"model_version": "model-v1", "artifact": f"models/model-v1/{SERVED_ARTIFACT}"}}))
+        (reg.root / "models" / "model-v1.json").write_text(
+            json.dumps(
+                {"version": "model-v1", "run_id": "old", "artifacts": [SERVED_ARTIFACT], "data_version": "data-v1"}
+            )
+        )
+        (reg.root / "registry.json").write_text(
+            json.dumps(
+                {
+                    "current_data": None,
+                    "prod_model": "model-v1",
+                    "models": {"model-v1": {"stage": "prod"}},
+                    "serving": {"model_version": "model-v1", "artifact": f"models/model-v1/{SERVED_ARTIFACT}"},
+                }
+            )
+        )
         reg._commit("model-v1: register from run old", tag="model-v1")
     old = {"model_version": "model-v1", "artifact": f"models/model-v1/{SERVED_ARTIFACT}", "sha256": None}
     assert reg.state()["serving"] == {"champion": old, "challenger": None, "challenger_weight": 0, "mode": "split"}
@@ -266,7 +328,7 @@ def test_a_registry_made_by_the_previous_code_still_reads_and_moves_on(settings,
     new.write_bytes(b"new-onnx")
     reg.register_model("run-2", {SERVED_ARTIFACT: new}, {"data_version": "data-v1"})
     reg.start_canary("model-v2", 10, reason="first canary on an old registry")
-    serving = json.loads((reg.root / "registry.json").read_text())["serving"]    # written in the new shape
+    serving = json.loads((reg.root / "registry.json").read_text())["serving"]  # written in the new shape
     assert serving["champion"] == old and serving["challenger"]["sha256"] == sha(b"new-onnx")
     # Going back to the old model fills in its sha256 from the registered file.
     reg.rollback(None, "model-v1", "back to the old model")

@@ -11,8 +11,9 @@ from tasks.registry import Registry, RegistryError, check_version
 
 def partition(tmp_path, name, n=20, seed=0):
     rng = np.random.default_rng(seed)
-    df = pd.DataFrame({"email_id": np.arange(n) + seed * 1000, "label": rng.integers(0, 2, n),
-                       "label_prob": rng.random(n)})
+    df = pd.DataFrame(
+        {"email_id": np.arange(n) + seed * 1000, "label": rng.integers(0, 2, n), "label_prob": rng.random(n)}
+    )
     path = tmp_path / f"{name}.parquet"
     df.to_parquet(path, index=False)
     return path, df
@@ -75,7 +76,7 @@ def test_models_register_promote_and_stay_immutable(settings, tmp_path):
     assert state["prod_model"] == "model-v2"
     assert state["models"] == {"model-v1": {"stage": "archived"}, "model-v2": {"stage": "prod"}}
     assert reg.model_version_info("model-v1")["data_version"] == "data-v1"
-    assert reg.promote("model-v2", "again")["changed"] is False          # idempotent
+    assert reg.promote("model-v2", "again")["changed"] is False  # idempotent
     audit = [json.loads(line) for line in (reg.root / "audit.jsonl").read_text().splitlines()]
     assert [a["action"] for a in audit] == ["register", "promote", "register", "promote"]
     assert reg.model_path("model-v2", "model.int8.onnx").read_bytes() == b"onnx-bytes"
@@ -107,8 +108,12 @@ def test_registry_commits_have_an_identity_without_global_git_config(settings, t
     monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(tmp_path / "no-global-gitconfig"))
     p1, df1 = partition(tmp_path, "b1")
     Registry(settings).snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
-    author = subprocess.run(["git", "-C", str(settings.layout.registry), "log", "-1", "--format=%an"],
-                            capture_output=True, text=True, check=True).stdout.strip()
+    author = subprocess.run(
+        ["git", "-C", str(settings.layout.registry), "log", "-1", "--format=%an"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
     assert author == "sluice-pipeline"
 
 
@@ -130,16 +135,23 @@ def test_rollback_moves_data_model_and_serving_together_once(settings, tmp_path)
     assert r["changed"] and r["from"] == {"data_version": "data-v2", "model_version": "model-v2"}
     state = reg.state()
     assert (state["current_data"], state["prod_model"]) == ("data-v1", "model-v1")
-    assert state["serving"] == {"champion": {"model_version": "model-v1", "artifact": "models/model-v1/model.int8.onnx",
-                                             "sha256": hashlib.sha256(b"onnx").hexdigest()},
-                                "challenger": None, "challenger_weight": 0, "mode": "split"}
+    assert state["serving"] == {
+        "champion": {
+            "model_version": "model-v1",
+            "artifact": "models/model-v1/model.int8.onnx",
+            "sha256": hashlib.sha256(b"onnx").hexdigest(),
+        },
+        "challenger": None,
+        "challenger_weight": 0,
+        "mode": "split",
+    }
     assert state["models"] == {"model-v1": {"stage": "prod"}, "model-v2": {"stage": "rolled_back"}}
-    assert reg.tags("data") + reg.tags("model") == tags_before          # nothing deleted
+    assert reg.tags("data") + reg.tags("model") == tags_before  # nothing deleted
     last = json.loads((reg.root / "audit.jsonl").read_text().splitlines()[-1])
     assert last["action"] == "rollback" and last["who"] == "alice" and last["reason"] == "bad labels in batch 2"
     assert last["to"] == {"data_version": "data-v1", "model_version": "model-v1"}
     head = reg.git("rev-parse", "HEAD")
-    assert reg.rollback("data-v1", "model-v1", "again")["changed"] is False   # harmless twice
+    assert reg.rollback("data-v1", "model-v1", "again")["changed"] is False  # harmless twice
     assert reg.git("rev-parse", "HEAD") == head
     # The next snapshot builds on the rolled-back data version.
     p3, df3 = partition(tmp_path, "b3", seed=3)
@@ -148,13 +160,16 @@ def test_rollback_moves_data_model_and_serving_together_once(settings, tmp_path)
     assert [p["batch_id"] for p in v3["partitions"]] == ["batch-0001", "batch-0003"]
 
 
-@pytest.mark.parametrize("data, model, match", [
-    ("data-v9", None, "no such data version"),
-    (None, "model-v9", "no such model version"),
-    ("../../etc", None, "not a data version"),
-    (None, "model-v1; rm -rf /", "not a model version"),
-    (None, None, "needs a data version, a model version, or both"),
-])
+@pytest.mark.parametrize(
+    "data, model, match",
+    [
+        ("data-v9", None, "no such data version"),
+        (None, "model-v9", "no such model version"),
+        ("../../etc", None, "not a data version"),
+        (None, "model-v1; rm -rf /", "not a model version"),
+        (None, None, "needs a data version, a model version, or both"),
+    ],
+)
 def test_bad_rollback_changes_nothing(settings, tmp_path, data, model, match):
     reg = Registry(settings)
     _two_versions_each(reg, tmp_path)
@@ -209,14 +224,15 @@ def test_nightly_model_rejection_rolls_data_back_to_prods_lineage(settings, tmp_
     reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
     reg.promote(reg.register_model("r1", {"model.int8.onnx": art}, {"data_version": "data-v1"})["model_version"], "t")
     p2, df2 = partition(tmp_path, "b2", seed=2)
-    reg.snapshot({"batch-0002": p2}, {"rows_by_batch": {"batch-0002": len(df2)}})   # tonight's data
-    gate = EvaluateRecord.model_construct(passed=False, reasons=["test ROC AUC 0.61 is below the floor 0.70"],
-                                          champion_version="model-v1")
+    reg.snapshot({"batch-0002": p2}, {"rows_by_batch": {"batch-0002": len(df2)}})  # tonight's data
+    gate = EvaluateRecord.model_construct(
+        passed=False, reasons=["test ROC AUC 0.61 is below the floor 0.70"], champion_version="model-v1"
+    )
     out = reject_model(StepContext.create("run-2", settings), evaluate=gate)
     assert out.rolled_back and out.prod_model == "model-v1" and out.current_data == "data-v1" and out.gate == "evaluate"
     last = json.loads((reg.root / "audit.jsonl").read_text().splitlines()[-1])
     assert last["action"] == "rollback" and last["who"] == "nightly_pipeline" and "below the floor" in last["reason"]
-    assert reg.tags("data") == ["data-v1", "data-v2"]                  # the rejected data version is kept
+    assert reg.tags("data") == ["data-v1", "data-v2"]  # the rejected data version is kept
 
 
 def test_rejection_without_a_prod_model_changes_nothing(settings, tmp_path):
@@ -228,8 +244,11 @@ def test_rejection_without_a_prod_model_changes_nothing(settings, tmp_path):
     p1, df1 = partition(tmp_path, "b1", seed=1)
     reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
     passed = EvaluateRecord.model_construct(passed=True, reasons=[], champion_version=None)
-    out = reject_model(StepContext.create("run-1", settings), evaluate=passed,
-                       compress=CompressRecord.model_construct(passed=False, reasons=["int8 drop"]))
+    out = reject_model(
+        StepContext.create("run-1", settings),
+        evaluate=passed,
+        compress=CompressRecord.model_construct(passed=False, reasons=["int8 drop"]),
+    )
     assert not out.rolled_back and out.prod_model is None and out.current_data == "data-v1" and out.gate == "compress"
 
 
@@ -237,7 +256,7 @@ def test_stale_git_lock_of_a_killed_command_is_cleared(settings, tmp_path):
     reg = Registry(settings)
     p1, df1 = partition(tmp_path, "b1", seed=1)
     reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
-    (reg.root / ".git" / "index.lock").write_text("")               # what a SIGKILLed `git add` leaves
+    (reg.root / ".git" / "index.lock").write_text("")  # what a SIGKILLed `git add` leaves
     (reg.root / ".git" / "refs" / "heads" / "main.lock").write_text("")
     p2, df2 = partition(tmp_path, "b2", seed=2)
     assert reg.snapshot({"batch-0002": p2}, {"rows_by_batch": {"batch-0002": len(df2)}})["data_version"] == "data-v2"

@@ -1,5 +1,6 @@
 """Registry hardening: compare-and-set pointer moves, committed reads, the git mirror after every
 pointer move, content-checked re-deliveries, injective run folders."""
+
 import hashlib
 import subprocess
 import threading
@@ -33,6 +34,7 @@ def pair(reg):
 
 
 # ---- 1: compare-and-set ------------------------------------------------------------------
+
 
 def test_promote_is_refused_when_the_champion_or_the_data_moved(settings, tmp_path):
     reg = nightly_registry(settings, tmp_path)
@@ -72,10 +74,10 @@ def test_the_reject_branchs_read_and_write_are_one_transaction(settings, tmp_pat
     fired = []
 
     def read_then_race(version):
-        if not fired:                        # the branch has read prod: the operator's rollback starts now
+        if not fired:  # the branch has read prod: the operator's rollback starts now
             fired.append(version)
             operator.start()
-            operator.join(timeout=5)         # finishes at once if nothing holds the lock
+            operator.join(timeout=5)  # finishes at once if nothing holds the lock
         return read(version)
 
     monkeypatch.setattr(reg, "model_version_info", read_then_race)
@@ -87,22 +89,24 @@ def test_the_reject_branchs_read_and_write_are_one_transaction(settings, tmp_pat
 
 # ---- 2: readers see committed state --------------------------------------------------------
 
+
 def test_state_reads_the_committed_pointers_during_an_open_transaction(settings, tmp_path):
     reg = nightly_registry(settings, tmp_path)
     reader = Registry(settings)
     with reg.transaction():
         state = reg.state()
         state["prod_model"], state["current_data"] = "model-v3", "data-v1"
-        reg._write_state(state)                       # written, not committed (a writer mid-transaction)
+        reg._write_state(state)  # written, not committed (a writer mid-transaction)
         assert reader.state()["prod_model"] == "model-v2" and reader.state()["current_data"] == "data-v3"
-        assert reg.state()["prod_model"] == "model-v3"     # the writer itself sees what it is building
-    assert pair(reader) == ("data-v3", "model-v2")          # discarded by the next transaction's recovery
+        assert reg.state()["prod_model"] == "model-v3"  # the writer itself sees what it is building
+    assert pair(reader) == ("data-v3", "model-v2")  # discarded by the next transaction's recovery
     with reg.transaction():
         pass
     assert pair(reader) == ("data-v3", "model-v2")
 
 
 # ---- 3: every pointer move reaches the git mirror -------------------------------------------
+
 
 def test_every_pointer_move_is_pushed_to_the_git_mirror(settings, tmp_path, monkeypatch):
     bare = tmp_path / "server" / "registry.git"
@@ -111,24 +115,29 @@ def test_every_pointer_move_is_pushed_to_the_git_mirror(settings, tmp_path, monk
     reg = nightly_registry(Settings.from_env(), tmp_path)
 
     def mirrored():
-        out = subprocess.run(["git", "ls-remote", str(bare), "refs/heads/main"], capture_output=True, text=True,
-                             check=True).stdout.split()
+        out = subprocess.run(
+            ["git", "ls-remote", str(bare), "refs/heads/main"], capture_output=True, text=True, check=True
+        ).stdout.split()
         return out[0] if out else None
 
-    moves = [("start_canary", lambda: reg.start_canary("model-v3", 10, reason="canary")),
-             ("set_canary_weight", lambda: reg.set_canary_weight(50, "step")),
-             ("rollback_canary", lambda: reg.rollback_canary("failed")),
-             ("promote", lambda: reg.promote("model-v3", "passed")),
-             ("rollback", lambda: reg.rollback("data-v1", "model-v1", "operator"))]
+    moves = [
+        ("start_canary", lambda: reg.start_canary("model-v3", 10, reason="canary")),
+        ("set_canary_weight", lambda: reg.set_canary_weight(50, "step")),
+        ("rollback_canary", lambda: reg.rollback_canary("failed")),
+        ("promote", lambda: reg.promote("model-v3", "passed")),
+        ("rollback", lambda: reg.rollback("data-v1", "model-v1", "operator")),
+    ]
     for name, move in moves:
         assert move()["changed"], name
         assert mirrored() == reg.git("rev-parse", "HEAD"), f"{name} did not reach the mirror"
-    shown = subprocess.run(["git", "--git-dir", str(bare), "show", "main:registry.json"], capture_output=True,
-                           text=True, check=True).stdout
-    assert '"prod_model": "model-v1"' in shown                # what a replica reading the mirror sees
+    shown = subprocess.run(
+        ["git", "--git-dir", str(bare), "show", "main:registry.json"], capture_output=True, text=True, check=True
+    ).stdout
+    assert '"prod_model": "model-v1"' in shown  # what a replica reading the mirror sees
 
 
 # ---- 4: a batch's identity is its content -------------------------------------------------
+
 
 def test_a_different_file_under_a_known_batch_id_is_refused(settings, tmp_path):
     reg = Registry(settings)

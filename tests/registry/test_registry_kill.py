@@ -1,4 +1,5 @@
 """SIGKILL a registry transaction at many points: the next one sees the old state or the new, never half."""
+
 import hashlib
 import json
 import os
@@ -11,8 +12,8 @@ import time
 import pandas as pd
 import pytest
 
-from tasks.registry import Registry
 from tasks.core.settings import REPO_ROOT
+from tasks.registry import Registry
 from tests.registry.test_registry import partition
 
 pytestmark = pytest.mark.slow
@@ -34,8 +35,14 @@ print(Registry(Settings.from_env()).rollback("data-v1", "model-v1", "kill test")
 
 def run_and_kill(settings, code, args, delay):
     env = {**os.environ, "SLUICE_HOME": str(settings.home)}
-    proc = subprocess.Popen([sys.executable, "-c", code, *args], env=env, cwd=REPO_ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        cwd=REPO_ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     time.sleep(delay)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -49,12 +56,12 @@ def consistent(reg):
     assert reg.git("status", "--porcelain") == ""
     state = reg.state()
     assert state["current_data"] in reg.tags("data")
-    for tag in reg.tags("data"):                      # every version is whole and readable
+    for tag in reg.tags("data"):  # every version is whole and readable
         info = reg.data_version_info(tag)
         assert len(reg.read_data_version(tag)) == sum(p["rows"] for p in info["partitions"])
     if state["prod_model"]:
         assert state["serving"]["champion"]["model_version"] == state["prod_model"]
-    for tag in reg.tags("model"):                     # every model version's files are what it recorded
+    for tag in reg.tags("model"):  # every model version's files are what it recorded
         for name, digest in reg.model_version_info(tag)["artifacts"].items():
             assert hashlib.sha256(reg.read_model_artifact(tag, name)).hexdigest() == digest["sha256"], (tag, name)
     assert cache_intact(reg)
@@ -97,7 +104,7 @@ def test_killed_snapshots_leave_old_or_new_state(settings, tmp_path):
     v = reg.snapshot({"batch-0002": p2}, {"rows_by_batch": {"batch-0002": len(df2)}})
     assert v["data_version"] == "data-v2" and reg.tags("data") == ["data-v1", "data-v2"]
     pd.testing.assert_frame_equal(reg.read_data_version("data-v2"), pd.concat([df1, df2], ignore_index=True))
-    assert "data-v1" in seen                          # at least one kill landed before the commit point
+    assert "data-v1" in seen  # at least one kill landed before the commit point
 
 
 def test_killed_rollbacks_leave_old_or_new_state(settings, tmp_path):
@@ -107,13 +114,14 @@ def test_killed_rollbacks_leave_old_or_new_state(settings, tmp_path):
     for i in (1, 2):
         p, df = partition(tmp_path, f"b{i}", seed=i)
         reg.snapshot({f"batch-000{i}": p}, {"rows_by_batch": {f"batch-000{i}": len(df)}})
-        reg.promote(reg.register_model(f"r{i}", {"model.int8.onnx": art}, {"data_version": f"data-v{i}"})
-                    ["model_version"], "t")
+        reg.promote(
+            reg.register_model(f"r{i}", {"model.int8.onnx": art}, {"data_version": f"data-v{i}"})["model_version"], "t"
+        )
     for delay in kill_points(settings, ROLLBACK, [], tmp_path):
         run_and_kill(settings, ROLLBACK, [], delay)
         state = consistent(reg)
         pair = (state["current_data"], state["prod_model"])
-        assert pair in (("data-v2", "model-v2"), ("data-v1", "model-v1")), pair   # both moved, or neither
+        assert pair in (("data-v2", "model-v2"), ("data-v1", "model-v1")), pair  # both moved, or neither
         if pair == ("data-v1", "model-v1"):
             break
     reg.rollback("data-v1", "model-v1", "finish")
@@ -137,8 +145,15 @@ print(Registry(Settings.from_env()).snapshot({sys.argv[1]: Path(sys.argv[2])},
     procs = []
     for i in (1, 2):
         p, _ = partition(tmp_path, f"c{i}", seed=i)
-        procs.append(subprocess.Popen([sys.executable, "-c", code, f"batch-000{i}", str(p)], env=env, cwd=REPO_ROOT,
-                                      stdout=subprocess.PIPE, text=True))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-c", code, f"batch-000{i}", str(p)],
+                env=env,
+                cwd=REPO_ROOT,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
+        )
     outs = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
     assert outs == ["data-v1", "data-v2"] and all(p.returncode == 0 for p in procs)
     assert len(reg.data_version_info("data-v2")["partitions"]) == 2
@@ -165,7 +180,7 @@ def test_killed_canary_starts_leave_old_or_new_serving_state(settings, tmp_path)
         run_and_kill(settings, START_CANARY, [], delay)
         serving = consistent(reg)["serving"]
         pair = ((serving["challenger"] or {}).get("model_version"), serving["challenger_weight"])
-        assert pair in ((None, 0), ("model-v2", 10)), pair          # the whole canary, or none of it
+        assert pair in ((None, 0), ("model-v2", 10)), pair  # the whole canary, or none of it
         assert (reg.state()["models"]["model-v2"]["stage"] == "canary") == (pair[0] is not None)
         if pair[0]:
             break
@@ -231,13 +246,23 @@ def test_killed_registrations_and_promotions_leave_old_or_new_state(settings, tm
         state = consistent(reg)
         tags = reg.tags("model")
         assert tags == [f"model-v{i}" for i in range(1, len(tags) + 1)]
-        if state["prod_model"]:                       # promoted: the whole move, to a whole version
+        if state["prod_model"]:  # promoted: the whole move, to a whole version
             assert state["prod_model"] in tags and state["models"][state["prod_model"]]["stage"] == "prod"
     # A run that is not killed registers and promotes exactly once more.
     before = len(reg.tags("model"))
     env = {**os.environ, "SLUICE_HOME": str(settings.home)}
-    out = subprocess.run([sys.executable, "-c", REGISTER_PROMOTE, "run-final", str(arts[-1])], env=env, cwd=REPO_ROOT,
-                         check=True, capture_output=True, text=True).stdout.strip().splitlines()[-1]
+    out = (
+        subprocess.run(
+            [sys.executable, "-c", REGISTER_PROMOTE, "run-final", str(arts[-1])],
+            env=env,
+            cwd=REPO_ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        )
+        .stdout.strip()
+        .splitlines()[-1]
+    )
     assert out == f"model-v{before + 1}" and reg.state()["prod_model"] == out
     assert reg.read_model_artifact(out, "model.int8.onnx") == arts[-1].read_bytes()
     consistent(reg)

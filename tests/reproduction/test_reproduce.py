@@ -5,6 +5,7 @@ makes model-v1; it is reproduced bit-identically from its recorded commit in a g
 with another world size (named in the verdict, metrics within tolerance). Records that cannot be
 reproduced (edited params, a missing data version, an unknown commit) are refused, naming why.
 """
+
 import copy
 import json
 import os
@@ -35,7 +36,7 @@ def test_the_record_holds_the_inputs_not_only_hashes(built):
     settings, records = built
     info = Registry(settings).model_version_info(records["register"].model_version)
     rep = info["reproduce"]
-    assert rep["params"]["train"]["epochs"] == 3                 # the resolved params, after overrides
+    assert rep["params"]["train"]["epochs"] == 3  # the resolved params, after overrides
     assert rep["params_digest"] == info["params_hash"]
     assert rep["world_size"] == 2 and rep["device"] == "cpu" and rep["warm_start"] is None
     assert rep["contracts"] and rep["lf_module"]["module"] and rep["lf_module"]["hash"]
@@ -56,22 +57,23 @@ def test_a_nightly_model_reproduces_bit_identically(built, tmp_path):
     assert rec.weights == {"identical": True, "max_abs": 0.0}
     assert all(o["identical"] for o in rec.outputs.values())
     assert all(m["max_abs_diff"] == 0 for m in rec.metrics.values())
-    assert not [c for c in rec.inputs_differed if c["input"] != "code"]   # "code" only when the tree was dirty
-    assert registry.state() == before                                    # what is served did not change
+    assert not [c for c in rec.inputs_differed if c["input"] != "code"]  # "code" only when the tree was dirty
+    assert registry.state() == before  # what is served did not change
     audit = [json.loads(x) for x in (registry.root / "audit.jsonl").read_text().splitlines()]
     assert audit[-1]["action"] == "reproduce" and audit[-1]["model_version"] == version
     assert audit[-1]["verdict"] == "identical"
     assert registry.git("log", "-1", "--format=%s") == f"audit: reproduce {version}"
     assert not registry.git("status", "--porcelain")
     worktrees = subprocess.run(["git", "-C", str(REPO_ROOT), "worktree", "list"], capture_output=True, text=True)
-    assert "sluice-reproduce-" not in worktrees.stdout                   # the worktree is gone
+    assert "sluice-reproduce-" not in worktrees.stdout  # the worktree is gone
 
 
 @pytest.mark.slow
 def test_another_world_size_is_named_and_within_tolerance(built, tmp_path):
     settings, records = built
-    rec = reproduce_model(settings, records["register"].model_version, work_dir=tmp_path / "r", world_size=1,
-                          audit=False)
+    rec = reproduce_model(
+        settings, records["register"].model_version, work_dir=tmp_path / "r", world_size=1, audit=False
+    )
     assert {"input": "world size", "recorded": 2, "now": 1} in rec.inputs_differed
     assert "world size 2 -> 1" in rec.summary
     assert rec.verdict == "within tolerance", rec.summary
@@ -109,7 +111,13 @@ def test_an_unknown_commit_is_refused_naming_it(built):
 def test_the_cli_refuses_in_one_line(built):
     settings, _ = built
     env = {**os.environ, "SLUICE_HOME": str(settings.home)}
-    proc = subprocess.run([sys.executable, "-m", "tasks.reproduce", "model-v9"], env=env, capture_output=True,
-                          text=True, cwd=REPO_ROOT, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tasks.reproduce", "model-v9"],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=REPO_ROOT,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "model version model-v9 does not exist" in proc.stderr

@@ -1,6 +1,7 @@
 """Test helpers for the model server: real ONNX models in a real registry, and the server as a
 real subprocess (`python -m tasks.serving`) in its own process group, always stopped
 (SIGTERM, then SIGKILL of the group: ops/services.py's stop_groups)."""
+
 from __future__ import annotations
 
 import json
@@ -28,12 +29,19 @@ def write_onnx(path: Path, n_features: int, seed: int) -> Path:
     w = numpy_helper.from_array(rng.normal(0, 0.7, (n_features, 1)).astype(np.float32), "w")
     b = numpy_helper.from_array(np.array([rng.normal(0, 0.5)], np.float32), "b")
     axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
-    nodes = [helper.make_node("MatMul", ["features", "w"], ["z0"]), helper.make_node("Add", ["z0", "b"], ["z"]),
-             helper.make_node("Sigmoid", ["z"], ["p"]), helper.make_node("Squeeze", ["p", "axes"], ["p_spam"])]
-    graph = helper.make_graph(nodes, f"lr{seed}",
-                              [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", n_features])],
-                              [helper.make_tensor_value_info("p_spam", TensorProto.FLOAT, ["batch"])],
-                              initializer=[w, b, axes])
+    nodes = [
+        helper.make_node("MatMul", ["features", "w"], ["z0"]),
+        helper.make_node("Add", ["z0", "b"], ["z"]),
+        helper.make_node("Sigmoid", ["z"], ["p"]),
+        helper.make_node("Squeeze", ["p", "axes"], ["p_spam"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        f"lr{seed}",
+        [helper.make_tensor_value_info("features", TensorProto.FLOAT, ["batch", n_features])],
+        [helper.make_tensor_value_info("p_spam", TensorProto.FLOAT, ["batch"])],
+        initializer=[w, b, axes],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
@@ -67,9 +75,14 @@ class ServerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "wb")
         self.started_at = time.monotonic()
-        self.proc = subprocess.Popen([sys.executable, "-m", "tasks.serving", *self.args], cwd=REPO_ROOT,
-                                     env=server_env(self.home, self.params), stdout=self._log,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tasks.serving", *self.args],
+            cwd=REPO_ROOT,
+            env=server_env(self.home, self.params),
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout_s
         while True:
             if self.proc.poll() is not None:

@@ -1,4 +1,5 @@
 """Canary analysis on synthetic prediction-log windows (tasks/serving/canary.py)."""
+
 from __future__ import annotations
 
 import json
@@ -13,17 +14,26 @@ from tasks.core.params import CanaryParams
 from tasks.serving import canary
 from tasks.serving.canary import CHALLENGER, CHAMPION, Verdict, judge
 
-PARAMS = CanaryParams()          # the defaults: min_samples 50, min_labeled 200, max_p99_ms 250, max_psi 0.25, ...
-FEW_LABELS = PARAMS.replace(min_labeled=50)     # online quality judged from 50 labeled rows per variant
+PARAMS = CanaryParams()  # the defaults: min_samples 50, min_labeled 200, max_p99_ms 250, max_psi 0.25, ...
+FEW_LABELS = PARAMS.replace(min_labeled=50)  # online quality judged from 50 labeled rows per variant
 
 
 def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
-def make_window(n: int = 400, *, mode: str = "shadow", challenger_weight: float = 0.5, seed: int = 0,
-                challenger_score=None, challenger_latency=None, challenger_error_rate: float = 0.0,
-                feedback: bool = True, positive_rate: float = 0.3) -> list[dict]:
+def make_window(
+    n: int = 400,
+    *,
+    mode: str = "shadow",
+    challenger_weight: float = 0.5,
+    seed: int = 0,
+    challenger_score=None,
+    challenger_latency=None,
+    challenger_error_rate: float = 0.0,
+    feedback: bool = True,
+    positive_rate: float = 0.3,
+) -> list[dict]:
     """n requests. Each has a gold label and a champion score (logit 2.5 * (2y - 1) + noise).
 
     shadow: both variants score every request (paired); split: each request goes to one
@@ -47,14 +57,23 @@ def make_window(n: int = 400, *, mode: str = "shadow", challenger_weight: float 
         else:
             arms = (CHALLENGER,) if rng.random() < challenger_weight else (CHAMPION,)
         for v in arms:
-            rec = {"kind": "prediction", "request_id": rid, "row": 0, "ts": t, "variant": v,
-                   "model_version": "model-v1" if v == CHAMPION else "model-v2",
-                   "shadow": mode == "shadow" and v == CHALLENGER, "endpoint": "predict"}
+            rec = {
+                "kind": "prediction",
+                "request_id": rid,
+                "row": 0,
+                "ts": t,
+                "variant": v,
+                "model_version": "model-v1" if v == CHAMPION else "model-v2",
+                "shadow": mode == "shadow" and v == CHALLENGER,
+                "endpoint": "predict",
+            }
             if v == CHALLENGER and fails[i]:
                 rec |= {"latency_ms": 1.0, "error": "onnxruntime: invalid input"}
             else:
-                rec |= {"latency_ms": float(lat_champ[i] if v == CHAMPION else lat_chall[i]),
-                        "score": float(champ[i] if v == CHAMPION else chall[i])}
+                rec |= {
+                    "latency_ms": float(lat_champ[i] if v == CHAMPION else lat_chall[i]),
+                    "score": float(champ[i] if v == CHAMPION else chall[i]),
+                }
             records.append(rec)
         if feedback:
             records.append({"kind": "feedback", "request_id": rid, "row": 0, "ts": t + 5, "label": int(y[i])})
@@ -66,6 +85,7 @@ def _reasons(v: Verdict) -> str:
 
 
 # ---- verdicts -------------------------------------------------------------------------------
+
 
 def test_good_challenger_passes():
     v = judge(make_window(), PARAMS)
@@ -79,14 +99,13 @@ def test_good_challenger_passes():
     q = m["quality"]["roc_auc"]
     assert q["ci_low"] > -PARAMS.max_auc_drop and q["ci_low"] <= q["difference"] <= q["ci_high"]
     assert m["quality"]["f1"][CHAMPION] > 0.5
-    json.dumps(v.to_dict(), allow_nan=False)        # JSON-able, strictly
+    json.dumps(v.to_dict(), allow_nan=False)  # JSON-able, strictly
 
 
 def test_same_model_passes_in_split_mode_given_many_labels():
     # Split mode with the same model: latency, errors and PSI pass; the AUC CI of two
     # independent arms is wide, so the non-inferiority bound needs many labels.
-    v = judge(make_window(n=4000, mode="split", seed=3,
-                          challenger_score=lambda c, y, rng: c), PARAMS)
+    v = judge(make_window(n=4000, mode="split", seed=3, challenger_score=lambda c, y, rng: c), PARAMS)
     assert v.metrics["psi"] < PARAMS.max_psi
     assert v.metrics[CHAMPION]["requests"] > 1500 and v.metrics[CHALLENGER]["requests"] > 1500
     assert v.passed, _reasons(v)
@@ -111,8 +130,8 @@ def test_200ms_slower_fails_on_p99():
     assert not v.passed
     p99 = [r for r in v.reasons if "p99" in r]
     assert p99, _reasons(v)
-    assert any(f"{PARAMS.max_p99_ms:.1f} ms" in r for r in p99)           # absolute bound
-    assert any("champion p99" in r and f"{PARAMS.max_p99_ratio:.2f}" in r for r in p99)   # ratio
+    assert any(f"{PARAMS.max_p99_ms:.1f} ms" in r for r in p99)  # absolute bound
+    assert any("champion p99" in r and f"{PARAMS.max_p99_ratio:.2f}" in r for r in p99)  # ratio
     assert not any("error rate" in r or "PSI" in r or "ROC AUC" in r for r in v.reasons)
     assert v.metrics[CHALLENGER]["p99_ms"] > 200 + v.metrics[CHAMPION]["p50_ms"]
 
@@ -137,14 +156,15 @@ def test_one_error_in_a_thousand_passes():
 
 
 def test_too_few_samples_fail_closed():
-    window = make_window(n=400, mode="split", challenger_weight=0.05, seed=4,
-                         challenger_score=lambda c, y, rng: c)
+    window = make_window(n=400, mode="split", challenger_weight=0.05, seed=4, challenger_score=lambda c, y, rng: c)
     n_chall = sum(1 for r in window if r.get("variant") == CHALLENGER)
     assert n_chall < PARAMS.min_samples
     v = judge(window, PARAMS)
     assert not v.passed
-    assert any(r.startswith(f"challenger requests {n_chall} are below the minimum sample {PARAMS.min_samples}")
-               for r in v.reasons), _reasons(v)
+    assert any(
+        r.startswith(f"challenger requests {n_chall} are below the minimum sample {PARAMS.min_samples}")
+        for r in v.reasons
+    ), _reasons(v)
 
 
 def test_empty_window_fails_closed_without_crashing():
@@ -165,7 +185,7 @@ def test_no_feedback_is_noted_not_judged_unless_required():
 
 
 def test_online_quality_waits_for_min_labeled():
-    window = make_window(n=120, seed=12)               # enough requests, too few labels for the default 200
+    window = make_window(n=120, seed=12)  # enough requests, too few labels for the default 200
     v = judge(window, PARAMS)
     assert v.passed and v.metrics["quality"] is None, _reasons(v)
     assert any("not judged" in n and str(PARAMS.min_labeled) in n for n in v.metrics["notes"])
@@ -174,7 +194,7 @@ def test_online_quality_waits_for_min_labeled():
 
 def test_baseline_supplies_the_champion_at_full_weight():
     earlier = make_window(seed=5)
-    full = [r for r in make_window(seed=6) if r.get("variant") != CHAMPION]   # 100%: challenger only
+    full = [r for r in make_window(seed=6) if r.get("variant") != CHAMPION]  # 100%: challenger only
     assert not judge(full, PARAMS).passed
     v = judge(full, PARAMS, baseline=earlier)
     assert v.passed, _reasons(v)
@@ -183,6 +203,7 @@ def test_baseline_supplies_the_champion_at_full_weight():
 
 # ---- the bootstrap --------------------------------------------------------------------------
 
+
 def test_bootstrap_is_reproducible_with_the_seed():
     window = make_window(n=300, mode="split", seed=7, challenger_score=lambda c, y, rng: c)
     params = FEW_LABELS.replace(bootstrap=300)
@@ -190,7 +211,7 @@ def test_bootstrap_is_reproducible_with_the_seed():
     b = judge(window, params).metrics["quality"]
     c = judge(window, params.replace(seed=8)).metrics["quality"]
     assert a == b
-    assert a["roc_auc"]["difference"] == c["roc_auc"]["difference"]       # the point estimate does not move
+    assert a["roc_auc"]["difference"] == c["roc_auc"]["difference"]  # the point estimate does not move
     assert (a["roc_auc"]["ci_low"], a["roc_auc"]["ci_high"]) != (c["roc_auc"]["ci_low"], c["roc_auc"]["ci_high"])
 
 
@@ -201,8 +222,17 @@ def _binormal_arm(rng, n, d, variant, prefix, pos=0.5):
     recs = []
     for i in range(n):
         rid = f"{prefix}-{variant}-{i}"
-        recs += [{"request_id": rid, "time": 0.0, "variant": variant, "model_version": variant,
-                  "latency_ms": 10.0, "score": float(s[i])}, {"request_id": rid, "label": int(y[i])}]
+        recs += [
+            {
+                "request_id": rid,
+                "time": 0.0,
+                "variant": variant,
+                "model_version": variant,
+                "latency_ms": 10.0,
+                "score": float(s[i]),
+            },
+            {"request_id": rid, "label": int(y[i])},
+        ]
     return recs
 
 
@@ -220,8 +250,9 @@ def test_bootstrap_ci_covers_the_true_difference():
         covered += auc["ci_low"] <= true_diff <= auc["ci_high"]
     assert covered / trials >= 0.8, f"{covered}/{trials} 90% intervals covered the true difference {true_diff:.3f}"
     # and the one seeded case the judge sees
-    window = _binormal_arm(np.random.default_rng(0), 1500, 1.5, CHAMPION, "x") \
-        + _binormal_arm(np.random.default_rng(1), 1500, 1.2, CHALLENGER, "x")
+    window = _binormal_arm(np.random.default_rng(0), 1500, 1.5, CHAMPION, "x") + _binormal_arm(
+        np.random.default_rng(1), 1500, 1.2, CHALLENGER, "x"
+    )
     q = judge(window, PARAMS).metrics["quality"]["roc_auc"]
     assert q["ci_low"] <= true_diff <= q["ci_high"]
     assert q["ci_high"] < 0
@@ -237,10 +268,11 @@ def test_paired_bootstrap_is_narrower_than_split():
 
 # ---- the metrics themselves -----------------------------------------------------------------
 
+
 def test_auc_and_f1_match_sklearn_with_ties():
     rng = np.random.default_rng(0)
     y = rng.integers(0, 2, 500)
-    s = np.round(rng.random(500) * 0.5 + 0.3 * y, 2)          # rounded: many ties
+    s = np.round(rng.random(500) * 0.5 + 0.3 * y, 2)  # rounded: many ties
     assert canary.roc_auc(s, y) == pytest.approx(roc_auc_score(y, s), abs=1e-12)
     assert canary.f1(s, y) == pytest.approx(f1_score(y, (s >= 0.5).astype(int)), abs=1e-12)
     assert math.isnan(canary.roc_auc([0.2, 0.3], [1, 1]))
@@ -261,13 +293,14 @@ def test_psi():
     a = rng.beta(2, 5, 5000)
     assert canary.psi(a, rng.beta(2, 5, 5000)) < 0.01
     assert canary.psi(a, 1 - a) > 1.0
-    assert canary.psi(a, np.full(100, 0.95)) > 3           # all in a bin the champion never uses: floored, finite
+    assert canary.psi(a, np.full(100, 0.95)) > 3  # all in a bin the champion never uses: floored, finite
     assert math.isfinite(canary.psi([0.0, 1.0], [0.5]))
-    assert canary.psi([1.5, -0.2], [1.0, 0.0]) == pytest.approx(0.0)   # clipped into [0, 1]
+    assert canary.psi([1.5, -0.2], [1.0, 0.0]) == pytest.approx(0.0)  # clipped into [0, 1]
     assert math.isnan(canary.psi([], [0.5]))
 
 
 # ---- records ------------------------------------------------------------------------------
+
 
 def test_read_log_skips_a_torn_line_and_missing_files(tmp_path):
     log = tmp_path / "predictions.jsonl"
@@ -280,21 +313,29 @@ def test_read_log_skips_a_torn_line_and_missing_files(tmp_path):
 def test_select_window_keeps_late_feedback_and_drops_other_versions():
     recs = make_window(n=10)
     t0 = recs[0]["ts"]
-    win = canary.select_window(recs, start=t0, end=t0 + 0.05)      # the first 5 requests
+    win = canary.select_window(recs, start=t0, end=t0 + 0.05)  # the first 5 requests
     preds = [r for r in win if not canary.is_feedback(r)]
     fb = [r for r in win if canary.is_feedback(r)]
-    assert len(preds) == 10 and len(fb) == 5                     # feedback came at t + 5 s, outside the window
-    assert canary.select_window(recs, model_versions={CHALLENGER: "model-v9"}) == \
-        [r for r in recs if r.get("variant") == CHAMPION] + [r for r in recs if canary.is_feedback(r)]
-    iso = [{k: v for k, v in r.items() if k != "ts"} | {"at": "2026-11-30T12:00:00.000+00:00"}
-           for r in recs if not canary.is_feedback(r)]
+    assert len(preds) == 10 and len(fb) == 5  # feedback came at t + 5 s, outside the window
+    assert canary.select_window(recs, model_versions={CHALLENGER: "model-v9"}) == [
+        r for r in recs if r.get("variant") == CHAMPION
+    ] + [r for r in recs if canary.is_feedback(r)]
+    iso = [
+        {k: v for k, v in r.items() if k != "ts"} | {"at": "2026-11-30T12:00:00.000+00:00"}
+        for r in recs
+        if not canary.is_feedback(r)
+    ]
     assert len(canary.select_window(iso, start=0, end=2e9)) == len(iso)
 
 
 def test_labels_are_read_leniently_and_join_on_request_and_row():
-    recs = [{"request_id": "a", "label": "1"}, {"request_id": "b", "label": True},
-            {"request_id": "c", "label": 0, "row": 2}, {"request_id": "d", "label": "spam"},
-            {"kind": "prediction", "request_id": "e", "label": 1, "variant": CHAMPION}]
+    recs = [
+        {"request_id": "a", "label": "1"},
+        {"request_id": "b", "label": True},
+        {"request_id": "c", "label": 0, "row": 2},
+        {"request_id": "d", "label": "spam"},
+        {"kind": "prediction", "request_id": "e", "label": 1, "variant": CHAMPION},
+    ]
     assert canary.labels_by_row(recs) == {"a#0": 1, "c#2": 0}
 
 
@@ -302,8 +343,16 @@ def test_records_without_kind_or_row_are_read_from_their_fields():
     recs = []
     for i in range(120):
         for v in (CHAMPION, CHALLENGER):
-            recs.append({"request_id": f"r{i}", "time": float(i), "variant": v, "model_version": v,
-                         "latency_ms": 10.0, "score": 0.9 if i % 3 == 0 else 0.1})
+            recs.append(
+                {
+                    "request_id": f"r{i}",
+                    "time": float(i),
+                    "variant": v,
+                    "model_version": v,
+                    "latency_ms": 10.0,
+                    "score": 0.9 if i % 3 == 0 else 0.1,
+                }
+            )
         recs.append({"request_id": f"r{i}", "label": int(i % 3 == 0)})
     v = judge(recs, FEW_LABELS)
     assert v.passed, _reasons(v)
@@ -314,12 +363,33 @@ def test_multi_row_requests_count_once_for_requests_and_latency():
     recs = []
     for i in range(60):
         for v in (CHAMPION, CHALLENGER):
-            recs += [{"kind": "prediction", "request_id": f"r{i}", "row": j, "ts": 0.0, "variant": v,
-                      "model_version": v, "latency_ms": 10.0 + i, "score": 0.2 + 0.6 * (j == 1)} for j in range(3)]
-        recs += [{"kind": "feedback", "request_id": f"r{i}", "row": j, "ts": 1.0, "label": int(j == 1)}
-                 for j in range(3)]
-    recs.append({"kind": "prediction", "request_id": "bad", "ts": 0.0, "variant": CHALLENGER,
-                 "model_version": CHALLENGER, "latency_ms": 1.0, "error": "rows could not be featurized"})
+            recs += [
+                {
+                    "kind": "prediction",
+                    "request_id": f"r{i}",
+                    "row": j,
+                    "ts": 0.0,
+                    "variant": v,
+                    "model_version": v,
+                    "latency_ms": 10.0 + i,
+                    "score": 0.2 + 0.6 * (j == 1),
+                }
+                for j in range(3)
+            ]
+        recs += [
+            {"kind": "feedback", "request_id": f"r{i}", "row": j, "ts": 1.0, "label": int(j == 1)} for j in range(3)
+        ]
+    recs.append(
+        {
+            "kind": "prediction",
+            "request_id": "bad",
+            "ts": 0.0,
+            "variant": CHALLENGER,
+            "model_version": CHALLENGER,
+            "latency_ms": 1.0,
+            "error": "rows could not be featurized",
+        }
+    )
     m = judge(recs, FEW_LABELS).metrics
     assert (m[CHAMPION]["requests"], m[CHAMPION]["rows"]) == (60, 180)
     assert (m[CHALLENGER]["requests"], m[CHALLENGER]["errors"]) == (61, 1)

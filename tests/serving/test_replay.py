@@ -1,4 +1,5 @@
 """The replay client over real HTTP, against a small recording server on loopback."""
+
 from __future__ import annotations
 
 import asyncio
@@ -33,7 +34,7 @@ class Recorder:
         self.lock = threading.Lock()
 
     def app(self) -> FastAPI:
-        app = FastAPI()      # Request is imported at module level: annotations are strings here
+        app = FastAPI()  # Request is imported at module level: annotations are strings here
 
         @app.post("/v1/predict")
         async def predict(request: Request):
@@ -50,9 +51,15 @@ class Recorder:
             rid = uuid.uuid4().hex
             with self.lock:
                 self.served[rid] = {"key": body.get("key"), "variant": variant, "row": row}
-            return {"request_id": rid, "model_name": "emails", "model_version": "model-v1", "variant": variant,
-                    "predictions": [{"score": 0.3, "label": 0, "model_version": "model-v1", "variant": variant,
-                                     "request_id": rid}]}
+            return {
+                "request_id": rid,
+                "model_name": "emails",
+                "model_version": "model-v1",
+                "variant": variant,
+                "predictions": [
+                    {"score": 0.3, "label": 0, "model_version": "model-v1", "variant": variant, "request_id": rid}
+                ],
+            }
 
         @app.post("/v1/feedback")
         async def feedback(request: Request):
@@ -162,7 +169,7 @@ def test_a_slow_server_times_out_as_failures(serve):
 def test_no_server_is_a_failure_not_a_crash():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]            # closed again: nothing listens there
+        port = s.getsockname()[1]  # closed again: nothing listens there
     result = rp.replay(f"http://127.0.0.1:{port}", ROWS, LABELS, KEYS, count=2, rate=100.0, max_seconds=5)
     assert (result.sent, result.ok, result.failed) == (2, 0, 2)
 
@@ -204,7 +211,7 @@ def test_load_replay_rows_gives_raw_json_rows(gold_home, emails):
 
     rows, keys, labels = rp.load_replay_rows(gold_home.layout.gold, ds)
     assert len(rows) == len(keys) == len(labels) == 30
-    assert all(list(r) == ds.RAW_COLUMNS for r in rows)               # no gold label among the raw columns
+    assert all(list(r) == ds.RAW_COLUMNS for r in rows)  # no gold label among the raw columns
     json.dumps(rows, allow_nan=False)
     expected = emails.sample(30, random_state=0)
     assert keys == [str(v) for v in expected[ds.ID_COLUMN]]
@@ -215,8 +222,7 @@ def test_load_replay_rows_gives_raw_json_rows(gold_home, emails):
 def test_load_replay_rows_writes_datetimes_as_utc_iso(tmp_path):
     from types import SimpleNamespace
 
-    df = pd.DataFrame({"id": [1, 2], "t": pd.to_datetime(["2012-01-01 06:16:41", "2012-01-02 00:00:00"]),
-                       "y": [0, 1]})
+    df = pd.DataFrame({"id": [1, 2], "t": pd.to_datetime(["2012-01-01 06:16:41", "2012-01-02 00:00:00"]), "y": [0, 1]})
     df.to_parquet(tmp_path / "test.parquet")
     ds = SimpleNamespace(RAW_COLUMNS=["id", "t"], ID_COLUMN="id", GOLD_COLUMN="y")
     rows, keys, labels = rp.load_replay_rows(tmp_path, ds)
@@ -231,9 +237,14 @@ def test_cli_replays_the_gold_set_to_the_address_in_sluice_home(gold_home, serve
     (gold_home.home / "serving" / "address.json").write_text(json.dumps({"url": url}))
     assert rp.main(["--rows", "12", "--rate", "200", "--feedback-delay", "0"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert {k: out[k] for k in ("sent", "ok", "failed", "feedback_sent")} == \
-        {"sent": 12, "ok": 12, "failed": 0, "feedback_sent": 12}
-    assert {p["body"]["key"] for p in rec.predicts} <= {str(r["email_id"]) for _, r in
-                                                        pd.read_parquet(gold_home.layout.gold / "test.parquet").iterrows()}
+    assert {k: out[k] for k in ("sent", "ok", "failed", "feedback_sent")} == {
+        "sent": 12,
+        "ok": 12,
+        "failed": 0,
+        "feedback_sent": 12,
+    }
+    assert {p["body"]["key"] for p in rec.predicts} <= {
+        str(r["email_id"]) for _, r in pd.read_parquet(gold_home.layout.gold / "test.parquet").iterrows()
+    }
     rec.refuse = frozenset({p["body"]["rows"][0]["email_id"] for p in rec.predicts})
     assert rp.main(["--url", url, "--rows", "3", "--rate", "200", "--no-feedback"]) == 1

@@ -7,6 +7,7 @@ with real defects (bench/canary.py builds them: the bench measures the same worl
 as a real process. Small steps: 25% then 100%, 200 replayed gold rows each (bench.canary.CANARY).
 The split's weight and the log windows are tested in test_server.py and test_canary.py.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -50,8 +51,8 @@ def test_the_world_is_real(world):
     from bench.canary import ort_session
 
     scores = ort_session(world.paths["champion"]).run(None, {"features": world.gold_x})[0]
-    assert roc_auc_score(world.gold_y, scores) > 0.8                     # a champion worth defending
-    assert len(world.gold_y) >= CANARY["requests_per_step"] * len(CANARY["steps"])   # each row sent once
+    assert roc_auc_score(world.gold_y, scores) > 0.8  # a champion worth defending
+    assert len(world.gold_y) >= CANARY["requests_per_step"] * len(CANARY["steps"])  # each row sent once
     assert world.params.canary.steps == CANARY["steps"]
 
 
@@ -114,7 +115,7 @@ def test_five_percent_failing_is_rolled_back_on_error_rate(world):
     rollout = world.canary("failing")
     assert not rollout.passed
     step = failed_step(rollout)
-    (reason,) = step.reasons                                   # the defect shows as errors, nothing else
+    (reason,) = step.reasons  # the defect shows as errors, nothing else
     assert reason.startswith("challenger error rate"), step.reasons
     m = step.metrics[CHALLENGER]
     assert m["errors"] >= 2 and 0.02 < m["error_rate"] < 0.15, m

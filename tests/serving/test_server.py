@@ -1,6 +1,7 @@
 """The model server as a real process: OIP v2 with Triton's client, raw-row prediction, feedback,
 metrics, the sticky weighted split, shadow mode, hot swaps under load, corrupt artifacts, bad
 input, loopback-only sockets, and its own OpenAPI document fuzzed by schemathesis."""
+
 from __future__ import annotations
 
 import json
@@ -52,15 +53,21 @@ def world(tmp_path_factory):
     reg.register_model("run-4", {"model.int8.onnx": garbage}, {"data_version": "data-v1"})
     reg.promote("model-v1", "test")
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    params["serving"].update({"poll_s": 0.1, "max_rows": MAX_ROWS, "max_body_bytes": MAX_BODY,
-                              "prediction_log_mb": 0.25, "prediction_log_keep": 3})
+    params["serving"].update(
+        {
+            "poll_s": 0.1,
+            "max_rows": MAX_ROWS,
+            "max_body_bytes": MAX_BODY,
+            "prediction_log_mb": 0.25,
+            "prediction_log_keep": 3,
+        }
+    )
     params_file = tmp / "params.yaml"
     params_file.write_text(yaml.safe_dump(params))
     server = ServerProcess(home, params_file)
     try:
         server.start(timeout_s=90)
-        yield {"server": server, "reg": reg, "home": home, "paths": paths, "ds": ds, "n": n,
-               "params_file": params_file}
+        yield {"server": server, "reg": reg, "home": home, "paths": paths, "ds": ds, "n": n, "params_file": params_file}
     finally:
         server.stop()
 
@@ -92,15 +99,17 @@ def set_state(world, champion: str, challenger: str | None = None, weight: int =
 
     def applied():
         got = serving(world)
-        return ({v: m["model_version"] for v, m in got["variants"].items()} == want
-                and (not challenger or (got["challenger_weight"] == weight and got["mode"] == mode)))
+        return {v: m["model_version"] for v, m in got["variants"].items()} == want and (
+            not challenger or (got["challenger_weight"] == weight and got["mode"] == mode)
+        )
+
     wait_for(applied, 30, f"server to serve {want}")
 
 
 def rows(emails, k: int, start: int = 0) -> list[dict]:
     from tasks.datasets.emails import GOLD_COLUMN
 
-    df = emails.drop(columns=[GOLD_COLUMN]).iloc[start:start + k]
+    df = emails.drop(columns=[GOLD_COLUMN]).iloc[start : start + k]
     return json.loads(df.to_json(orient="records"))
 
 
@@ -110,8 +119,11 @@ def test_listens_on_loopback_only(world):
 
     pid = world["server"].proc.pid
     pids = {pid} | {c.pid for c in psutil.Process(pid).children(recursive=True)}
-    seen = {(c.laddr.ip, c.laddr.port) for c in psutil.net_connections("inet")
-            if c.status == psutil.CONN_LISTEN and c.pid in pids}
+    seen = {
+        (c.laddr.ip, c.laddr.port)
+        for c in psutil.net_connections("inet")
+        if c.status == psutil.CONN_LISTEN and c.pid in pids
+    }
     assert seen, "the server should listen on a socket"
     assert all(ip in ("127.0.0.1", "::1") for ip, _ in seen), seen
 
@@ -136,7 +148,7 @@ def test_triton_client_speaks_to_it(world):
         result = client.infer("emails", [inp], outputs=outputs)
         np.testing.assert_allclose(result.as_numpy("p_spam"), expected, rtol=1e-6)
         assert result.get_response()["model_version"] == "model-v1"
-    result = client.infer("emails", [inp])                       # no outputs named: binary by default
+    result = client.infer("emails", [inp])  # no outputs named: binary by default
     np.testing.assert_allclose(result.as_numpy("p_spam"), expected, rtol=1e-6)
     pinned = client.infer("emails", [inp], model_version="model-v1")
     assert pinned.get_response()["model_version"] == "model-v1"
@@ -158,8 +170,13 @@ def test_predict_scores_raw_rows_with_the_plugins_featurize(world, emails):
     preds = out["predictions"]
     assert len(preds) == 20 and out["request_id"] == r.headers["x-request-id"]
     np.testing.assert_allclose([p["score"] for p in preds], expected, rtol=1e-6)
-    assert all(p["label"] == int(p["score"] >= 0.5) and p["model_version"] == "model-v1"
-               and p["variant"] == "champion" and p["request_id"] == out["request_id"] for p in preds)
+    assert all(
+        p["label"] == int(p["score"] >= 0.5)
+        and p["model_version"] == "model-v1"
+        and p["variant"] == "champion"
+        and p["request_id"] == out["request_id"]
+        for p in preds
+    )
 
 
 # ---- bad input: a 4xx naming the problem, and the server keeps serving ------------------------
@@ -172,43 +189,96 @@ def _bad_cases():
     infer_ok = {"inputs": [{"name": "features", "datatype": "FP32", "shape": [1, n], "data": [0.0] * n}]}
     return {
         "malformed_json": ("/v1/predict", b'{"rows": [', 400, "malformed JSON"),
-        "missing_column": ("/v1/predict", {"rows": [{k: v for k, v in good.items() if k != "cc"}]}, 422,
-                           "rows[0].cc: missing column"),
+        "missing_column": (
+            "/v1/predict",
+            {"rows": [{k: v for k, v in good.items() if k != "cc"}]},
+            422,
+            "rows[0].cc: missing column",
+        ),
         "extra_column": ("/v1/predict", {"rows": [{**good, "subject": "hi"}]}, 422, "rows[0].subject: unknown column"),
-        "wrong_column_name": ("/v1/predict", {"rows": [{**{k: v for k, v in good.items() if k != "winner"},
-                                                        "winer": "no"}]}, 422, "rows[0].winner: missing column"),
+        "wrong_column_name": (
+            "/v1/predict",
+            {"rows": [{**{k: v for k, v in good.items() if k != "winner"}, "winer": "no"}]},
+            422,
+            "rows[0].winner: missing column",
+        ),
         "wrong_type": ("/v1/predict", {"rows": [{**good, "line_breaks": "eighty"}]}, 422, "rows[0].line_breaks"),
         "wrong_category": ("/v1/predict", {"rows": [{**good, "number": "huge"}]}, 422, "rows[0].number"),
-        "nan": ("/v1/predict", b'{"rows": [' + json.dumps({**good, "num_char": 1.0}).replace("1.0", "NaN").encode()
-                + b"]}", 422, "rows[0].num_char: Input should be a finite number"),
-        "infinity": ("/v1/predict", b'{"rows": [' + json.dumps({**good, "num_char": 1.0}).replace("1.0", "Infinity")
-                     .encode() + b"]}", 422, "rows[0].num_char: Input should be a finite number"),
+        "nan": (
+            "/v1/predict",
+            b'{"rows": [' + json.dumps({**good, "num_char": 1.0}).replace("1.0", "NaN").encode() + b"]}",
+            422,
+            "rows[0].num_char: Input should be a finite number",
+        ),
+        "infinity": (
+            "/v1/predict",
+            b'{"rows": [' + json.dumps({**good, "num_char": 1.0}).replace("1.0", "Infinity").encode() + b"]}",
+            422,
+            "rows[0].num_char: Input should be a finite number",
+        ),
         "empty_batch": ("/v1/predict", {"rows": []}, 422, "rows: List should have at least 1 item"),
         "batch_over_limit": ("/v1/predict", {"rows": many}, 422, f"at most {MAX_ROWS} items"),
         "body_over_limit": ("/v1/predict", {"rows": [good], "pad": "k" * MAX_BODY}, 413, "request body over the limit"),
         "not_an_object": ("/v1/predict", [1, 2], 422, "body"),
         "infer_unknown_model": ("/v2/models/spam/infer", infer_ok, 404, "unknown model 'spam'"),
-        "infer_unknown_version": ("/v2/models/emails/versions/model-v7/infer", infer_ok, 404,
-                                  "unknown version 'model-v7'"),
+        "infer_unknown_version": (
+            "/v2/models/emails/versions/model-v7/infer",
+            infer_ok,
+            404,
+            "unknown version 'model-v7'",
+        ),
         "infer_malformed_json": ("/v2/models/emails/infer", b"{nope", 400, "malformed JSON"),
-        "infer_wrong_input": ("/v2/models/emails/infer", {"inputs": [{**infer_ok["inputs"][0], "name": "x"}]}, 400,
-                              "unknown input 'x'"),
-        "infer_wrong_dtype": ("/v2/models/emails/infer", {"inputs": [{**infer_ok["inputs"][0], "datatype": "INT64"}]},
-                              400, "must be FP32"),
-        "infer_wrong_width": ("/v2/models/emails/infer", {"inputs": [{**infer_ok["inputs"][0], "shape": [1, n - 1],
-                                                                       "data": [0.0] * (n - 1)}]}, 400, f"{n} features"),
-        "infer_short_data": ("/v2/models/emails/infer", {"inputs": [{**infer_ok["inputs"][0], "data": [0.0] * 5}]},
-                             400, "holds 5 values"),
-        "infer_nan": ("/v2/models/emails/infer", ('{"inputs": [{"name": "features", "datatype": "FP32", '
-                      f'"shape": [1, {n}], "data": [NaN' + ", 0" * (n - 1) + "]}]}").encode(), 400,
-                      "NaN or infinite"),
-        "infer_string_data": ("/v2/models/emails/infer", {"inputs": [{**infer_ok["inputs"][0],
-                                                                       "data": ["a"] * n}]}, 400, "must be numbers"),
-        "infer_empty_batch": ("/v2/models/emails/infer", {"inputs": [{**infer_ok["inputs"][0], "shape": [0, n],
-                                                                       "data": []}]}, 400, "empty batch"),
-        "infer_over_limit": ("/v2/models/emails/infer", {"inputs": [{**infer_ok["inputs"][0],
-                                                                      "shape": [MAX_ROWS + 1, n], "data": [0] * n}]},
-                             413, f"over the limit of {MAX_ROWS} rows"),
+        "infer_wrong_input": (
+            "/v2/models/emails/infer",
+            {"inputs": [{**infer_ok["inputs"][0], "name": "x"}]},
+            400,
+            "unknown input 'x'",
+        ),
+        "infer_wrong_dtype": (
+            "/v2/models/emails/infer",
+            {"inputs": [{**infer_ok["inputs"][0], "datatype": "INT64"}]},
+            400,
+            "must be FP32",
+        ),
+        "infer_wrong_width": (
+            "/v2/models/emails/infer",
+            {"inputs": [{**infer_ok["inputs"][0], "shape": [1, n - 1], "data": [0.0] * (n - 1)}]},
+            400,
+            f"{n} features",
+        ),
+        "infer_short_data": (
+            "/v2/models/emails/infer",
+            {"inputs": [{**infer_ok["inputs"][0], "data": [0.0] * 5}]},
+            400,
+            "holds 5 values",
+        ),
+        "infer_nan": (
+            "/v2/models/emails/infer",
+            (
+                '{"inputs": [{"name": "features", "datatype": "FP32", '
+                f'"shape": [1, {n}], "data": [NaN' + ", 0" * (n - 1) + "]}]}"
+            ).encode(),
+            400,
+            "NaN or infinite",
+        ),
+        "infer_string_data": (
+            "/v2/models/emails/infer",
+            {"inputs": [{**infer_ok["inputs"][0], "data": ["a"] * n}]},
+            400,
+            "must be numbers",
+        ),
+        "infer_empty_batch": (
+            "/v2/models/emails/infer",
+            {"inputs": [{**infer_ok["inputs"][0], "shape": [0, n], "data": []}]},
+            400,
+            "empty batch",
+        ),
+        "infer_over_limit": (
+            "/v2/models/emails/infer",
+            {"inputs": [{**infer_ok["inputs"][0], "shape": [MAX_ROWS + 1, n], "data": [0] * n}]},
+            413,
+            f"over the limit of {MAX_ROWS} rows",
+        ),
         "feedback_unknown_request": ("/v1/feedback", {"request_id": "f" * 32, "label": 1}, 404, "unknown request id"),
         "feedback_bad_label": ("/v1/feedback", {"request_id": "x", "label": 2}, 422, "label"),
     }
@@ -228,15 +298,17 @@ def test_bad_input_is_a_4xx_naming_the_problem(world, case):
     assert r.status_code == status, r.text
     assert message in r.json()["error"], r.json()
     ok = httpx.post(world["server"].url + "/v1/predict", json={"rows": [row()]}, timeout=10)
-    assert ok.status_code == 200, ok.text                                  # still serving
+    assert ok.status_code == 200, ok.text  # still serving
 
 
 def test_chunked_body_over_the_limit_is_refused(world):
     def chunks():
         for _ in range(MAX_BODY // 1024 + 2):
             yield b" " * 1024
-    r = httpx.post(world["server"].url + "/v1/predict", content=chunks(), timeout=10,
-                   headers={"content-type": "application/json"})
+
+    r = httpx.post(
+        world["server"].url + "/v1/predict", content=chunks(), timeout=10, headers={"content-type": "application/json"}
+    )
     assert r.status_code == 413 and "over the limit" in r.json()["error"]
 
 
@@ -249,12 +321,17 @@ def test_feedback_and_the_prediction_log(world, emails):
     assert httpx.post(url + "/v1/feedback", json={"request_id": one["request_id"], "label": 1}).status_code == 200
     r = httpx.post(url + "/v1/feedback", json={"request_id": three["request_id"], "label": 1})
     assert r.status_code == 422 and "list of 3 labels" in r.json()["error"]
-    assert httpx.post(url + "/v1/feedback", json={"request_id": three["request_id"], "label": [0, 1, 0]}).status_code == 200
+    assert (
+        httpx.post(url + "/v1/feedback", json={"request_id": three["request_id"], "label": [0, 1, 0]}).status_code
+        == 200
+    )
     log = list(read_log(world["home"] / "serving" / "predictions.jsonl", 3))
     preds = [r for r in log if r["kind"] == "prediction" and r["request_id"] == three["request_id"]]
     assert [p["row"] for p in preds] == [0, 1, 2]
-    assert all(p["variant"] == "champion" and p["model_version"] == "model-v1" and not p["shadow"]
-               and p["latency_ms"] > 0 for p in preds)
+    assert all(
+        p["variant"] == "champion" and p["model_version"] == "model-v1" and not p["shadow"] and p["latency_ms"] > 0
+        for p in preds
+    )
     assert [p["score"] for p in preds] == [p["score"] for p in three["predictions"]]
     fb = [r for r in log if r["kind"] == "feedback" and r["request_id"] == three["request_id"]]
     assert [(f["row"], f["label"]) for f in fb] == [(0, 0), (1, 1), (2, 0)]
@@ -269,11 +346,21 @@ def test_metrics_in_prometheus_exposition(world, emails):
     httpx.post(url + "/v1/predict", json={"rows": []}, timeout=10)
     text = httpx.get(url + "/metrics", timeout=10).text
     fams = {f.name: f for f in text_string_to_metric_families(text)}
-    for name in ("sluice_requests", "sluice_request_errors", "sluice_request_latency_seconds",
-                 "sluice_prediction_score", "sluice_model_info", "sluice_model_load_failures", "sluice_ready"):
+    for name in (
+        "sluice_requests",
+        "sluice_request_errors",
+        "sluice_request_latency_seconds",
+        "sluice_prediction_score",
+        "sluice_model_info",
+        "sluice_model_load_failures",
+        "sluice_ready",
+    ):
         assert name in fams, sorted(fams)
-    req = {tuple(sorted(s.labels.items())): s.value for s in fams["sluice_requests"].samples
-           if s.name == "sluice_requests_total"}
+    req = {
+        tuple(sorted(s.labels.items())): s.value
+        for s in fams["sluice_requests"].samples
+        if s.name == "sluice_requests_total"
+    }
     assert req[(("endpoint", "predict"), ("variant", "champion"))] >= 1
     info = [s.labels for s in fams["sluice_model_info"].samples if s.value == 1]
     assert {"variant": "champion", "model_version": "model-v1"}.items() <= info[0].items()
@@ -291,9 +378,11 @@ def test_split_holds_its_weight_and_is_sticky(world):
         assert abs(k - n * p) <= 4 * math.sqrt(n * p * (1 - p)), (k, n)
         keys = [f"user-{i}" for i in range(150)]
         first = {key: c.post("/v1/predict", json={"rows": [row()], "key": key}).json()["variant"] for key in keys}
-        again = {key: c.post("/v1/predict", json={"rows": [row()]}, headers={"X-Sluice-Key": key}).json()["variant"]
-                 for key in keys}
-        assert first == again                                        # sticky: body key == header key
+        again = {
+            key: c.post("/v1/predict", json={"rows": [row()]}, headers={"X-Sluice-Key": key}).json()["variant"]
+            for key in keys
+        }
+        assert first == again  # sticky: body key == header key
         assert first == {key: choose_variant(key, 30, True) for key in keys}
         kk = list(first.values()).count("challenger")
         assert abs(kk - len(keys) * p) <= 4 * math.sqrt(len(keys) * p * (1 - p)), kk
@@ -304,14 +393,16 @@ def test_split_holds_its_weight_and_is_sticky(world):
 def test_shadow_mode_mirrors_to_the_challenger(world):
     set_state(world, "model-v1", "model-v2", weight=100, mode="shadow")
     url = world["server"].url
-    ids = [httpx.post(url + "/v1/predict", json={"rows": [row(), row(email_id=2)]}, timeout=10).json()
-           for _ in range(10)]
+    ids = [
+        httpx.post(url + "/v1/predict", json={"rows": [row(), row(email_id=2)]}, timeout=10).json() for _ in range(10)
+    ]
     assert all(r["variant"] == "champion" and r["model_version"] == "model-v1" for r in ids)
     wanted = {r["request_id"] for r in ids}
 
     def shadows():
         log = list(read_log(world["home"] / "serving" / "predictions.jsonl", 3))
         return [r for r in log if r["request_id"] in wanted and r["shadow"]]
+
     mirrored = wait_for(lambda: len(shadows()) == 20 and shadows(), 10, "shadow predictions")
     assert all(r["variant"] == "challenger" and r["model_version"] == "model-v2" for r in mirrored)
 
@@ -340,16 +431,17 @@ def test_hot_swap_drops_no_request(world, emails):
                 except httpx.HTTPError as exc:
                     with lock:
                         failures.append(repr(exc))
+
     threads = [threading.Thread(target=client) for _ in range(3)]
     for t in threads:
         t.start()
     try:
-        set_state(world, "model-v1", "model-v2", weight=20)      # canary
-        set_state(world, "model-v1", "model-v2", weight=70)      # weight change
-        set_state(world, "model-v2")                              # promote
-        world["reg"].rollback(None, "model-v1", "test: back to v1")   # rollback
+        set_state(world, "model-v1", "model-v2", weight=20)  # canary
+        set_state(world, "model-v1", "model-v2", weight=70)  # weight change
+        set_state(world, "model-v2")  # promote
+        world["reg"].rollback(None, "model-v1", "test: back to v1")  # rollback
         wait_for(lambda: serving(world)["variants"]["champion"]["model_version"] == "model-v1", 30, "rollback")
-        set_state(world, "model-v3")                              # promote a new version
+        set_state(world, "model-v3")  # promote a new version
         time.sleep(0.3)
     finally:
         stop.set()
@@ -363,8 +455,13 @@ def _load_failures(url: str) -> float:
     from prometheus_client.parser import text_string_to_metric_families
 
     text = httpx.get(url + "/metrics", timeout=10).text
-    return sum(s.value for f in text_string_to_metric_families(text) if f.name == "sluice_model_load_failures"
-               for s in f.samples if s.name == "sluice_model_load_failures_total")
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        if f.name == "sluice_model_load_failures"
+        for s in f.samples
+        if s.name == "sluice_model_load_failures_total"
+    )
 
 
 def test_unloadable_or_corrupt_artifact_keeps_the_previous_version_serving(world):
@@ -411,10 +508,28 @@ def _cached_object(reg: Registry, version: str) -> Path:
 def test_schemathesis_finds_no_server_error(world):
     set_state(world, "model-v1")
     st = Path(sys.executable).with_name("st")
-    proc = subprocess.run([str(st), "run", world["server"].url + "/openapi.json", "--checks", "not_a_server_error",
-                           "--max-examples", "25", "--seed", "7", "--generation-database", "none",
-                           "--request-timeout", "10", "--no-color"],
-                          capture_output=True, text=True, timeout=240, cwd=world["home"])
+    proc = subprocess.run(
+        [
+            str(st),
+            "run",
+            world["server"].url + "/openapi.json",
+            "--checks",
+            "not_a_server_error",
+            "--max-examples",
+            "25",
+            "--seed",
+            "7",
+            "--generation-database",
+            "none",
+            "--request-timeout",
+            "10",
+            "--no-color",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=world["home"],
+    )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
 

@@ -1,5 +1,6 @@
 """Pure parts of the server: the sticky split, the serving-state reader, the request schema
 generated from the plug-in, the prediction log's rotation, and OIP request parsing."""
+
 from __future__ import annotations
 
 import json
@@ -21,7 +22,7 @@ def test_split_weight_stickiness_and_monotone_rollout():
         got = [choose_variant(k, w, True) for k in keys]
         p, n = w / 100, len(keys)
         assert abs(got.count(CHALLENGER) - n * p) <= 4 * math.sqrt(n * p * (1 - p)) + 1e-9
-        assert got == [choose_variant(k, w, True) for k in keys]           # sticky
+        assert got == [choose_variant(k, w, True) for k in keys]  # sticky
     # Raising the weight only moves keys champion -> challenger.
     at10 = {k for k in keys if choose_variant(k, 10, True) == CHALLENGER}
     at50 = {k for k in keys if choose_variant(k, 50, True) == CHALLENGER}
@@ -34,18 +35,24 @@ def test_split_weight_stickiness_and_monotone_rollout():
 
 def test_serving_state_shapes():
     sha = "a" * 64
-    full = {"champion": {"model_version": "model-v2", "artifact": "models/model-v2/model.int8.onnx", "sha256": sha},
-            "challenger": {"model_version": "model-v3", "artifact": "models/model-v3/model.int8.onnx", "sha256": sha},
-            "challenger_weight": 25, "mode": "shadow"}
+    full = {
+        "champion": {"model_version": "model-v2", "artifact": "models/model-v2/model.int8.onnx", "sha256": sha},
+        "challenger": {"model_version": "model-v3", "artifact": "models/model-v3/model.int8.onnx", "sha256": sha},
+        "challenger_weight": 25,
+        "mode": "shadow",
+    }
     d = parse_serving(full)
     assert d.champion.model_version == "model-v2" and d.challenger.artifact_name == "model.int8.onnx"
     assert (d.challenger_weight, d.mode) == (25, "shadow")
     legacy = parse_serving({"model_version": "model-v1", "artifact": "models/model-v1/model.int8.onnx"})
     assert legacy == DesiredState(champion=VariantSpec("model-v1", "models/model-v1/model.int8.onnx", None))
     assert parse_serving(None) == DesiredState()
-    for bad, what in (({**full, "challenger_weight": 101}, "challenger_weight"), ({**full, "mode": "ab"}, "mode"),
-                      ({**full, "champion": {"model_version": "model-v2"}}, "champion"),
-                      ({**full, "champion": {**full["champion"], "sha256": "abc"}}, "sha256")):
+    for bad, what in (
+        ({**full, "challenger_weight": 101}, "challenger_weight"),
+        ({**full, "mode": "ab"}, "mode"),
+        ({**full, "champion": {"model_version": "model-v2"}}, "champion"),
+        ({**full, "champion": {**full["champion"], "sha256": "abc"}}, "sha256"),
+    ):
         with pytest.raises(StateError, match=what):
             parse_serving(bad)
 
@@ -70,31 +77,44 @@ def test_a_model_that_does_not_match_its_sha256_or_does_not_load_is_refused(tmp_
 def test_schema_from_the_plugin_and_its_contract():
     from pydantic import ValidationError
 
+    import tests.toy.dataset as toy
     from tasks.datasets import load_dataset
     from tasks.serving.schema import load_row_model, predict_request_model
-    import tests.toy.dataset as toy
 
     Row = load_row_model(load_dataset("tasks.datasets.emails"))
     Req = predict_request_model(Row, 3)
     Req.model_validate({"rows": [row()], "key": "u1"})
-    for bad in ({"rows": [row(cc="3")]}, {"rows": [row(winner="maybe")]}, {"rows": [row(num_char=float("nan"))]},
-                {"rows": [row(time="yesterday")]}, {"rows": [row()] * 4}, {"rows": []}, {"rows": [row(), 1]},
-                {"rows": [row()], "other": 1}):
+    for bad in (
+        {"rows": [row(cc="3")]},
+        {"rows": [row(winner="maybe")]},
+        {"rows": [row(num_char=float("nan"))]},
+        {"rows": [row(time="yesterday")]},
+        {"rows": [row()] * 4},
+        {"rows": []},
+        {"rows": [row(), 1]},
+        {"rows": [row()], "other": 1},
+    ):
         with pytest.raises(ValidationError):
             Req.model_validate(bad)
-    ToyRow = load_row_model(toy)                               # a second plug-in: names from RAW_COLUMNS
+    ToyRow = load_row_model(toy)  # a second plug-in: names from RAW_COLUMNS
     assert set(ToyRow.model_fields) == set(toy.RAW_COLUMNS)
     with pytest.raises(ValidationError):
-        ToyRow.model_validate({"reading_id": 1, "taken_at": "t", "temperature": 500.0, "vibration": 0.1,
-                               "site": "north"})               # the contract's range
+        ToyRow.model_validate(
+            {"reading_id": 1, "taken_at": "t", "temperature": 500.0, "vibration": 0.1, "site": "north"}
+        )  # the contract's range
 
 
 def test_validation_messages_name_the_place():
-    status, msg = describe_validation([{"type": "missing", "loc": ("body", "rows", 2, "cc"), "msg": "Field required"},
-                                       {"type": "extra_forbidden", "loc": ("body", "rows", 0, "x"), "msg": "no"}])
+    status, msg = describe_validation(
+        [
+            {"type": "missing", "loc": ("body", "rows", 2, "cc"), "msg": "Field required"},
+            {"type": "extra_forbidden", "loc": ("body", "rows", 0, "x"), "msg": "no"},
+        ]
+    )
     assert status == 422 and msg == "rows[2].cc: missing column; rows[0].x: unknown column"
-    status, msg = describe_validation([{"type": "json_invalid", "loc": ("body", 7), "msg": "JSON decode error",
-                                        "ctx": {"error": "Expecting value"}}])
+    status, msg = describe_validation(
+        [{"type": "json_invalid", "loc": ("body", 7), "msg": "JSON decode error", "ctx": {"error": "Expecting value"}}]
+    )
     assert status == 400 and msg == "malformed JSON at character 7: Expecting value"
 
 
@@ -109,20 +129,27 @@ def test_prediction_log_rotates_and_keeps_whole_lines(tmp_path):
     assert all(p.stat().st_size <= 2000 for p in files)
     records = list(read_log(path, 2))
     ids = [int(r["request_id"][1:]) for r in records]
-    assert ids == sorted(ids) and ids[-1] == 59 and len(ids) < 60            # oldest dropped, order kept
+    assert ids == sorted(ids) and ids[-1] == 59 and len(ids) < 60  # oldest dropped, order kept
     assert all(json.dumps(r) for r in records)
 
 
 def test_oip_binary_and_json_inputs():
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
-    head = json.dumps({"inputs": [{"name": "f", "datatype": "FP32", "shape": [2, 3],
-                                   "parameters": {"binary_data_size": 24}}],
-                       "parameters": {"binary_data_output": True}}).encode()
+    head = json.dumps(
+        {
+            "inputs": [{"name": "f", "datatype": "FP32", "shape": [2, 3], "parameters": {"binary_data_size": 24}}],
+            "parameters": {"binary_data_output": True},
+        }
+    ).encode()
     req, tail = parse_infer_body(head + x.tobytes(), str(len(head)))
     np.testing.assert_array_equal(infer_features(req, tail, "f", 3, 10), x)
     assert wants_binary(req)
-    req, tail = parse_infer_body(json.dumps({"inputs": [{"name": "f", "datatype": "FP32", "shape": [2, 3],
-                                                         "data": [[0, 1, 2], [3, 4, 5]]}]}).encode(), None)
+    req, tail = parse_infer_body(
+        json.dumps(
+            {"inputs": [{"name": "f", "datatype": "FP32", "shape": [2, 3], "data": [[0, 1, 2], [3, 4, 5]]}]}
+        ).encode(),
+        None,
+    )
     np.testing.assert_array_equal(infer_features(req, tail, "f", 3, 10), x)
     assert not wants_binary(req)
     with pytest.raises(ApiError, match="outside the body"):
@@ -156,18 +183,40 @@ def test_a_non_finite_score_is_refused_logged_against_its_variant_and_counted(tm
         model.predict(x)
 
     metrics = ServerMetrics()
-    variants = Variants(lambda: {"serving": {"champion": {"model_version": "model-v7", "artifact": spec.artifact}}},
-                        lambda version, artifact: data, n, metrics)
+    variants = Variants(
+        lambda: {"serving": {"champion": {"model_version": "model-v7", "artifact": spec.artifact}}},
+        lambda version, artifact: data,
+        n,
+        metrics,
+    )
     assert variants.poll() and variants.ready
     ds = load_dataset("tasks.datasets.emails")
     predlog = PredictionLog(tmp_path / "predictions.jsonl", 1 << 20, 2)
-    ctx = ServingContext(dataset=ds, row_model=load_row_model(ds), variants=variants, metrics=metrics,
-                         predlog=predlog, max_rows=64, max_body_bytes=1 << 20)
+    ctx = ServingContext(
+        dataset=ds,
+        row_model=load_row_model(ds),
+        variants=variants,
+        metrics=metrics,
+        predlog=predlog,
+        max_rows=64,
+        max_body_bytes=1 << 20,
+    )
     client = TestClient(create_app(ctx))
 
     def infer(rows: np.ndarray):
-        return client.post("/v2/models/emails/infer", json={"inputs": [{
-            "name": "features", "datatype": "FP32", "shape": list(rows.shape), "data": rows.reshape(-1).tolist()}]})
+        return client.post(
+            "/v2/models/emails/infer",
+            json={
+                "inputs": [
+                    {
+                        "name": "features",
+                        "datatype": "FP32",
+                        "shape": list(rows.shape),
+                        "data": rows.reshape(-1).tolist(),
+                    }
+                ]
+            },
+        )
 
     ok = infer(x[:2])
     assert ok.status_code == 200 and all(math.isfinite(v) for v in ok.json()["outputs"][0]["data"])

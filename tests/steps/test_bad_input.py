@@ -3,17 +3,18 @@
 Runs the steps the DAG's data-gate branches run (ingest -> validate_raw -> weak_label ->
 validate_labeled -> quarantine or snapshot), in-process, on a fresh SLUICE_HOME.
 """
+
 import json
 
 import pytest
 import yaml
 
-from tasks.ingest import ingest
+from tasks.core.settings import REPO_ROOT
 from tasks.core.steps import StepContext
+from tasks.datasets.emails import GOLD_COLUMN
+from tasks.ingest import ingest
 from tasks.quarantine import quarantine, readmit
 from tasks.registry import Registry
-from tasks.datasets.emails import GOLD_COLUMN
-from tasks.core.settings import REPO_ROOT
 from tasks.snapshot import snapshot
 from tasks.validate_labeled import validate_labeled
 from tasks.validate_raw import validate_raw
@@ -34,13 +35,20 @@ def through_data_gates(settings, batch, run=None):
     if not lab.passed:
         assert quarantine(ctx, ingest=ing, validate_raw=raw, validate_labeled=lab).gate == "validate_labeled"
         return "quarantined", "validate_labeled", _report(settings, ing)
-    return "snapshot", snapshot(ctx, ingest=ing, weak_label=wl, validate_raw=raw, validate_labeled=lab).data_version, None
+    return (
+        "snapshot",
+        snapshot(ctx, ingest=ing, weak_label=wl, validate_raw=raw, validate_labeled=lab).data_version,
+        None,
+    )
 
 
 def _report(settings, ing):
     folder = settings.layout.quarantine / ing.batch_id
-    return {"json": json.loads((folder / "report.json").read_text()), "text": (folder / "report.txt").read_text(),
-            "kept": (folder / ing.source.rsplit("/", 1)[-1]).read_bytes()}
+    return {
+        "json": json.loads((folder / "report.json").read_text()),
+        "text": (folder / "report.txt").read_text(),
+        "kept": (folder / ing.source.rsplit("/", 1)[-1]).read_bytes(),
+    }
 
 
 @pytest.fixture
@@ -54,6 +62,7 @@ def _csv(df):
 
 def _parquet(df):
     import io
+
     buf = io.BytesIO()
     df.to_parquet(buf, index=False)
     return buf.getvalue()
@@ -64,22 +73,45 @@ CASES = {
     "empty file": ("b.csv", lambda g: b"", "file_is_readable"),
     "header only": ("b.csv", lambda g: _csv(g.iloc[:0]), "expect_table_row_count_to_be_between"),
     "missing column": ("b.csv", lambda g: _csv(g.drop(columns=["cc"])), "expect_table_columns_to_match_set"),
-    "renamed column": ("b.csv", lambda g: _csv(g.rename(columns={"dollar": "dollars"})),
-                       "expect_table_columns_to_match_set"),
-    "wrong type": ("b.csv", lambda g: _csv(g.assign(attach=g["attach"].astype(str) + " files")),
-                   "expect_column_values_to_be_in_type_list on column 'attach'"),
-    "nulls in a required column": ("b.csv", lambda g: _csv(g.assign(re_subj=g["re_subj"].where(g.index % 7 > 0))),
-                                   "expect_column_values_to_not_be_null on column 're_subj'"),
-    "out of range": ("b.csv", lambda g: _csv(g.assign(num_char=g["num_char"] * 1e4)),
-                     "expect_column_values_to_be_between on column 'num_char'"),
-    "duplicated ids": ("b.csv", lambda g: _csv(g.assign(email_id=g["email_id"] // 2)),
-                       "expect_column_values_to_be_unique on column 'email_id'"),
-    "not UTF-8": ("b.csv", lambda g: _csv(g).replace(b"small", "sm\u00e4ll".encode("latin-1"), 3), "UnicodeDecodeError"),
+    "renamed column": (
+        "b.csv",
+        lambda g: _csv(g.rename(columns={"dollar": "dollars"})),
+        "expect_table_columns_to_match_set",
+    ),
+    "wrong type": (
+        "b.csv",
+        lambda g: _csv(g.assign(attach=g["attach"].astype(str) + " files")),
+        "expect_column_values_to_be_in_type_list on column 'attach'",
+    ),
+    "nulls in a required column": (
+        "b.csv",
+        lambda g: _csv(g.assign(re_subj=g["re_subj"].where(g.index % 7 > 0))),
+        "expect_column_values_to_not_be_null on column 're_subj'",
+    ),
+    "out of range": (
+        "b.csv",
+        lambda g: _csv(g.assign(num_char=g["num_char"] * 1e4)),
+        "expect_column_values_to_be_between on column 'num_char'",
+    ),
+    "duplicated ids": (
+        "b.csv",
+        lambda g: _csv(g.assign(email_id=g["email_id"] // 2)),
+        "expect_column_values_to_be_unique on column 'email_id'",
+    ),
+    "not UTF-8": (
+        "b.csv",
+        lambda g: _csv(g).replace(b"small", "sm\u00e4ll".encode("latin-1"), 3),
+        "UnicodeDecodeError",
+    ),
     "truncated parquet": ("b.parquet", lambda g: _parquet(g)[: len(_parquet(g)) // 2], "file_is_readable"),
     "truncated CSV": ("b.csv", lambda g: _csv(g)[: len(_csv(g)) // 2], "expect_column_values_to_not_be_null"),
-    "ten times the usual size": ("b.csv", lambda g: _csv(__import__("pandas").concat([g] * 13, ignore_index=True)
-                                                         .assign(email_id=lambda d: range(len(d)))),
-                                 "expect_table_row_count_to_be_between"),
+    "ten times the usual size": (
+        "b.csv",
+        lambda g: _csv(
+            __import__("pandas").concat([g] * 13, ignore_index=True).assign(email_id=lambda d: range(len(d)))
+        ),
+        "expect_table_row_count_to_be_between",
+    ),
 }
 
 
@@ -92,10 +124,10 @@ def test_bad_batch_is_quarantined_with_its_cause(settings, good, case):
     outcome, gate, report = through_data_gates(settings, "b")
     assert (outcome, gate) == ("quarantined", "validate_raw")
     assert cause in report["text"], report["text"]
-    assert report["kept"] == data                                 # byte for byte
+    assert report["kept"] == data  # byte for byte
     assert report["json"]["failures"] and all(f["guards"] for f in report["json"]["failures"])
     assert not (layout.landing / name).exists()
-    assert Registry(settings).tags("data") == []                    # no data version came of it
+    assert Registry(settings).tags("data") == []  # no data version came of it
 
 
 def _use_lf_module(monkeypatch, tmp_path, module):
@@ -123,7 +155,7 @@ def test_an_lf_that_raises_fails_the_step_naming_it_and_loses_nothing(settings, 
     before = (layout.landing / "b.csv").read_bytes()
     with pytest.raises(RuntimeError, match="labeling function 'lf_subject_says_free' failed: KeyError"):
         through_data_gates(settings, "b")
-    assert (layout.landing / "b.csv").read_bytes() == before        # still waiting, for a retry after a fix
+    assert (layout.landing / "b.csv").read_bytes() == before  # still waiting, for a retry after a fix
     assert Registry(settings).tags("data") == []
 
 
@@ -137,7 +169,7 @@ def test_a_fixed_batch_is_readmitted_and_passes(settings, good):
     fixed.write_bytes(_csv(good))
     assert readmit(settings, "b") == layout.landing / "b.csv"
     assert through_data_gates(settings, "b") == ("snapshot", "data-v1", None)
-    assert (layout.quarantine / "b" / "report.json").exists()       # the history stays
+    assert (layout.quarantine / "b" / "report.json").exists()  # the history stays
 
 
 def test_a_batch_quarantined_twice_keeps_both_reports(settings, good):
@@ -145,7 +177,7 @@ def test_a_batch_quarantined_twice_keeps_both_reports(settings, good):
     good.assign(number="lots").to_csv(layout.landing / "b.csv", index=False)
     through_data_gates(settings, "b", run="night-1")
     readmit(settings, "b")
-    through_data_gates(settings, "b", run="night-2")                 # still broken: quarantined again
+    through_data_gates(settings, "b", run="night-2")  # still broken: quarantined again
     folder = layout.quarantine / "b"
     assert json.loads((folder / "report.json").read_text())["run_id"] == "night-2"
     assert json.loads((folder / "report.night-1.json").read_text())["run_id"] == "night-1"

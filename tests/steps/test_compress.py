@@ -1,5 +1,6 @@
 """The compress step: the search over params.yaml compress.candidates on a real trained demo model,
 the choice on the gold dev set (floor overall and per slice), the gate, the table and the plot."""
+
 import json
 
 import numpy as np
@@ -16,8 +17,12 @@ from tasks.datasets.emails import FEATURE_NAMES, featurize
 from tasks.registry import Registry
 from tasks.training.model import SpamMLP, save_model
 
-FAST = {"candidates": [["int8_dynamic"], ["fp16"], ["prune_structured(0.5)", "int8_dynamic"]],
-        "fine_tune_epochs": 1, "latency_repeats": 5, "tune_rows": 500}
+FAST = {
+    "candidates": [["int8_dynamic"], ["fp16"], ["prune_structured(0.5)", "int8_dynamic"]],
+    "fine_tune_epochs": 1,
+    "latency_repeats": 5,
+    "tune_rows": 500,
+}
 
 
 @pytest.fixture(scope="module")
@@ -45,12 +50,27 @@ def home(settings, trained, tmp_path):
     layout = settings.layout.ensure()
     DemoFeed(layout, load_params().demo).ensure_gold()
     part = tmp_path / "part.parquet"
-    train.assign(label=train["spam"], label_prob=train["spam"].astype(float)).drop(columns=["spam"]) \
-        .to_parquet(part, index=False)
+    train.assign(label=train["spam"], label_prob=train["spam"].astype(float)).drop(columns=["spam"]).to_parquet(
+        part, index=False
+    )
     version = Registry(settings).snapshot({"batch-0001": part}, {"rows_by_batch": {"batch-0001": len(train)}})
-    record = TrainRecord(data_version=version["data_version"], rows=len(train), partitions=1, epochs=1, world_size=1,
-                         device="cpu", final_loss=0.1, seconds=1.0, resumed_from_step=None, steps=1,
-                         n_parameters=1, warm_start=None, metrics={}, model=str(path), outputs=str(path.parent))
+    record = TrainRecord(
+        data_version=version["data_version"],
+        rows=len(train),
+        partitions=1,
+        epochs=1,
+        world_size=1,
+        device="cpu",
+        final_loss=0.1,
+        seconds=1.0,
+        resumed_from_step=None,
+        steps=1,
+        n_parameters=1,
+        warm_start=None,
+        metrics={},
+        model=str(path),
+        outputs=str(path.parent),
+    )
     return settings, record
 
 
@@ -65,7 +85,7 @@ def test_search_table_choice_gate_and_lineage(home):
     assert rec.passed and rec.reasons == [], rec.reasons
     table = json.loads(open(rec.table).read())
     names = [r["name"] for r in table["rows"]]
-    assert names == ["fp32", "int8_dynamic", "fp16", "prune_structured(0.5)+int8_dynamic"]   # every candidate
+    assert names == ["fp32", "int8_dynamic", "fp16", "prune_structured(0.5)+int8_dynamic"]  # every candidate
     for r in table["rows"]:
         assert r["size_bytes"] > 0 and r["latency_b1_ms"] > 0 and r["latency_b256_ms"] > 0
         assert 0.5 < r["overall"]["roc_auc"] <= 1 and set(r["slices"]) == set(table["slices"])
@@ -78,14 +98,15 @@ def test_search_table_choice_gate_and_lineage(home):
         if q["roc_auc"] == q["roc_auc"]:
             assert rec.slices[name]["roc_auc"] >= 0.99 * q["roc_auc"], name
     assert rec.bytes <= rec.fp32_bytes and rec.parity_max_abs <= 1e-4
-    assert rec.test["n"] > 0 and rec.fp32_test["n"] == rec.test["n"]          # test figures reported
+    assert rec.test["n"] > 0 and rec.fp32_test["n"] == rec.test["n"]  # test figures reported
     assert rec.latency_b1_ms > 0 and rec.latency_b256_ms > 0
     # The record's chain is the one the served file carries in its metadata.
     meta = read_metadata(rec.path)
     assert meta["chain"] == rec.chain and meta["name"] == rec.chosen
     assert meta["data_version"] == record.data_version and meta["parent"] == "model.fp32.onnx"
-    assert [c["kind"] for c in rec.chain] == ([] if rec.chosen == "fp32" else
-                                              [p.split("(")[0] for p in rec.chosen.split("+")])
+    assert [c["kind"] for c in rec.chain] == (
+        [] if rec.chosen == "fp32" else [p.split("(")[0] for p in rec.chosen.split("+")]
+    )
     svg = open(rec.plot).read()
     assert svg.startswith("<svg") and all(n in svg for n in names)
 
@@ -99,12 +120,15 @@ def test_unreachable_floor_fails_the_gate_naming_it(home):
     assert "no candidate passes the selection" in rec.reasons[0] and "latency" in rec.reasons[0]
 
 
-@pytest.mark.parametrize("candidates, fragment", [
-    ([["int8_dynamic", "prune(0.5)"]], "out of order"),
-    ([["prune(1.5)"]], "ratio"),
-    ([["quantum"]], "unknown kind"),
-    ([["int8_dynamic", "fp16"]], "both change the precision"),
-])
+@pytest.mark.parametrize(
+    "candidates, fragment",
+    [
+        ([["int8_dynamic", "prune(0.5)"]], "out of order"),
+        ([["prune(1.5)"]], "ratio"),
+        ([["quantum"]], "unknown kind"),
+        ([["int8_dynamic", "fp16"]], "both change the precision"),
+    ],
+)
 def test_bad_chain_in_params_names_the_key(tmp_path, candidates, fragment):
     path = tmp_path / "params.yaml"
     path.write_text(json.dumps({"compress": {"candidates": candidates}}))
@@ -119,7 +143,7 @@ def test_served_artifact_name_from_the_model_record():
 
     assert served_artifact_of({"compression": {"artifact": SERVED_NAME}}) == SERVED_NAME
     assert served_artifact_of({"artifacts": {SERVED_NAME: {}}}) == SERVED_NAME
-    assert served_artifact_of({"artifacts": {"model.int8.onnx": {}}}) == SERVED_ARTIFACT   # older versions
+    assert served_artifact_of({"artifacts": {"model.int8.onnx": {}}}) == SERVED_ARTIFACT  # older versions
 
 
 def test_probe_gives_finite_outputs(home):

@@ -1,4 +1,5 @@
 """Hardening of the input side: a batch that crashes a step, and re-admission confined to quarantine/."""
+
 import json
 
 import pytest
@@ -7,7 +8,8 @@ from tasks import ingest as ingest_module
 from tasks.core.settings import Settings
 from tasks.core.steps import StepContext
 from tasks.ingest import ATTEMPTS_FILE, MAX_BATCH_ATTEMPTS, ingest
-from tasks.quarantine import main as quarantine_main, readmit
+from tasks.quarantine import main as quarantine_main
+from tasks.quarantine import readmit
 
 
 @pytest.fixture
@@ -31,7 +33,7 @@ def test_a_file_that_parses_but_cannot_be_staged_is_unreadable_not_a_crash(quiet
     rec = ingest(StepContext.create("night-1", quiet))
     assert rec.status == "unreadable" and rec.batch_id == "b1"
     assert "Arrow" in rec.error and "column a" in rec.error
-    assert (quiet.layout.landing / "b1.csv").exists()            # validate_raw quarantines it, not ingest
+    assert (quiet.layout.landing / "b1.csv").exists()  # validate_raw quarantines it, not ingest
 
 
 def test_a_batch_that_keeps_crashing_is_quarantined_with_its_traceback(quiet, raw_batch, monkeypatch):
@@ -46,7 +48,7 @@ def test_a_batch_that_keeps_crashing_is_quarantined_with_its_traceback(quiet, ra
     for night in range(MAX_BATCH_ATTEMPTS):
         with pytest.raises(OSError, match="disk on fire"):
             ingest(StepContext.create(f"night-{night}", quiet))
-        with pytest.raises(OSError):                                # Airflow's retry: the same run, counted once
+        with pytest.raises(OSError):  # Airflow's retry: the same run, counted once
             ingest(StepContext.create(f"night-{night}", quiet))
     counts = json.loads((landing / ATTEMPTS_FILE).read_text())
     assert counts["b1.csv"]["runs"] == [f"night-{n}" for n in range(MAX_BATCH_ATTEMPTS)]
@@ -55,7 +57,7 @@ def test_a_batch_that_keeps_crashing_is_quarantined_with_its_traceback(quiet, ra
     monkeypatch.setenv("SLUICE_DEMO_FEED", "0")
 
     rec = ingest(StepContext.create("night-next", quiet))
-    assert rec.status == "staged" and rec.batch_id == "b2"           # the next batch is taken
+    assert rec.status == "staged" and rec.batch_id == "b2"  # the next batch is taken
     folder = quiet.layout.quarantine / "b1"
     assert (folder / "b1.csv").exists() and not (landing / "b1.csv").exists()
     report = json.loads((folder / "report.json").read_text())
@@ -70,7 +72,7 @@ def test_a_batch_that_keeps_crashing_is_quarantined_with_its_traceback(quiet, ra
 def test_a_batch_consumed_by_its_run_is_not_counted(quiet, raw_batch):
     raw_batch.to_csv(quiet.layout.landing / "b1.csv", index=False)
     ingest(StepContext.create("night-1", quiet))
-    (quiet.layout.landing / "b1.csv").rename(quiet.layout.archive / "b1.csv")     # snapshot archived it
+    (quiet.layout.landing / "b1.csv").rename(quiet.layout.archive / "b1.csv")  # snapshot archived it
     raw_batch.to_csv(quiet.layout.landing / "b2.csv", index=False)
     ingest(StepContext.create("night-2", quiet))
     assert set(json.loads((quiet.layout.landing / ATTEMPTS_FILE).read_text())) == {"b2.csv"}

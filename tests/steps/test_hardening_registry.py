@@ -1,11 +1,19 @@
 """The nightly registry steps against an operator's rollback that lands mid-run, landing files that
 are never replaced, and the one-slot pool the registry writers share. Steps run in-process."""
+
 import json
 
 import pytest
 
-from tasks.core.records import (CanaryAnalysisRecord, ContractRecord, EvaluateRecord, IngestRecord,
-                                RegisterRecord, TrainRecord, WeakLabelRecord)
+from tasks.core.records import (
+    CanaryAnalysisRecord,
+    ContractRecord,
+    EvaluateRecord,
+    IngestRecord,
+    RegisterRecord,
+    TrainRecord,
+    WeakLabelRecord,
+)
 from tasks.core.steps import StepContext
 from tasks.deploy_canary import deploy_canary
 from tasks.promote import promote
@@ -21,19 +29,45 @@ Q = {"roc_auc": 0.9}
 
 
 def train_rec(data_version="data-v3"):
-    return TrainRecord(data_version=data_version, rows=60, partitions=3, epochs=1, world_size=1, device="cpu",
-                       final_loss=0.1, seconds=1.0, resumed_from_step=None, steps=1, n_parameters=1,
-                       warm_start=None, metrics={}, model="m.pt", outputs="out")
+    return TrainRecord(
+        data_version=data_version,
+        rows=60,
+        partitions=3,
+        epochs=1,
+        world_size=1,
+        device="cpu",
+        final_loss=0.1,
+        seconds=1.0,
+        resumed_from_step=None,
+        steps=1,
+        n_parameters=1,
+        warm_start=None,
+        metrics={},
+        model="m.pt",
+        outputs="out",
+    )
 
 
 def evaluate_rec(champion="model-v2", passed=True):
-    return EvaluateRecord(passed=passed, reasons=[] if passed else ["worse"], challenger=Q, champion=Q,
-                          champion_version=champion, test_rows=10)
+    return EvaluateRecord(
+        passed=passed,
+        reasons=[] if passed else ["worse"],
+        challenger=Q,
+        champion=Q,
+        champion_version=champion,
+        test_rows=10,
+    )
 
 
 def register_rec():
-    return RegisterRecord(model_version="model-v3", created=True, data_version="data-v3", code_commit="c",
-                          params_hash="p", parent_model="model-v2")
+    return RegisterRecord(
+        model_version="model-v3",
+        created=True,
+        data_version="data-v3",
+        code_commit="c",
+        params_hash="p",
+        parent_model="model-v2",
+    )
 
 
 @pytest.fixture
@@ -44,6 +78,7 @@ def run(settings, tmp_path):
 
 
 # ---- 1: an operator's rollback between evaluate and the pointer move is kept ------------------
+
 
 def test_deploy_canary_after_an_operator_rollback_is_refused(run):
     reg, ctx = run
@@ -86,8 +121,9 @@ def test_the_first_model_is_not_promoted_over_a_prod_that_appeared(settings, tmp
         reg.register_model(f"run-{i}", {"model.int8.onnx": art}, {"data_version": "data-v1"})
     reg.promote("model-v1", "operator promoted by hand")
     ctx = StepContext.create("run-2", settings)
-    rec = RegisterRecord(model_version="model-v2", data_version="data-v1", code_commit="c", params_hash="p",
-                         parent_model=None)
+    rec = RegisterRecord(
+        model_version="model-v2", data_version="data-v1", code_commit="c", params_hash="p", parent_model=None
+    )
     with pytest.raises(RegistryError, match="prod model is model-v1, not none"):
         deploy_canary(ctx, register=rec, evaluate=evaluate_rec(champion=None), train=train_rec("data-v1"))
     assert reg.state()["prod_model"] == "model-v1"
@@ -107,8 +143,9 @@ def test_reject_model_after_an_operator_rollback_is_refused(run):
 def test_rollback_canary_after_an_operator_rollback_keeps_it(run):
     reg, ctx = run
     canary = deploy_canary(ctx, register=register_rec(), evaluate=evaluate_rec(), train=train_rec())
-    analysis = CanaryAnalysisRecord(passed=False, reasons=["p99"], model_version="model-v3", champion="model-v2",
-                                    steps=[])
+    analysis = CanaryAnalysisRecord(
+        passed=False, reasons=["p99"], model_version="model-v3", champion="model-v2", steps=[]
+    )
     reg.rollback("data-v1", "model-v1", "operator")
     with pytest.raises(RegistryError, match="prod model is model-v1, not model-v2"):
         rollback_canary(ctx, canary_analysis=analysis, deploy_canary=canary, register=register_rec())
@@ -118,8 +155,9 @@ def test_rollback_canary_after_an_operator_rollback_keeps_it(run):
 def test_rollback_canary_retires_this_runs_challenger_and_returns_to_the_lineage(run):
     reg, ctx = run
     canary = deploy_canary(ctx, register=register_rec(), evaluate=evaluate_rec(), train=train_rec())
-    analysis = CanaryAnalysisRecord(passed=False, reasons=["p99"], model_version="model-v3", champion="model-v2",
-                                    steps=[])
+    analysis = CanaryAnalysisRecord(
+        passed=False, reasons=["p99"], model_version="model-v3", champion="model-v2", steps=[]
+    )
     rec = rollback_canary(ctx, canary_analysis=analysis, deploy_canary=canary, register=register_rec())
     assert rec.data_rolled_back and pair(reg) == ("data-v2", "model-v2")
     assert reg.state()["models"]["model-v3"]["stage"] == "rolled_back"
@@ -127,20 +165,43 @@ def test_rollback_canary_retires_this_runs_challenger_and_returns_to_the_lineage
 
 # ---- 4: landing files are never replaced ---------------------------------------------------
 
+
 def contract(tmp_path, passed=True):
     report = tmp_path / "contract.json"
     report.write_text(json.dumps({"failed_expectations": [] if passed else ["x"]}))
-    return ContractRecord(passed=passed, suite="s", suite_hash="h", evaluated=1, failed=0 if passed else 1, rows=20,
-                          summary="ok" if passed else "1 expectation failed", report=str(report),
-                          report_json=str(report))
+    return ContractRecord(
+        passed=passed,
+        suite="s",
+        suite_hash="h",
+        evaluated=1,
+        failed=0 if passed else 1,
+        rows=20,
+        summary="ok" if passed else "1 expectation failed",
+        report=str(report),
+        report_json=str(report),
+    )
 
 
 def snapshot_step(ctx, tmp_path, landing_file, labeled):
     ing = IngestRecord(status="staged", batch_id=landing_file.stem, source=str(landing_file), rows=20)
-    wl = WeakLabelRecord(labeled=str(labeled), rows=20, lf_module="m", lf_module_hash="h", labeling_stats={},
-                         drift=[], drift_compared_with=None, n_lfs=1, coverage=1.0, abstained_rows=0, chosen="lm",
-                         quality_dev={}, lf_table=[])
-    return snapshot(ctx, ingest=ing, weak_label=wl, validate_raw=contract(tmp_path), validate_labeled=contract(tmp_path))
+    wl = WeakLabelRecord(
+        labeled=str(labeled),
+        rows=20,
+        lf_module="m",
+        lf_module_hash="h",
+        labeling_stats={},
+        drift=[],
+        drift_compared_with=None,
+        n_lfs=1,
+        coverage=1.0,
+        abstained_rows=0,
+        chosen="lm",
+        quality_dev={},
+        lf_table=[],
+    )
+    return snapshot(
+        ctx, ingest=ing, weak_label=wl, validate_raw=contract(tmp_path), validate_labeled=contract(tmp_path)
+    )
 
 
 def deliver(settings, name, data: bytes):
@@ -173,8 +234,12 @@ def test_archiving_never_replaces_an_archived_file_of_the_same_name(settings, tm
     # batch-0002 was never versioned, but a file of that name is archived already (an earlier delivery):
     (settings.layout.archive / "batch-0002.csv").write_bytes(b"older delivery\n")
     labeled2, _ = partition(tmp_path, "l2", seed=2)
-    rec = snapshot_step(StepContext.create("run-2", settings), tmp_path,
-                        deliver(settings, "batch-0002.csv", b"new delivery\n"), labeled2)
+    rec = snapshot_step(
+        StepContext.create("run-2", settings),
+        tmp_path,
+        deliver(settings, "batch-0002.csv", b"new delivery\n"),
+        labeled2,
+    )
     assert rec.data_version == "data-v2"
     kept = sorted(p.read_bytes() for p in settings.layout.archive.glob("batch-0002*.csv"))
     assert kept == [b"new delivery\n", b"older delivery\n"]
@@ -194,8 +259,11 @@ def test_a_second_quarantined_file_of_the_same_name_is_kept_beside_the_first(set
 def test_readmit_never_replaces_a_waiting_file(settings, tmp_path):
     bad = contract(tmp_path, passed=False)
     src = deliver(settings, "batch-0009.csv", b"quarantined\n")
-    quarantine(StepContext.create("run-1", settings), ingest=IngestRecord(status="staged", batch_id="batch-0009",
-                                                                          source=str(src), rows=1), validate_raw=bad)
+    quarantine(
+        StepContext.create("run-1", settings),
+        ingest=IngestRecord(status="staged", batch_id="batch-0009", source=str(src), rows=1),
+        validate_raw=bad,
+    )
     waiting = deliver(settings, "batch-0009.csv", b"re-delivered\n")
     with pytest.raises(FileExistsError):
         readmit(settings, "batch-0009")
@@ -210,9 +278,9 @@ def test_move_without_replacing(tmp_path):
     a = tmp_path / "x.csv"
     a.write_bytes(b"a")
     assert move_without_replacing(a, folder) == folder / "x.csv" and not a.exists()
-    a.write_bytes(b"a")                                     # the same bytes again: kept once
+    a.write_bytes(b"a")  # the same bytes again: kept once
     assert move_without_replacing(a, folder) == folder / "x.csv" and not a.exists()
-    a.write_bytes(b"b")                                     # other bytes: beside, by content
+    a.write_bytes(b"b")  # other bytes: beside, by content
     kept = move_without_replacing(a, folder)
     assert kept != folder / "x.csv" and kept.read_bytes() == b"b" and (folder / "x.csv").read_bytes() == b"a"
 
@@ -225,8 +293,16 @@ from airflow.dag_processing.dagbag import DagBag
 bag = DagBag()
 print(json.dumps({d: {t.task_id: t.pool for t in bag.dags[d].tasks} for d in ("nightly_pipeline", "rollback")}))
 """
-WRITERS = ["snapshot", "deploy_canary", "promote", "rollback_canary", "reject_model_evaluate",
-           "reject_model_compress", "quarantine_raw", "quarantine_labeled"]
+WRITERS = [
+    "snapshot",
+    "deploy_canary",
+    "promote",
+    "rollback_canary",
+    "reject_model_evaluate",
+    "reject_model_compress",
+    "quarantine_raw",
+    "quarantine_labeled",
+]
 
 
 def test_the_registry_writers_share_one_pool(tmp_path):

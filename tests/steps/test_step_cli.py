@@ -1,4 +1,5 @@
 """The step CLIs (`python -m tasks.<step>`) are the same code the DAG calls."""
+
 import json
 import os
 import subprocess
@@ -11,15 +12,33 @@ from tasks.core.settings import REPO_ROOT
 
 def cli(settings, module, *args):
     env = {**os.environ, "SLUICE_HOME": str(settings.home)}
-    return subprocess.run([sys.executable, "-m", module, *args], env=env, capture_output=True, text=True,
-                          cwd=REPO_ROOT, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], env=env, capture_output=True, text=True, cwd=REPO_ROOT, timeout=300
+    )
 
 
-@pytest.mark.parametrize("module", ["tasks.ingest", "tasks.validate_raw", "tasks.weak_label", "tasks.snapshot",
-                                    "tasks.train", "tasks.evaluate", "tasks.compress", "tasks.register",
-                                    "tasks.deploy_canary", "tasks.canary_analysis", "tasks.promote",
-                                    "tasks.rollback_canary", "tasks.report", "tasks.quarantine", "tasks.reject_model",
-                                    "tasks.plan_train", "ops"])
+@pytest.mark.parametrize(
+    "module",
+    [
+        "tasks.ingest",
+        "tasks.validate_raw",
+        "tasks.weak_label",
+        "tasks.snapshot",
+        "tasks.train",
+        "tasks.evaluate",
+        "tasks.compress",
+        "tasks.register",
+        "tasks.deploy_canary",
+        "tasks.canary_analysis",
+        "tasks.promote",
+        "tasks.rollback_canary",
+        "tasks.report",
+        "tasks.quarantine",
+        "tasks.reject_model",
+        "tasks.plan_train",
+        "ops",
+    ],
+)
 def test_every_cli_has_help(settings, module):
     proc = cli(settings, module, "--help")
     assert proc.returncode == 0 and "usage" in proc.stdout.lower()
@@ -65,7 +84,10 @@ def test_step_declaration_reads_upstream_records_from_the_signature():
     from tasks.reject_model import reject_model
 
     assert register.reads == {"train": True, "evaluate": True, "compress": True}
-    assert reject_model.reads == {"evaluate": False, "compress": False, "train": False} and register.record_type is not EvaluateRecord
+    assert (
+        reject_model.reads == {"evaluate": False, "compress": False, "train": False}
+        and register.record_type is not EvaluateRecord
+    )
 
 
 def test_every_module_in_tasks_is_a_declared_step():

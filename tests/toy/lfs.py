@@ -1,6 +1,6 @@
 from tasks.labeling.lf import HAM, SPAM, labeling_function, vote_where
 
-FAULT, OK = SPAM, HAM      # the pipeline's positive / negative classes
+FAULT, OK = SPAM, HAM  # the pipeline's positive / negative classes
 
 
 @labeling_function()

@@ -15,11 +15,14 @@ def test_splits_cover_the_global_batch_exactly():
     assert [rank_slice([4, 3, 3], r) for r in range(3)] == [(0, 4), (4, 7), (7, 10)]
 
 
-@pytest.mark.parametrize("seconds, expected", [
-    ([1.0, 1.0], [32, 32]),
-    ([1.0, 2.0], [43, 21]),            # the rank twice as slow per sample gets half the rows
-    ([1.0, 1e6], [63, 1]),             # never below one row
-])
+@pytest.mark.parametrize(
+    "seconds, expected",
+    [
+        ([1.0, 1.0], [32, 32]),
+        ([1.0, 2.0], [43, 21]),  # the rank twice as slow per sample gets half the rows
+        ([1.0, 1e6], [63, 1]),  # never below one row
+    ],
+)
 def test_rebalance_follows_throughput(seconds, expected):
     new = rebalance([32, 32], seconds, 64)
     assert new == expected and sum(new) == 64

@@ -1,15 +1,15 @@
 """Hardening of the training engine: checkpoints load as data only, the workers' environment is
 an allowlist (no Airflow secrets), loopback-only sockets for NCCL too, and the checkpoint
 benchmark's figure is the time the training thread is blocked (it fails for a blocking saver)."""
+
 import hashlib
 import io
 import time
 
-import pytest
 import torch
 
 from tasks.training.checkpoint import latest_valid_checkpoint, save_checkpoint
-from tests.training.test_training import data_version, params  # noqa: F401 - data_version is a fixture
+from tests.training.test_training import params
 
 
 class _Payload:
@@ -50,12 +50,11 @@ def test_a_checkpoint_carrying_code_is_refused_and_the_older_one_used(tmp_path, 
 def _one_process(monkeypatch):
     import signal
 
-    monkeypatch.delenv("WORLD_SIZE", raising=False)              # one process, in this one
-    monkeypatch.setattr(signal, "signal", lambda *a: None)       # keep pytest's SIGTERM handler
+    monkeypatch.delenv("WORLD_SIZE", raising=False)  # one process, in this one
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # keep pytest's SIGTERM handler
 
 
-def test_the_engine_starts_fresh_rather_than_run_a_planted_checkpoint(settings, data_version, tmp_path,
-                                                                      monkeypatch):
+def test_the_engine_starts_fresh_rather_than_run_a_planted_checkpoint(settings, data_version, tmp_path, monkeypatch):
     from tasks.training.engine import run_training
 
     _one_process(monkeypatch)
@@ -84,16 +83,33 @@ def test_rng_states_survive_a_data_only_checkpoint():
 
 
 SECRETS = {
-    "AIRFLOW__API_AUTH__JWT_SECRET": "jwt", "AIRFLOW__CORE__FERNET_KEY": "fernet",
-    "AIRFLOW__API__SECRET_KEY": "session", "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://u:pw@db/a",
-    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": "/x/passwords.json", "GITHUB_TOKEN": "t",
-    "SOME_SERVICE_PASSWORD": "pw", "AIRFLOW_CONN_S3": "aws://k:s@", "SSH_AUTH_SOCK": "/tmp/agent",
+    "AIRFLOW__API_AUTH__JWT_SECRET": "jwt",
+    "AIRFLOW__CORE__FERNET_KEY": "fernet",
+    "AIRFLOW__API__SECRET_KEY": "session",
+    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": "postgresql://u:pw@db/a",
+    "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": "/x/passwords.json",
+    "GITHUB_TOKEN": "t",
+    "SOME_SERVICE_PASSWORD": "pw",
+    "AIRFLOW_CONN_S3": "aws://k:s@",
+    "SSH_AUTH_SOCK": "/tmp/agent",
 }
 NEEDED = {
-    "PATH": "/usr/bin", "HOME": "/home/u", "LANG": "C.UTF-8", "PYTHONPATH": "/repo", "VIRTUAL_ENV": "/repo/.venv",
-    "TMPDIR": "/tmp", "SLUICE_HOME": "/state", "SLUICE_DVC_REMOTE": "s3://b/r", "AWS_ACCESS_KEY_ID": "k",
-    "AWS_SECRET_ACCESS_KEY": "s", "DVC_NO_ANALYTICS": "1", "MKL_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "0,1",
-    "NCCL_DEBUG": "INFO", "TORCH_LOGS": "+dynamo", "GLOO_DEVICE_TRANSPORT": "TCP",
+    "PATH": "/usr/bin",
+    "HOME": "/home/u",
+    "LANG": "C.UTF-8",
+    "PYTHONPATH": "/repo",
+    "VIRTUAL_ENV": "/repo/.venv",
+    "TMPDIR": "/tmp",
+    "SLUICE_HOME": "/state",
+    "SLUICE_DVC_REMOTE": "s3://b/r",
+    "AWS_ACCESS_KEY_ID": "k",
+    "AWS_SECRET_ACCESS_KEY": "s",
+    "DVC_NO_ANALYTICS": "1",
+    "MKL_NUM_THREADS": "1",
+    "CUDA_VISIBLE_DEVICES": "0,1",
+    "NCCL_DEBUG": "INFO",
+    "TORCH_LOGS": "+dynamo",
+    "GLOO_DEVICE_TRANSPORT": "TCP",
 }
 
 
@@ -154,16 +170,21 @@ def test_a_blocking_checkpoint_saver_fails_the_checkpoint_benchmark(settings, da
     _one_process(monkeypatch)
     real_save = ckpt.save_checkpoint
 
-    def slow_save(*a, **kw):                                     # a slow disk: 80 ms a checkpoint
+    def slow_save(*a, **kw):  # a slow disk: 80 ms a checkpoint
         time.sleep(0.08)
         return real_save(*a, **kw)
 
     monkeypatch.setattr(ckpt, "save_checkpoint", slow_save)
-    p = params(nproc=1, epochs=3, checkpoint_every=8, log_every=100)      # 24 steps, checkpoints at 8, 16
+    p = params(nproc=1, epochs=3, checkpoint_every=8, log_every=100)  # 24 steps, checkpoints at 8, 16
     figures = {}
     for sync in (False, True):
-        result = run_training(data_version, str(tmp_path / f"sync-{sync}"), p,
-                              on_micro_batch=lambda rank, rows: time.sleep(0.02), sync_checkpoints=sync)
+        result = run_training(
+            data_version,
+            str(tmp_path / f"sync-{sync}"),
+            p,
+            on_micro_batch=lambda rank, rows: time.sleep(0.02),
+            sync_checkpoints=sync,
+        )
         assert result["checkpoints"] == 2
         figures[sync] = blocked_fraction(result)
         print(f"sync={sync}: blocked {result['checkpoint_blocked_s']:.3f} s of {result['seconds']:.3f} s")

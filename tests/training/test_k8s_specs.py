@@ -1,12 +1,19 @@
 """Kubernetes specs of the train step, rendered without a cluster and checked against the API schema."""
+
 import dataclasses
 
 import kubernetes_validate
 import pytest
 
-from tasks.training.kubernetes import (RDZV_PORT, WORKDIR, KubernetesTraining, job_name, render_manifests,
-                                       validate_manifests)
 from tasks.core.params import load_params
+from tasks.training.kubernetes import (
+    RDZV_PORT,
+    WORKDIR,
+    KubernetesTraining,
+    job_name,
+    render_manifests,
+    validate_manifests,
+)
 
 RUN = "scheduled__2026-11-30T02:00:00+00:00"
 
@@ -27,12 +34,12 @@ def test_one_node_pod(p):
     (pod,) = render_manifests(RUN, "data-v7", p, cfg, init_from="s3://models/model-v3/model.pt")
     validate_manifests([pod])
     spec, c = _container(pod)
-    assert pod["kind"] == "Pod" and pod["metadata"]["namespace"] == "sluice-train"   # not Airflow's namespace
+    assert pod["kind"] == "Pod" and pod["metadata"]["namespace"] == "sluice-train"  # not Airflow's namespace
     assert c["command"] == ["torchrun"]
     assert c["args"][:2] == ["--standalone", "--nproc-per-node=4"]
     # The engine arguments are the local backend's, plus where the registry is.
     i = c["args"].index("-m")
-    assert c["args"][i:i + 2] == ["-m", "tasks.training.engine"] and "data-v7" in c["args"]
+    assert c["args"][i : i + 2] == ["-m", "tasks.training.engine"] and "data-v7" in c["args"]
     assert c["args"][c["args"].index("--registry-url") + 1].endswith("sluice-registry.git")
     assert c["resources"]["limits"]["nvidia.com/gpu"] == "4"
     assert {"cpu", "memory"} <= set(c["resources"]["requests"])
@@ -66,15 +73,25 @@ def test_job_names_are_dns_labels():
     assert len(job_name("x" * 300)) <= 42
 
 
-@pytest.mark.parametrize("breakage, error, match", [
-    (lambda m: m["spec"]["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": "one"}),
-     ValueError, "not a quantity"),
-    (lambda m: m["spec"]["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": "1.5"}),
-     ValueError, "whole number"),
-    (lambda m: m["spec"].update({"restartPolicy": "Always"}), ValueError, "restartPolicy"),
-    (lambda m: m["spec"].update({"nodeSelectr": {}}), kubernetes_validate.ValidationError, "nodeSelectr"),
-    (lambda m: m["spec"]["containers"][0].update({"image": 7}), kubernetes_validate.ValidationError, "7"),
-], ids=["gpu-word", "gpu-fraction", "restart-always", "unknown-key", "wrong-type"])
+@pytest.mark.parametrize(
+    "breakage, error, match",
+    [
+        (
+            lambda m: m["spec"]["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": "one"}),
+            ValueError,
+            "not a quantity",
+        ),
+        (
+            lambda m: m["spec"]["containers"][0]["resources"]["limits"].update({"nvidia.com/gpu": "1.5"}),
+            ValueError,
+            "whole number",
+        ),
+        (lambda m: m["spec"].update({"restartPolicy": "Always"}), ValueError, "restartPolicy"),
+        (lambda m: m["spec"].update({"nodeSelectr": {}}), kubernetes_validate.ValidationError, "nodeSelectr"),
+        (lambda m: m["spec"]["containers"][0].update({"image": 7}), kubernetes_validate.ValidationError, "7"),
+    ],
+    ids=["gpu-word", "gpu-fraction", "restart-always", "unknown-key", "wrong-type"],
+)
 def test_validation_catches_broken_specs(p, breakage, error, match):
     (pod,) = render_manifests(RUN, "data-v1", p, KubernetesTraining())
     breakage(pod)
@@ -95,10 +112,11 @@ def test_profiles_from_params_shape_the_specs(p):
     validate_manifests([job])
     assert job["spec"]["completions"] == 4
     assert (KubernetesTraining.from_env({}).nodes, KubernetesTraining.from_env({}).gpus_per_node) == (1, 2)
-    assert KubernetesTraining.from_env({"SLUICE_K8S_NODES": "2"}, profile="full").nodes == 2   # env overrides
+    assert KubernetesTraining.from_env({"SLUICE_K8S_NODES": "2"}, profile="full").nodes == 2  # env overrides
 
 
 # ---- hardening: the pod runs restricted, writes only to its volumes, reaches only its run ----------
+
 
 def _security_cases(p):
     yield "pod", render_manifests(RUN, "data-v1", p, KubernetesTraining())[0]
@@ -128,18 +146,32 @@ def test_trainer_pods_are_locked_down(p, kind):
     assert "ephemeral-storage" in limits and "ephemeral-storage" in requests
 
 
-@pytest.mark.parametrize("breakage, match", [
-    (lambda s, c: c["securityContext"].update({"allowPrivilegeEscalation": True}), "allowPrivilegeEscalation"),
-    (lambda s, c: c["securityContext"].pop("capabilities"), "capabilities"),
-    (lambda s, c: c["securityContext"].update({"runAsNonRoot": False}), "runAsNonRoot"),
-    (lambda s, c: c["securityContext"].update({"readOnlyRootFilesystem": False}), "readOnlyRootFilesystem"),
-    (lambda s, c: s.update({"automountServiceAccountToken": True}), "automountServiceAccountToken"),
-    (lambda s, c: c["resources"]["limits"].pop("ephemeral-storage"), "ephemeral-storage"),
-    (lambda s, c: s["volumes"].append({"name": "host", "hostPath": {"path": "/"}}), "hostPath"),
-    (lambda s, c: s["securityContext"].pop("seccompProfile") and c["securityContext"].pop("seccompProfile"),
-     "seccomp"),
-], ids=["privilege-escalation", "capabilities", "root", "writable-root", "sa-token", "no-disk-limit", "hostpath",
-        "seccomp"])
+@pytest.mark.parametrize(
+    "breakage, match",
+    [
+        (lambda s, c: c["securityContext"].update({"allowPrivilegeEscalation": True}), "allowPrivilegeEscalation"),
+        (lambda s, c: c["securityContext"].pop("capabilities"), "capabilities"),
+        (lambda s, c: c["securityContext"].update({"runAsNonRoot": False}), "runAsNonRoot"),
+        (lambda s, c: c["securityContext"].update({"readOnlyRootFilesystem": False}), "readOnlyRootFilesystem"),
+        (lambda s, c: s.update({"automountServiceAccountToken": True}), "automountServiceAccountToken"),
+        (lambda s, c: c["resources"]["limits"].pop("ephemeral-storage"), "ephemeral-storage"),
+        (lambda s, c: s["volumes"].append({"name": "host", "hostPath": {"path": "/"}}), "hostPath"),
+        (
+            lambda s, c: s["securityContext"].pop("seccompProfile") and c["securityContext"].pop("seccompProfile"),
+            "seccomp",
+        ),
+    ],
+    ids=[
+        "privilege-escalation",
+        "capabilities",
+        "root",
+        "writable-root",
+        "sa-token",
+        "no-disk-limit",
+        "hostpath",
+        "seccomp",
+    ],
+)
 def test_validation_catches_an_unrestricted_pod(p, breakage, match):
     (pod,) = render_manifests(RUN, "data-v1", p, KubernetesTraining())
     spec, c = _container(pod)
@@ -155,7 +187,7 @@ def test_the_rendezvous_is_reachable_only_from_the_same_run(p):
     assert policy["spec"]["podSelector"] == {"matchLabels": {"sluice/run": name}}
     assert policy["spec"]["policyTypes"] == ["Ingress"]
     (rule,) = policy["spec"]["ingress"]
-    assert rule["from"] == [{"podSelector": {"matchLabels": {"sluice/run": name}}}]   # this namespace, this run
+    assert rule["from"] == [{"podSelector": {"matchLabels": {"sluice/run": name}}}]  # this namespace, this run
     # No port list: the rendezvous port and the ports NCCL/gloo open between the run's pods, from those pods only.
     assert "ports" not in rule
     assert job["spec"]["template"]["metadata"]["labels"]["sluice/run"] == name

@@ -5,6 +5,7 @@ from the real `plan_training`; the manifests it would send are validated against
 Kubernetes schema; and the engine part of the rendered pod command is run here, against
 an S3 server and a clone of the registry (what a pod sees), then collected by the
 pipeline's `collect`."""
+
 import json
 import os
 import subprocess
@@ -12,9 +13,9 @@ import sys
 
 import pytest
 
-from tasks.training.kubernetes import render_manifests, validate_manifests, KubernetesTraining
 from tasks.core.params import load_params
 from tasks.core.settings import safe_run_id
+from tasks.training.kubernetes import KubernetesTraining, render_manifests, validate_manifests
 from tests.airflow_helpers import python_json
 
 RUN = "scheduled__2026-11-30T02:00:00+00:00"
@@ -82,8 +83,14 @@ def test_one_node_the_dag_sends_a_valid_pod_running_the_planned_command(settings
     (pod,) = out["manifests"]
     validate_manifests([pod])
     # What the DAG renders at run time is what render_manifests builds from the same plan.
-    (direct,) = render_manifests(RUN, "data-v7", load_params().train,
-                                 KubernetesTraining.from_env(), init_from="model-v3", out_root=settings.train_out_uri)
+    (direct,) = render_manifests(
+        RUN,
+        "data-v7",
+        load_params().train,
+        KubernetesTraining.from_env(),
+        init_from="model-v3",
+        out_root=settings.train_out_uri,
+    )
     assert pod["spec"]["containers"] == direct["spec"]["containers"]
     args = pod["spec"]["containers"][0]["args"]
     assert args[args.index("--out") + 1] == f"s3://sluice-artifacts/runs/{safe_run_id(RUN)}/train"
@@ -99,11 +106,11 @@ def test_several_nodes_get_a_job_and_a_rendezvous_service_as_setup_and_teardown(
     plan = concrete_plan(settings)
     out = render_dag(settings, monkeypatch, plan)
     t = out["tasks"]
-    assert t["train_pods"]["type"] == "IndexedTrainingJobOperator"     # a KubernetesJobOperator
+    assert t["train_pods"]["type"] == "IndexedTrainingJobOperator"  # a KubernetesJobOperator
     assert t["train_rendezvous"]["setup"] and t["train_rendezvous_delete"]["teardown"]
     assert "train_pods" in t["train_rendezvous"]["down"] and "train_rendezvous_delete" in t["train_pods"]["down"]
     job, service = out["manifests"]
-    assert service == out["service"]                   # the Service the setup task creates is the one rendered
+    assert service == out["service"]  # the Service the setup task creates is the one rendered
     validate_manifests([job, service])
     assert job["spec"]["completions"] == 3 and job["spec"]["podFailurePolicy"]["rules"]
     name = plan["name"]
@@ -113,12 +120,15 @@ def test_several_nodes_get_a_job_and_a_rendezvous_service_as_setup_and_teardown(
 
 def test_a_bad_backend_is_a_dag_import_error(settings, monkeypatch):
     monkeypatch.setenv("SLUICE_TRAIN_BACKEND", "slurm")
-    out = python_json(settings, """
+    out = python_json(
+        settings,
+        """
 import json
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag()
 print(json.dumps({k: str(v) for k, v in bag.import_errors.items()}))
-""")
+""",
+    )
     assert any("SLUICE_TRAIN_BACKEND: must be 'local' or 'kubernetes', got 'slurm'" in v for v in out.values()), out
 
 
@@ -130,15 +140,16 @@ def test_plan_needs_the_pod_side_settings(settings):
 
 
 @pytest.mark.slow
-def test_the_rendered_pod_command_trains_here_and_the_pipeline_collects_it(settings, emails, tmp_path, s3_server,
-                                                                           monkeypatch):
-    from tasks.training.kubernetes import plan_training
-    from tasks.registry import Registry
-    from tasks.core.settings import Settings
+def test_the_rendered_pod_command_trains_here_and_the_pipeline_collects_it(
+    settings, emails, tmp_path, s3_server, monkeypatch
+):
     from tasks.core.files import read_json
     from tasks.core.records import TrainPlanRecord
+    from tasks.core.settings import Settings
     from tasks.core.steps import StepContext
+    from tasks.registry import Registry
     from tasks.train import collect
+    from tasks.training.kubernetes import plan_training
     from tests.conftest import S3_BUCKET
     from tests.training.test_training import three_partitions
 
@@ -152,14 +163,14 @@ def test_the_rendered_pod_command_trains_here_and_the_pipeline_collects_it(setti
     monkeypatch.setenv("SLUICE_REGISTRY_URL", str(clone))
     monkeypatch.setenv("SLUICE_PARAMS", str(_small_params(tmp_path)))
     settings = Settings.from_env()
-    plan = plan_training(RUN, settings, version)                     # the plan_train task
+    plan = plan_training(RUN, settings, version)  # the plan_train task
     (pod,) = render_dag(settings, monkeypatch, plan)["manifests"]
     c = pod["spec"]["containers"][0]
-    engine = c["args"][c["args"].index("-m"):]                       # after `torchrun --standalone ...`
+    engine = c["args"][c["args"].index("-m") :]  # after `torchrun --standalone ...`
     engine[engine.index("--workdir") + 1] = str(tmp_path / "pod-disk")
     env = {**os.environ, **{e["name"]: e["value"] for e in c["env"]}}
     subprocess.run([sys.executable, *engine], env=env, check=True, timeout=600)
-    result = collect(StepContext.create(RUN, settings), plan_train=TrainPlanRecord(**plan))   # the train task
+    result = collect(StepContext.create(RUN, settings), plan_train=TrainPlanRecord(**plan))  # the train task
     assert result.data_version == version and result.outputs == plan["out_uri"]
     assert (settings.layout.run_dir(RUN) / "train" / "model.pt").exists()
     assert read_json(settings.layout.run_dir(RUN) / "train" / "train_metrics.json")["partitions"] == 3

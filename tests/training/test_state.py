@@ -1,4 +1,5 @@
 """TrainState: a checkpoint dict holds everything the next step depends on, and puts it back."""
+
 import io
 
 import torch
@@ -35,13 +36,18 @@ def test_to_dict_then_load_dict_continues_bit_identical():
     assert a.step == 4 and len(a.losses) == 1 and a.position(3) == (1, 1)
     a.splits = [40, 24]
     buf = io.BytesIO()
-    torch.save(a.to_dict([rng_state(CPU), rng_state(CPU)]), buf)       # as a checkpoint file holds it
-    blob = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)    # data only, as checkpoints load
+    torch.save(a.to_dict([rng_state(CPU), rng_state(CPU)]), buf)  # as a checkpoint file holds it
+    blob = torch.load(io.BytesIO(buf.getvalue()), weights_only=True)  # data only, as checkpoints load
 
-    b = new_state(p.replace(seed=p.seed + 1), stats)              # other weights, fresh optimizer
+    b = new_state(p.replace(seed=p.seed + 1), stats)  # other weights, fresh optimizer
     b.load_dict(blob, rank=1, device=CPU)
-    assert (b.step, b.losses, b.epoch_loss, b.splits, b.fingerprint) == \
-        (a.step, a.losses, a.epoch_loss, a.splits, a.fingerprint)
+    assert (b.step, b.losses, b.epoch_loss, b.splits, b.fingerprint) == (
+        a.step,
+        a.losses,
+        a.epoch_loss,
+        a.splits,
+        a.fingerprint,
+    )
     for _ in range(2):
         step(a, x, y, loss_fn)
         step(b, x, y, loss_fn)
@@ -54,6 +60,15 @@ def test_the_fingerprint_names_the_training():
     p = load_params().train
     base = training_fingerprint("data-v1", p, None, 2)
     assert base == training_fingerprint("data-v1", p, None, 2)
-    assert len({base, training_fingerprint("data-v2", p, None, 2), training_fingerprint("data-v1", p, None, 1),
+    assert (
+        len(
+            {
+                base,
+                training_fingerprint("data-v2", p, None, 2),
+                training_fingerprint("data-v1", p, None, 1),
                 training_fingerprint("data-v1", p.replace(lr=p.lr / 2), None, 2),
-                training_fingerprint("data-v1", p, "model-v1", 2)}) == 5
+                training_fingerprint("data-v1", p, "model-v1", 2),
+            }
+        )
+        == 5
+    )

@@ -4,25 +4,13 @@ import numpy as np
 import pytest
 import torch
 
+from bench.slow_engine import MODULE as SLOW_ENGINE
+from bench.slow_engine import slowed
+from tasks.core.files import read_json
 from tasks.core.params import load_params
 from tasks.registry import Registry
-from tasks.core.files import read_json
 from tasks.training.checkpoint import latest_valid_checkpoint, save_checkpoint
-from bench.slow_engine import MODULE as SLOW_ENGINE, slowed
 from tasks.training.local import run_torchrun, start_torchrun
-
-
-@pytest.fixture
-def data_version(settings, emails, tmp_path):
-    """A registry data version of 600 real rows; gold labels stand in for weak ones."""
-    df = emails.iloc[:600].drop(columns=["spam"]).copy()
-    df["label"] = emails["spam"].iloc[:600].to_numpy()
-    df.loc[df.index[:30], "label"] = -1                      # some rows every LF abstained on
-    df["label_prob"] = df["label"].clip(lower=0).astype(float)
-    df.loc[df["label"] == -1, "label_prob"] = np.nan
-    path = tmp_path / "part.parquet"
-    df.to_parquet(path, index=False)
-    return Registry(settings).snapshot({"batch-0001": path}, {"rows_by_batch": {"batch-0001": len(df)}})["data_version"]
 
 
 def test_save_then_load_latest_and_skip_corrupt(tmp_path):
@@ -32,7 +20,7 @@ def test_save_then_load_latest_and_skip_corrupt(tmp_path):
     path, state = latest_valid_checkpoint(tmp_path)
     assert state["epoch"] == 30
     blob = path.read_bytes()
-    path.write_bytes(blob[: len(blob) // 2])                  # torn write
+    path.write_bytes(blob[: len(blob) // 2])  # torn write
     path, state = latest_valid_checkpoint(tmp_path)
     assert path.name == "ckpt-000020.pt" and state["epoch"] == 20
     assert latest_valid_checkpoint(tmp_path / "missing") is None
@@ -68,8 +56,9 @@ def wait_for_step(out, step, proc, timeout=60):
         lines = (out / "metrics.jsonl").read_text().splitlines() if (out / "metrics.jsonl").exists() else []
         return json.loads(lines[-1])["step"] if lines and json.loads(lines[-1])["step"] >= step else None
 
-    return wait_until(reached, timeout_s=timeout, interval_s=0.01, what=f"training step {step}",
-                      retry_on=(json.JSONDecodeError,))          # a line being written
+    return wait_until(
+        reached, timeout_s=timeout, interval_s=0.01, what=f"training step {step}", retry_on=(json.JSONDecodeError,)
+    )  # a line being written
 
 
 @pytest.mark.slow
@@ -78,7 +67,7 @@ def test_two_processes_match_one_with_the_same_global_batch(settings, data_versi
     run_torchrun(data_version, tmp_path / "two", params(nproc=2))
     m1, m2 = read_json(tmp_path / "one" / "train_metrics.json"), read_json(tmp_path / "two" / "train_metrics.json")
     assert (m1["world_size"], m2["world_size"]) == (1, 2) and m1["steps"] == m2["steps"] == 6 * (570 // 64)
-    assert m2["rows"] == 570                                     # rows every LF abstained on are left out
+    assert m2["rows"] == 570  # rows every LF abstained on are left out
     assert m2["losses"][-1] < m2["losses"][0]
     # Same global batches, split differently: the same weights up to float summation order.
     assert_same_weights(weights(tmp_path / "one" / "model.pt"), weights(tmp_path / "two" / "model.pt"), atol=1e-5)
@@ -100,14 +89,14 @@ def test_gradient_accumulation_gives_the_update_of_the_whole_batch(settings, dat
 def test_sigkill_of_a_worker_resumes_bit_identical(settings, data_version, tmp_path):
     import psutil
 
-    slow = slowed("*:0.002")                                     # ~64 ms a step, time to aim the kill
+    slow = slowed("*:0.002")  # ~64 ms a step, time to aim the kill
     p = params()
     run_torchrun(data_version, tmp_path / "clean", p)
     proc = start_torchrun(data_version, tmp_path / "killed", p, **slow)
     killed_at = wait_for_step(tmp_path / "killed", 25, proc)
     workers = [c for c in psutil.Process(proc.pid).children() if SLOW_ENGINE in " ".join(c.cmdline())]
-    workers[-1].kill()                                           # SIGKILL one rank, mid-run
-    assert proc.wait(timeout=120) == 0                           # restarted once, finished
+    workers[-1].kill()  # SIGKILL one rank, mid-run
+    assert proc.wait(timeout=120) == 0  # restarted once, finished
     m = read_json(tmp_path / "killed" / "train_metrics.json")
     assert 0 < m["resumed_from_step"] <= killed_at and killed_at - m["resumed_from_step"] <= p.checkpoint_every
     assert_same_weights(weights(tmp_path / "clean" / "model.pt"), weights(tmp_path / "killed" / "model.pt"))
@@ -126,33 +115,33 @@ def test_sigterm_checkpoints_then_a_rerun_redoes_nothing(settings, data_version,
     run_torchrun(data_version, tmp_path / "clean", p)
     proc = start_torchrun(data_version, tmp_path / "preempted", p, **slowed("*:0.002"))
     wait_for_step(tmp_path / "preempted", 23, proc)
-    proc.send_signal(signal.SIGTERM)                             # what a node drain or `kill` sends
+    proc.send_signal(signal.SIGTERM)  # what a node drain or `kill` sends
     assert proc.wait(timeout=120) != 0
     steps = [json.loads(x)["step"] for x in (tmp_path / "preempted" / "metrics.jsonl").read_text().splitlines()]
     stopped_at = steps[-1]
     _, state = latest_valid_checkpoint(tmp_path / "preempted" / "checkpoints")
-    assert state["step"] == stopped_at and len(state["rng"]) == 2          # every rank's RNG state
+    assert state["step"] == stopped_at and len(state["rng"]) == 2  # every rank's RNG state
     assert all(r["torch"].dtype == torch.uint8 for r in state["rng"])
-    run_torchrun(data_version, tmp_path / "preempted", p)         # the Airflow retry
+    run_torchrun(data_version, tmp_path / "preempted", p)  # the Airflow retry
     m = read_json(tmp_path / "preempted" / "train_metrics.json")
-    assert m["resumed_from_step"] == stopped_at                   # checkpointed at the very step it stopped
+    assert m["resumed_from_step"] == stopped_at  # checkpointed at the very step it stopped
     assert_same_weights(weights(tmp_path / "clean" / "model.pt"), weights(tmp_path / "preempted" / "model.pt"))
 
 
 @pytest.mark.slow
 def test_balancing_moves_rows_off_a_slow_rank_without_changing_the_update(settings, data_version, tmp_path):
-    slow = slowed("1:0.002")                                     # rank 1 is slow per sample
+    slow = slowed("1:0.002")  # rank 1 is slow per sample
     run_torchrun(data_version, tmp_path / "static", params(epochs=3), **slow)
     run_torchrun(data_version, tmp_path / "balanced", params(epochs=3, balance_every=4), **slow)
     splits = read_json(tmp_path / "balanced" / "train_metrics.json")["final_splits"]
-    assert sum(splits) == 64 and splits[1] < splits[0] / 3      # most rows moved to the fast rank
+    assert sum(splits) == 64 and splits[1] < splits[0] / 3  # most rows moved to the fast rank
     assert read_json(tmp_path / "static" / "train_metrics.json")["final_splits"] == [32, 32]
-    assert_same_weights(weights(tmp_path / "static" / "model.pt"), weights(tmp_path / "balanced" / "model.pt"),
-                        atol=1e-5)
+    assert_same_weights(
+        weights(tmp_path / "static" / "model.pt"), weights(tmp_path / "balanced" / "model.pt"), atol=1e-5
+    )
 
 
-def test_the_micro_batch_hook_runs_each_step_inside_the_timed_compute(settings, data_version, tmp_path,
-                                                                     monkeypatch):
+def test_the_micro_batch_hook_runs_each_step_inside_the_timed_compute(settings, data_version, tmp_path, monkeypatch):
     """The engine's only slowdown is the one a caller injects (bench/slow_engine.py): called once a
     step with the micro-batch's rows, and its time is the rank's compute that balancing measures."""
     import signal
@@ -160,16 +149,17 @@ def test_the_micro_batch_hook_runs_each_step_inside_the_timed_compute(settings, 
 
     from tasks.training.engine import run_training
 
-    monkeypatch.delenv("WORLD_SIZE", raising=False)              # one process, in this one
-    monkeypatch.setattr(signal, "signal", lambda *a: None)       # keep pytest's SIGTERM handler
+    monkeypatch.delenv("WORLD_SIZE", raising=False)  # one process, in this one
+    monkeypatch.setattr(signal, "signal", lambda *a: None)  # keep pytest's SIGTERM handler
     calls = []
 
     def hook(rank, rows):
         calls.append((rank, rows))
         time.sleep(0.05)
 
-    result = run_training(data_version, str(tmp_path / "out"), params(nproc=1, epochs=1, log_every=2),
-                          on_micro_batch=hook)
+    result = run_training(
+        data_version, str(tmp_path / "out"), params(nproc=1, epochs=1, log_every=2), on_micro_batch=hook
+    )
     assert calls == [(0, 64)] * result["steps"] and result["steps"] == 570 // 64
     lines = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert lines and all(m["rank0_compute_s"] >= 0.05 for m in lines)
@@ -187,7 +177,7 @@ def test_slow_engine_spec():
 def test_torchrun_failure_is_reported(settings, tmp_path):
     p = load_params().train.replace(epochs=1)
     with pytest.raises(RuntimeError, match="torchrun exited"):
-        run_torchrun("data-v1", tmp_path / "train", p)          # no registry: the workers fail
+        run_torchrun("data-v1", tmp_path / "train", p)  # no registry: the workers fail
 
 
 @pytest.mark.slow
@@ -232,10 +222,11 @@ def test_warm_start_picks_up_a_previous_model(settings, data_version, tmp_path):
     run_torchrun(data_version, tmp_path / "warm", warm_p, init_from=str(tmp_path / "prod" / "model.pt"))
     warm = read_json(tmp_path / "warm" / "train_metrics.json")
     assert warm["warm_started_from"] == str(tmp_path / "prod" / "model.pt")
-    assert warm["losses"][0] < cold["losses"][0] * 0.8          # it starts where the prod model left off
+    assert warm["losses"][0] < cold["losses"][0] * 0.8  # it starts where the prod model left off
     # The input scaling came with the weights.
-    assert torch.equal(load_model(str(tmp_path / "warm" / "model.pt")).mean,
-                       load_model(str(tmp_path / "prod" / "model.pt")).mean)
+    assert torch.equal(
+        load_model(str(tmp_path / "warm" / "model.pt")).mean, load_model(str(tmp_path / "prod" / "model.pt")).mean
+    )
     # Another architecture: trained from scratch, said so.
     other = tmp_path / "other.pt"
     save_model(SpamMLP(load_model(str(tmp_path / "prod" / "model.pt")).arch["n_features"], (8,)), str(other))
@@ -247,8 +238,10 @@ def three_partitions(reg, emails, tmp_path):
     """Three partitions (550 trainable rows), so that batches span partitions."""
     from tests.training.test_training_data import labeled_partition
 
-    parts = {f"batch-000{i}": labeled_partition(emails, tmp_path, f"p{i}", slice(200 * (i - 1), 200 * i))
-             for i in range(1, 4)}
+    parts = {
+        f"batch-000{i}": labeled_partition(emails, tmp_path, f"p{i}", slice(200 * (i - 1), 200 * i))
+        for i in range(1, 4)
+    }
     return reg.snapshot(parts, {"rows_by_batch": {}})["data_version"]
 
 
@@ -260,16 +253,15 @@ def test_streaming_with_a_tiny_cache_trains_the_same_model(settings, emails, tmp
     run_torchrun(version, tmp_path / "tight", p.replace(stream_cache_mb=0.001))
     assert_same_weights(weights(tmp_path / "roomy" / "model.pt"), weights(tmp_path / "tight" / "model.pt"))
     roomy, tight = (read_json(tmp_path / k / "train_metrics.json") for k in ("roomy", "tight"))
-    assert roomy["partitions"] == 3 and roomy["partition_loads"] == 3          # read once, kept
-    assert tight["partition_loads"] > 3 * 3                                     # re-read every epoch
+    assert roomy["partitions"] == 3 and roomy["partition_loads"] == 3  # read once, kept
+    assert tight["partition_loads"] > 3 * 3  # re-read every epoch
     # Gradient variance across the two ranks is measured on every logged step.
     lines = [json.loads(x) for x in (tmp_path / "roomy" / "metrics.jsonl").read_text().splitlines()]
     assert all(m["grad_var_across_ranks"] > 0 and np.isfinite(m["grad_var_relative"]) for m in lines)
 
 
 @pytest.mark.slow
-def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(settings, emails, tmp_path, s3_server,
-                                                              monkeypatch):
+def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(settings, emails, tmp_path, s3_server, monkeypatch):
     """Storage-compute separation: the registry is cloned from git and its data read from the S3
     remote; outputs and checkpoints go to an S3 URI; a killed pod's replacement, on a fresh disk,
     resumes from the published checkpoint and ends bit-identical to an uninterrupted run."""
@@ -279,8 +271,8 @@ def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(settings, emails
 
     import boto3
 
-    from tasks.core.settings import Settings
     from tasks.core.records import TrainPlanRecord
+    from tasks.core.settings import Settings
     from tasks.core.steps import StepContext
     from tasks.train import collect
     from tests.conftest import S3_BUCKET
@@ -289,7 +281,7 @@ def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(settings, emails
     monkeypatch.setenv("SLUICE_S3_ENDPOINT_URL", s3_server)
     reg = Registry(Settings.from_env())
     version = three_partitions(reg, emails, tmp_path)
-    clone = tmp_path / "pod-clone"                        # what a pod sees: git + the DVC remote, no cache
+    clone = tmp_path / "pod-clone"  # what a pod sees: git + the DVC remote, no cache
     subprocess.run(["git", "clone", "-q", str(reg.root), str(clone)], check=True)
     monkeypatch.setenv("SLUICE_REGISTRY_URL", str(clone))
 
@@ -298,16 +290,21 @@ def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(settings, emails
     run_torchrun(version, clean_uri, p, workdir=tmp_path / "pod0")
     proc = start_torchrun(version, uri, p, workdir=tmp_path / "pod1")
     wait_for_step(tmp_path / "pod1", 25, proc)
-    os.killpg(proc.pid, signal.SIGKILL)                   # the pod is gone, its disk with it
+    os.killpg(proc.pid, signal.SIGKILL)  # the pod is gone, its disk with it
     proc.wait()
-    keys = [o["Key"] for o in boto3.client("s3", endpoint_url=s3_server)
-            .list_objects_v2(Bucket=S3_BUCKET, Prefix="runs/r1/").get("Contents", [])]
+    keys = [
+        o["Key"]
+        for o in boto3.client("s3", endpoint_url=s3_server)
+        .list_objects_v2(Bucket=S3_BUCKET, Prefix="runs/r1/")
+        .get("Contents", [])
+    ]
     assert "runs/r1/train/checkpoints/ckpt-000020.sha256" in keys, keys
-    run_torchrun(version, uri, p, workdir=tmp_path / "pod2")          # a fresh disk
+    run_torchrun(version, uri, p, workdir=tmp_path / "pod2")  # a fresh disk
     assert read_json(tmp_path / "pod2" / "train_metrics.json")["resumed_from_step"] >= 20
-    for run, out_uri in (("r1", uri), ("clean", clean_uri)):          # the pipeline side: fetch and record
-        plan = TrainPlanRecord(name="t", run_id=run, data_version=version, params="{}", out_uri=out_uri,
-                               registry_url="", init_from="")
+    for run, out_uri in (("r1", uri), ("clean", clean_uri)):  # the pipeline side: fetch and record
+        plan = TrainPlanRecord(
+            name="t", run_id=run, data_version=version, params="{}", out_uri=out_uri, registry_url="", init_from=""
+        )
         collect(StepContext.create(run, settings), plan_train=plan)
     trained = settings.layout.run_dir("r1") / "train" / "model.pt"
     assert_same_weights(weights(trained), weights(settings.layout.run_dir("clean") / "train" / "model.pt"))

@@ -1,4 +1,5 @@
 """Streaming a data version: the order every rank derives, the bounded cache, the statistics."""
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +13,7 @@ from tasks.training.spread import variance_across_ranks
 def labeled_partition(emails, tmp_path, name, rows):
     df = emails.iloc[rows].drop(columns=["spam"]).copy()
     df["label"] = emails["spam"].iloc[rows].to_numpy()
-    df.loc[df.index[:5], "label"] = -1                      # rows every LF abstained on: never trained on
+    df.loc[df.index[:5], "label"] = -1  # rows every LF abstained on: never trained on
     df["label_prob"] = df["label"].clip(lower=0).astype(float)
     path = tmp_path / f"{name}.parquet"
     df.to_parquet(path, index=False)
@@ -22,8 +23,10 @@ def labeled_partition(emails, tmp_path, name, rows):
 @pytest.fixture
 def three_partitions(settings, emails, tmp_path):
     reg = Registry(settings)
-    parts = {f"batch-000{i}": labeled_partition(emails, tmp_path, f"p{i}", slice(200 * i, 200 * i + 150 + 20 * i))
-             for i in range(1, 4)}
+    parts = {
+        f"batch-000{i}": labeled_partition(emails, tmp_path, f"p{i}", slice(200 * i, 200 * i + 150 + 20 * i))
+        for i in range(1, 4)
+    }
     return reg.snapshot(parts, {"rows_by_batch": {}})["data_version"]
 
 
@@ -33,8 +36,7 @@ def test_an_epoch_visits_every_row_once_and_depends_only_on_seed_and_epoch():
     seen = [(part, int(r)) for part, rows in order.locate(0, 25) for r in rows]
     assert sorted(seen) == sorted((p, r) for p, n in enumerate(counts) for r in range(n))
     # Any cut of the positions gives the same rows as one pass (a batch may span partitions).
-    pieces = [(part, int(r)) for a, b in ((0, 4), (4, 11), (11, 25)) for part, rows in order.locate(a, b)
-              for r in rows]
+    pieces = [(part, int(r)) for a, b in ((0, 4), (4, 11), (11, 25)) for part, rows in order.locate(a, b) for r in rows]
     assert pieces == seen
     again = [(part, int(r)) for part, rows in EpochOrder(counts, 3, 2).locate(0, 25) for r in rows]
     other = [(part, int(r)) for part, rows in EpochOrder(counts, 3, 3).locate(0, 25) for r in rows]
@@ -42,7 +44,7 @@ def test_an_epoch_visits_every_row_once_and_depends_only_on_seed_and_epoch():
 
 
 def test_feature_stats_over_chunks_equal_the_whole():
-    x = torch.randn(1000, 6) * torch.arange(1, 7) + 100        # a large mean: the sums must not lose it
+    x = torch.randn(1000, 6) * torch.arange(1, 7) + 100  # a large mean: the sums must not lose it
     y = torch.rand(1000)
     stats = FeatureStats.of([(x[:300], y[:300]), (x[300:301], y[300:301]), (x[301:], y[301:])])
     assert stats.rows == 1000
@@ -58,14 +60,15 @@ def test_cache_evicts_least_recently_used_past_its_budget():
 
     def load(i):
         loaded.append(i)
-        return torch.zeros(250), torch.zeros(0)               # 1,000 bytes each
+        return torch.zeros(250), torch.zeros(0)  # 1,000 bytes each
+
     cache = PartitionCache(load, budget_bytes=2_500)
     for i in (0, 1, 0, 2, 1, 0):
         cache.get(i)
     assert loaded == [0, 1, 2, 1, 0] and list(cache.items) == [1, 0]  # LRU: 1, 0, 2 went in turn
     big = PartitionCache(lambda i: (torch.zeros(10_000), torch.zeros(0)), budget_bytes=10)
     big.get(0), big.get(1)
-    assert list(big.items) == [1]                              # one partition over budget still works
+    assert list(big.items) == [1]  # one partition over budget still works
 
 
 def test_streaming_reads_the_version_whatever_the_cache(settings, three_partitions):
@@ -73,7 +76,7 @@ def test_streaming_reads_the_version_whatever_the_cache(settings, three_partitio
     whole = whole[whole["label"] != -1]
     x_all = torch.from_numpy(load_dataset().featurize(whole))
     roomy = StreamingVersion(three_partitions, cache_mb=256, seed=1)
-    tight = StreamingVersion(three_partitions, cache_mb=1e-6, seed=1)    # one partition at a time
+    tight = StreamingVersion(three_partitions, cache_mb=1e-6, seed=1)  # one partition at a time
     assert len(roomy) == len(whole) == sum(roomy.counts) and len(roomy.counts) == 3
     torch.testing.assert_close(roomy.stats.mean, x_all.double().mean(0).float())
     for epoch in (0, 1):
@@ -82,7 +85,7 @@ def test_streaming_reads_the_version_whatever_the_cache(settings, three_partitio
         assert torch.equal(xr, xt) and torch.equal(yr, yt)
         # the same multiset of rows as the whole version, in another order each epoch
         assert torch.equal(torch.sort(xr[:, 0]).values, torch.sort(x_all[:, 0]).values)
-    assert roomy.cache.loads == 3                             # stayed in memory after the first pass
+    assert roomy.cache.loads == 3  # stayed in memory after the first pass
     assert tight.cache.loads > 3 and len(tight.cache.items) == 1
     assert not torch.equal(roomy.rows(0, 0, 50)[0], roomy.rows(1, 0, 50)[0])
 
@@ -103,9 +106,9 @@ def test_variance_across_ranks_is_the_spread_of_the_local_gradients():
     g = [np.array([1.0, 2.0]), np.array([3.0, -2.0])]
     mean = (g[0] + g[1]) / 2
     expected = np.mean([np.sum((gi - mean) ** 2) for gi in g])
-    got = variance_across_ranks([float(np.sum(gi ** 2)) for gi in g], float(np.sum(mean ** 2)))
+    got = variance_across_ranks([float(np.sum(gi**2)) for gi in g], float(np.sum(mean**2)))
     assert got == pytest.approx(expected)
-    assert variance_across_ranks([4.0, 4.0], 4.0) == 0.0     # ranks that agree
+    assert variance_across_ranks([4.0, 4.0], 4.0) == 0.0  # ranks that agree
 
 
 def test_metrics_window_covers_every_step_since_the_last_line(tmp_path):
@@ -125,4 +128,4 @@ def test_metrics_window_covers_every_step_since_the_last_line(tmp_path):
     assert line["loss_std"] == pytest.approx(statistics.pstdev([1.0, 2.0, 4.0]))
     grad_sq = line["grad_norm"] ** 2
     assert line["grad_var_across_ranks"] == pytest.approx(max(0.0, 4.0 - grad_sq))
-    assert m.window == []                                    # the next window starts empty
+    assert m.window == []  # the next window starts empty
