@@ -18,6 +18,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+import httpx
+
 from ops.airflow_env import ADMIN_USER, ensure_secrets
 from ops.services import AirflowServices, ApiClient, ServiceError
 from tasks.core.settings import HOME_MARKER, Settings
@@ -165,6 +167,10 @@ def cmd_run(settings: Settings, conf: dict, timeout_s: float) -> int:
                 run_id, state = run_pipeline(services.client(), settings, conf, timeout_s, services)
     except ServiceError as exc:
         print(f"[sluice] {exc}", file=sys.stderr)
+        return 1
+    except httpx.TransportError as exc:
+        print(f"[sluice] lost the Airflow API ({type(exc).__name__}: {exc}); were the services stopped "
+              f"(make down)? `make status` says what is running", file=sys.stderr)
         return 1
     summary = settings.layout.run_dir(run_id) / "summary.txt"
     print()

@@ -131,3 +131,22 @@ def test_scheduler_killed_mid_run_is_noticed_restarted_and_the_run_completes(tmp
     assert down.returncode == 0 and "scheduler: alive" in down.stdout and "stopped" in down.stdout, down.stdout
     assert not any(group_members(p.pid) for p in recorded), "a service or orphan outlived make down"
     assert not any(group_members(p.pid) for p in new.parts.values())
+
+
+def test_a_lost_api_while_waiting_is_one_clear_error():
+    from ops.services import ApiClient, ServiceError, free_port
+
+    client = ApiClient(f"http://127.0.0.1:{free_port()}", "admin", "x")    # nothing listens there: make down ran
+    with pytest.raises(ServiceError, match=r"lost the Airflow API at .* while waiting for run r1 .*make down"):
+        client.wait_for_run("nightly_pipeline", "r1", timeout_s=30, unreachable_s=1)
+
+
+def test_health_endpoint_problems_name_the_part():
+    from ops.services import health_problems
+
+    healthy = {"metadatabase": {"status": "healthy"},
+               "scheduler": {"status": "healthy", "latest_scheduler_heartbeat": "t0"},
+               "triggerer": {"status": None}, "dag_processor": {"status": "healthy"}}
+    assert health_problems(healthy) == {}
+    dead = {**healthy, "scheduler": {"status": "unhealthy", "latest_scheduler_heartbeat": "t0"}}
+    assert health_problems(dead) == {"scheduler": "the health endpoint says scheduler is unhealthy (last heartbeat t0)"}
