@@ -33,7 +33,7 @@ import numpy as np
 
 from bench.record import Record
 from bench.registry_data import settings_at
-from ops.services import stop_groups
+from tasks.core.processes import stop_groups
 from tasks.core.settings import REPO_ROOT
 
 BATCH = 32

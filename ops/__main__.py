@@ -1,13 +1,14 @@
 """Operate Sluice's local Airflow: `python -m ops {up,down,status,run}`.
 
-  up      start api-server, scheduler, dag-processor and the model server on 127.0.0.1, print their addresses
-          (when they are up already: restart any part whose process died, saying which and why)
-  down    stop them (SIGTERM, then SIGKILL of each process group), saying what it found: each part alive,
-          dead, or dead with orphans left in its group (killed); a pid now another program's is never signalled
-  status  say whether each part is running and healthy (exit 0), some are not (exit 1), or none is (exit 3)
-  run     run nightly_pipeline once through the scheduler (triggered via the REST API), print the summary
-  clean-state  stop them and delete SLUICE_HOME, only if it carries the marker file .sluice-home
+up      start api-server, scheduler, dag-processor and the model server on 127.0.0.1, print their addresses
+        (when they are up already: restart any part whose process died, saying which and why)
+down    stop them (SIGTERM, then SIGKILL of each process group), saying what it found: each part alive,
+        dead, or dead with orphans left in its group (killed); a pid now another program's is never signalled
+status  say whether each part is running and healthy (exit 0), some are not (exit 1), or none is (exit 3)
+run     run nightly_pipeline once through the scheduler (triggered via the REST API), print the summary
+clean-state  stop them and delete SLUICE_HOME, only if it carries the marker file .sluice-home
 """
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,8 @@ from pathlib import Path
 import httpx
 
 from ops.airflow_env import ADMIN_USER, ensure_secrets
-from ops.services import AirflowServices, ApiClient, ServiceError
+from ops.services import AirflowServices, ApiClient
+from tasks.core.processes import ProcessGroupError
 from tasks.core.settings import HOME_MARKER, Settings
 
 DAG_ID = "nightly_pipeline"
@@ -29,10 +31,15 @@ DAG_ID = "nightly_pipeline"
 
 def _login_lines(settings: Settings, port: int, serve_port: int | None = None) -> str:
     password = ensure_secrets(settings.layout.airflow_home)["password"]
-    return (f"Airflow UI and REST API: http://127.0.0.1:{port}\n"
-            f"  login: {ADMIN_USER} / {password}   (generated into {settings.layout.airflow_home / 'passwords.json'})"
-            + (f"\nModel server (Open Inference Protocol v2, /v1/predict): http://127.0.0.1:{serve_port}"
-               if serve_port else ""))
+    return (
+        f"Airflow UI and REST API: http://127.0.0.1:{port}\n"
+        f"  login: {ADMIN_USER} / {password}   (generated into {settings.layout.airflow_home / 'passwords.json'})"
+        + (
+            f"\nModel server (Open Inference Protocol v2, /v1/predict): http://127.0.0.1:{serve_port}"
+            if serve_port
+            else ""
+        )
+    )
 
 
 def _recorded(settings: Settings) -> AirflowServices | None:
@@ -46,11 +53,20 @@ def cmd_up(settings: Settings) -> int:
         restarted = recorded.heal()
         problems = recorded.check()
         head = ("restarted " + ", ".join(restarted)) if restarted else "already running"
-        print(head + ("; some parts are not healthy:\n" + "\n".join(f"  {n}: {w}" for n, w in problems.items())
-                      + "\n  (`make down && make up` starts everything afresh)" if problems else ".")
-              + "\n" + _login_lines(settings, recorded.port, recorded.serve_port))
+        print(
+            head
+            + (
+                "; some parts are not healthy:\n"
+                + "\n".join(f"  {n}: {w}" for n, w in problems.items())
+                + "\n  (`make down && make up` starts everything afresh)"
+                if problems
+                else "."
+            )
+            + "\n"
+            + _login_lines(settings, recorded.port, recorded.serve_port)
+        )
         return 1 if problems else 0
-    if recorded:         # every part died: clean up what they left (orphans), then start afresh
+    if recorded:  # every part died: clean up what they left (orphans), then start afresh
         for line in recorded.stop():
             print(f"[sluice] found {line}")
     services = AirflowServices(settings).start()
@@ -77,12 +93,19 @@ def cmd_status(settings: Settings) -> int:
         return 3
     problems = recorded.check()
     if len(problems) == len(recorded.parts) and all(p.leader() != "alive" for p in recorded.parts.values()):
-        print("not running (every recorded part is dead):\n" + "\n".join(f"  {n}: {w}" for n, w in problems.items())
-              + "\n  `make up` starts them; `make down` cleans up what they left")
+        print(
+            "not running (every recorded part is dead):\n"
+            + "\n".join(f"  {n}: {w}" for n, w in problems.items())
+            + "\n  `make up` starts them; `make down` cleans up what they left"
+        )
         return 3
     if problems:
-        print("degraded:\n" + "\n".join(f"  {n}: {problems.get(n, 'alive and healthy')}" for n in recorded.parts)
-              + "\n  `make up` restarts a dead part\n" + _login_lines(settings, recorded.port, recorded.serve_port))
+        print(
+            "degraded:\n"
+            + "\n".join(f"  {n}: {problems.get(n, 'alive and healthy')}" for n in recorded.parts)
+            + "\n  `make up` restarts a dead part\n"
+            + _login_lines(settings, recorded.port, recorded.serve_port)
+        )
         return 1
     print("running.\n" + _login_lines(settings, recorded.port, recorded.serve_port))
     return 0
@@ -102,8 +125,10 @@ def clean_state_refusal(home: Path) -> str | None:
     if not resolved.is_dir():
         return f"{resolved} is not a folder"
     if not (resolved / HOME_MARKER).is_file():
-        return (f"{resolved} has no {HOME_MARKER} marker, so it is not known to be a Sluice home "
-                f"(if it is one from before the marker, `touch {resolved / HOME_MARKER}` and run again)")
+        return (
+            f"{resolved} has no {HOME_MARKER} marker, so it is not known to be a Sluice home "
+            f"(if it is one from before the marker, `touch {resolved / HOME_MARKER}` and run again)"
+        )
     return None
 
 
@@ -120,15 +145,18 @@ def cmd_clean_state(settings: Settings) -> int:
         try:
             cmd_down(settings)
         except Exception as exc:  # noqa: BLE001 - a stale state file must not keep the folder
-            print(f"stopping the services failed ({type(exc).__name__}: {exc}); removing the state anyway",
-                  file=sys.stderr)
+            print(
+                f"stopping the services failed ({type(exc).__name__}: {exc}); removing the state anyway",
+                file=sys.stderr,
+            )
     shutil.rmtree(home)
     print(f"removed {home}")
     return 0
 
 
-def run_pipeline(client: ApiClient, settings: Settings, conf: dict, timeout_s: float,
-                 services: AirflowServices | None = None) -> tuple[str, str]:
+def run_pipeline(
+    client: ApiClient, settings: Settings, conf: dict, timeout_s: float, services: AirflowServices | None = None
+) -> tuple[str, str]:
     client.wait_for_dag(DAG_ID)
     client.unpause(DAG_ID)
     run_id = client.trigger(DAG_ID, conf, run_id=f"make_run__{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}")
@@ -140,14 +168,23 @@ def run_pipeline(client: ApiClient, settings: Settings, conf: dict, timeout_s: f
         restarted = services.heal(say=lambda line: print(line, flush=True)) if services else []
         for part, why in problems.items():
             if part not in restarted and part not in warned:
-                print(f"[sluice] {part} is unhealthy: {why}; the run waits for it "
-                      f"(`make down && make up` restarts everything)", file=sys.stderr, flush=True)
+                print(
+                    f"[sluice] {part} is unhealthy: {why}; the run waits for it "
+                    f"(`make down && make up` restarts everything)",
+                    file=sys.stderr,
+                    flush=True,
+                )
         warned.clear()
         warned.update(problems)
 
     warned: set[str] = set()
-    state = client.wait_for_run(DAG_ID, run_id, timeout_s, on_change=lambda task, st: print(
-        f"[sluice] {time.monotonic() - t0:6.1f}s  {task:<24} {st}", flush=True), on_unhealthy=on_unhealthy)
+    state = client.wait_for_run(
+        DAG_ID,
+        run_id,
+        timeout_s,
+        on_change=lambda task, st: print(f"[sluice] {time.monotonic() - t0:6.1f}s  {task:<24} {st}", flush=True),
+        on_unhealthy=on_unhealthy,
+    )
     return run_id, state
 
 
@@ -155,46 +192,55 @@ def cmd_run(settings: Settings, conf: dict, timeout_s: float) -> int:
     recorded = _recorded(settings)
     try:
         if recorded and any(p.leader() == "alive" for p in recorded.parts.values()):
-            recorded.heal(say=lambda line: print(line, flush=True))       # restarts a part that died, saying so
+            recorded.heal(say=lambda line: print(line, flush=True))  # restarts a part that died, saying so
             run_id, state = run_pipeline(recorded.client(), settings, conf, timeout_s, recorded)
         else:
             if recorded:
                 for line in recorded.stop():
                     print(f"[sluice] found {line}", flush=True)
-            print("[sluice] starting Airflow (api-server, scheduler, dag-processor) and the model server on 127.0.0.1",
-                  flush=True)
+            print(
+                "[sluice] starting Airflow (api-server, scheduler, dag-processor) and the model server on 127.0.0.1",
+                flush=True,
+            )
             with AirflowServices(settings, nightly_schedule=False) as services:
                 run_id, state = run_pipeline(services.client(), settings, conf, timeout_s, services)
-    except ServiceError as exc:
+    except ProcessGroupError as exc:  # ServiceError too (a subclass)
         print(f"[sluice] {exc}", file=sys.stderr)
         return 1
     except httpx.TransportError as exc:
-        print(f"[sluice] lost the Airflow API ({type(exc).__name__}: {exc}); were the services stopped "
-              f"(make down)? `make status` says what is running", file=sys.stderr)
+        print(
+            f"[sluice] lost the Airflow API ({type(exc).__name__}: {exc}); were the services stopped "
+            f"(make down)? `make status` says what is running",
+            file=sys.stderr,
+        )
         return 1
     summary = settings.layout.run_dir(run_id) / "summary.txt"
     print()
-    print(summary.read_text() if summary.exists() else f"(no summary written: see the task logs under "
-                                                        f"{settings.layout.airflow_home / 'logs'})")
+    print(
+        summary.read_text()
+        if summary.exists()
+        else f"(no summary written: see the task logs under {settings.layout.airflow_home / 'logs'})"
+    )
     print(f"DAG run {run_id}: {state}")
     return 0 if state == "success" else 1
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ops", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m ops", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start the Airflow services on 127.0.0.1")
     sub.add_parser("down", help="stop them")
     sub.add_parser("status", help="are they running?")
     sub.add_parser("clean-state", help=f"stop them and delete SLUICE_HOME (only with its {HOME_MARKER} marker)")
     run = sub.add_parser("run", help="run nightly_pipeline once, end to end, and print the summary")
-    run.add_argument("--conf", default="{}", help='run Params as JSON, e.g. \'{"epochs": 10}\'')
+    run.add_argument("--conf", default="{}", help="run Params as JSON, e.g. '{\"epochs\": 10}'")
     run.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the run (default 1800)")
     args = parser.parse_args(argv)
     settings = Settings.from_env()
     if args.command == "clean-state":
-        return cmd_clean_state(settings)          # before ensure(): it would write the marker
+        return cmd_clean_state(settings)  # before ensure(): it would write the marker
     settings.layout.ensure()
     if args.command == "up":
         return cmd_up(settings)

@@ -13,11 +13,10 @@ taken for ours. A process group's id stays allocated while any member lives, so 
 of the group of a dead leader of ours are ours; a group whose leader pid now names another
 process is not, and is never signalled.
 """
+
 from __future__ import annotations
 
 import json
-import os
-import signal
 import socket
 import subprocess
 import sys
@@ -29,6 +28,7 @@ from typing import Any, Callable
 import httpx
 
 from ops.airflow_env import ADMIN_USER, airflow_env, ensure_secrets
+from tasks.core.processes import ProcessGroupError, group_members, proc_info, reap, stop_groups
 from tasks.core.settings import Settings
 from tasks.core.wait import wait_until
 
@@ -40,7 +40,7 @@ COMPONENTS = {
 PARTS = (*COMPONENTS, "model-server")
 
 
-class ServiceError(RuntimeError):
+class ServiceError(ProcessGroupError):
     pass
 
 
@@ -55,64 +55,18 @@ def _airflow_cmd(*args: str) -> list[str]:
     return [str(Path(sys.executable).parent / "airflow"), *args]
 
 
-def _reap(pgid: int) -> None:
-    """Collect exited children of ours in this group: a zombie still counts as a group member."""
-    while True:
-        try:
-            pid, _ = os.waitpid(-pgid, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
-
-
-def _group_alive(pgid: int) -> bool:
-    """Whether the group has a live member: zombies do not count (one that is not our child, we cannot reap)."""
-    _reap(pgid)
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return bool(group_members(pgid))
-
-
-def _proc(pid: int) -> tuple[str, int, int, tuple[str, ...]] | None:
-    """(state letter, pgrp, start time in clock ticks, command line) of `pid`, or None if there is none."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
-        return None
-    rest = stat[stat.rindex(")") + 2:].split()          # rest[0] is field 3: the comm may hold spaces
-    return rest[0], int(rest[2]), int(rest[19]), tuple(a.decode(errors="replace") for a in cmdline.split(b"\0") if a)
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes whose process group is `pgid`."""
-    _reap(pgid)
-    members = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            info = _proc(int(entry.name))
-            if info and info[1] == pgid and info[0] != "Z":
-                members.append(int(entry.name))
-    return members
-
-
 @dataclass(frozen=True)
 class Part:
     """One recorded service process: its pid (its group's id too), start time and command line."""
 
     name: str
     pid: int
-    start: int | None = None                   # None: recorded before identities were (trust the pid)
+    start: int | None = None  # None: recorded before identities were (trust the pid)
     cmdline: tuple[str, ...] | None = None
 
     @classmethod
     def of(cls, name: str, pid: int) -> "Part":
-        info = _proc(pid)
+        info = proc_info(pid)
         if info is None:
             raise ServiceError(f"{name} (pid {pid}) is not running")
         return cls(name, pid, info[2], info[3])
@@ -129,8 +83,8 @@ class Part:
     def leader(self, cmdline: bool = True) -> str:
         """'alive' (our process), 'dead' (gone or a zombie) or 'reused' (the pid names another process now).
         `cmdline=False` checks the start time only (while a part may still retitle itself at start)."""
-        _reap(self.pid)
-        info = _proc(self.pid)
+        reap(self.pid)
+        info = proc_info(self.pid)
         if info is None or info[0] == "Z":
             return "dead"
         if (self.start is not None and info[2] != self.start) or (cmdline and self.cmdline and info[3] != self.cmdline):
@@ -149,7 +103,8 @@ class Part:
         if state == "reused":
             return f"{self.name}: dead (pid {self.pid} now belongs to another process: not ours, not signalled)"
         return f"{self.name}: dead (pid {self.pid} is gone" + (
-            f"; {len(orphans)} orphaned process(es) left in its group: {orphans})" if orphans else ")")
+            f"; {len(orphans)} orphaned process(es) left in its group: {orphans})" if orphans else ")"
+        )
 
 
 def stop_parts(parts: list[Part], grace_s: float = 15.0) -> list[str]:
@@ -170,32 +125,6 @@ def stop_parts(parts: list[Part], grace_s: float = 15.0) -> list[str]:
     return found
 
 
-def stop_groups(pgids: dict[str, int], grace_s: float = 15.0) -> None:
-    """SIGTERM every group, wait, then SIGKILL whatever is left."""
-    for pgid in pgids.values():
-        try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_group_alive(p) for p in pgids.values()):
-        time.sleep(0.2)
-    for name, pgid in pgids.items():
-        if _group_alive(pgid):
-            print(f"[sluice] {name} ignored SIGTERM: killing its process group", file=sys.stderr)
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    # Return only once every member is gone (orphans are reaped by init, not at once).
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_group_alive(p) for p in pgids.values()):
-        time.sleep(0.05)
-    left = [n for n, p in pgids.items() if _group_alive(p)]
-    if left:
-        raise ServiceError(f"process groups of {left} survived SIGKILL")
-
-
 class AirflowServices:
     def __init__(self, settings: Settings, port: int | None = None, nightly_schedule: bool = True):
         """`nightly_schedule=False`: the scheduler runs triggered runs only (no cron runs), as for
@@ -209,7 +138,7 @@ class AirflowServices:
         self.env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = str(nightly_schedule)
         self.nightly_schedule = nightly_schedule
         self.parts: dict[str, Part] = {}
-        self.retired: list[Part] = []        # dead leaders whose orphans (a scheduler's workers) may still run
+        self.retired: list[Part] = []  # dead leaders whose orphans (a scheduler's workers) may still run
 
     @property
     def pgids(self) -> dict[str, int]:
@@ -230,9 +159,18 @@ class AirflowServices:
             raise ServiceError(f"airflow db migrate failed:\n{proc.stderr[-3000:]}")
         # The one-slot pool the DAGs' registry writers share (a task in a pool that does not exist is
         # never scheduled). `pools set` creates it or resets it to one slot: idempotent.
-        proc = subprocess.run(_airflow_cmd("pools", "set", "sluice_registry", "1",
-                                           "registry writers, one at a time (nightly steps and the rollback DAG)"),
-                              env=self.env, capture_output=True, text=True)
+        proc = subprocess.run(
+            _airflow_cmd(
+                "pools",
+                "set",
+                "sluice_registry",
+                "1",
+                "registry writers, one at a time (nightly steps and the rollback DAG)",
+            ),
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
         if proc.returncode != 0:
             raise ServiceError(f"airflow pools set sluice_registry failed:\n{proc.stderr[-3000:]}")
 
@@ -253,27 +191,35 @@ class AirflowServices:
         logs = self.home / "logs" / "services"
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{name}.log", "ab") as out:
-            if name == "model-server":       # beside Airflow: it follows the registry's serving state by itself
-                cmd, env = ([sys.executable, "-m", "tasks.serving", "--host", "127.0.0.1", "--port",
-                             str(self.serve_port)], {**self.env, "PYTHONUNBUFFERED": "1"})
+            if name == "model-server":  # beside Airflow: it follows the registry's serving state by itself
+                cmd, env = (
+                    [sys.executable, "-m", "tasks.serving", "--host", "127.0.0.1", "--port", str(self.serve_port)],
+                    {**self.env, "PYTHONUNBUFFERED": "1"},
+                )
             else:
                 cmd, env = _airflow_cmd(*COMPONENTS[name]), self.env
-            proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)   # session leader: its pid is the group id
+            proc = subprocess.Popen(
+                cmd, env=env, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            )  # session leader: its pid is the group id
         self.parts[name] = Part.of(name, proc.pid)
 
     def _record_identities(self) -> None:
         """Once healthy, record each command line as it now reads (the api-server retitles itself)."""
         for name, part in self.parts.items():
-            info = _proc(part.pid)
+            info = proc_info(part.pid)
             if info and info[2] == part.start:
                 self.parts[name] = Part(name, part.pid, part.start, info[3])
         self._write_state()
 
     def _write_state(self) -> None:
-        state = {"port": self.port, "serve_port": self.serve_port, "nightly_schedule": self.nightly_schedule,
-                 "pgids": self.pgids, "parts": {n: p.to_json() for n, p in self.parts.items()},
-                 "retired": [{"name": p.name, **p.to_json()} for p in self.retired]}
+        state = {
+            "port": self.port,
+            "serve_port": self.serve_port,
+            "nightly_schedule": self.nightly_schedule,
+            "pgids": self.pgids,
+            "parts": {n: p.to_json() for n, p in self.parts.items()},
+            "retired": [{"name": p.name, **p.to_json()} for p in self.retired],
+        }
         tmp = self.state_file.with_suffix(".tmp")
         tmp.write_text(json.dumps(state))
         tmp.replace(self.state_file)
@@ -353,14 +299,20 @@ class AirflowServices:
                 raise ServiceError(f"{dead} exited at start: see {self.home / 'logs' / 'services'}")
             health = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=2).json()
             status = {k: v.get("status") for k, v in health.items() if isinstance(v, dict)}
-            status["model_server"] = "healthy" if httpx.get(f"{self.serve_url}/v2/health/live",
-                                                            timeout=2).status_code == 200 else "not live"
+            status["model_server"] = (
+                "healthy" if httpx.get(f"{self.serve_url}/v2/health/live", timeout=2).status_code == 200 else "not live"
+            )
             wanted = ("metadatabase", "scheduler", "dag_processor", "model_server")
             return status if all(status.get(k, "healthy") == "healthy" for k in wanted) else None
 
         try:
-            wait_until(healthy, timeout_s=timeout_s, interval_s=0.5, what="Airflow and the model server healthy",
-                       retry_on=(httpx.HTTPError, ValueError))
+            wait_until(
+                healthy,
+                timeout_s=timeout_s,
+                interval_s=0.5,
+                what="Airflow and the model server healthy",
+                retry_on=(httpx.HTTPError, ValueError),
+            )
         except TimeoutError as exc:
             raise ServiceError(str(exc)) from None
 
@@ -403,8 +355,9 @@ def health_problems(health: dict) -> dict[str, str]:
         entry = health.get(key) or {}
         if entry.get("status") not in ("healthy", None) or (key != "metadatabase" and entry.get("status") is None):
             beat = next((v for k, v in entry.items() if k.endswith("heartbeat")), None)
-            problems[part] = (f"the health endpoint says {key} is {entry.get('status') or 'unknown'}"
-                              + (f" (last heartbeat {beat})" if beat else ""))
+            problems[part] = f"the health endpoint says {key} is {entry.get('status') or 'unknown'}" + (
+                f" (last heartbeat {beat})" if beat else ""
+            )
     return problems
 
 
@@ -419,8 +372,9 @@ class ApiClient:
 
     def token(self) -> str:
         if self._token is None:
-            r = httpx.post(f"{self.base_url}/auth/token", json={"username": self.username, "password": self.password},
-                           timeout=10)
+            r = httpx.post(
+                f"{self.base_url}/auth/token", json={"username": self.username, "password": self.password}, timeout=10
+            )
             if r.status_code not in (200, 201):
                 raise ServiceError(f"login refused ({r.status_code}): {r.text[:200]}")
             self._token = r.json()["access_token"]
@@ -437,14 +391,19 @@ class ApiClient:
 
     def wait_for_dag(self, dag_id: str, timeout_s: float = 120) -> None:
         try:
-            wait_until(lambda: self.request("GET", f"/dags/{dag_id}").status_code == 200, timeout_s=timeout_s,
-                       interval_s=1, what=f"DAG {dag_id} parsed (see the dag-processor log)")
+            wait_until(
+                lambda: self.request("GET", f"/dags/{dag_id}").status_code == 200,
+                timeout_s=timeout_s,
+                interval_s=1,
+                what=f"DAG {dag_id} parsed (see the dag-processor log)",
+            )
         except TimeoutError as exc:
             raise ServiceError(str(exc)) from None
 
     def unpause(self, dag_id: str) -> None:
-        self._ok(self.request("PATCH", f"/dags/{dag_id}", params={"update_mask": "is_paused"},
-                              json={"is_paused": False}))
+        self._ok(
+            self.request("PATCH", f"/dags/{dag_id}", params={"update_mask": "is_paused"}, json={"is_paused": False})
+        )
 
     def trigger(self, dag_id: str, conf: dict | None = None, run_id: str | None = None) -> str:
         body = {"logical_date": None, "conf": conf or {}}
@@ -462,10 +421,16 @@ class ApiClient:
         """{part: problem} from Airflow's health endpoint (scheduler, dag-processor, metadatabase)."""
         return health_problems(httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=10).json())
 
-    def wait_for_run(self, dag_id: str, run_id: str, timeout_s: float = 1800,
-                     on_change: Callable[[str, str], None] | None = None,
-                     on_unhealthy: Callable[[dict[str, str]], None] | None = None,
-                     health_every_s: float = 10, unreachable_s: float = 15) -> str:
+    def wait_for_run(
+        self,
+        dag_id: str,
+        run_id: str,
+        timeout_s: float = 1800,
+        on_change: Callable[[str, str], None] | None = None,
+        on_unhealthy: Callable[[dict[str, str]], None] | None = None,
+        health_every_s: float = 10,
+        unreachable_s: float = 15,
+    ) -> str:
         """Poll until the run ends; report each task state change. Returns the run's final state.
 
         Every `health_every_s` the health endpoint is read too: a scheduler or dag-processor it calls
@@ -479,7 +444,7 @@ class ApiClient:
         warned: set[str] = set()
         while time.monotonic() < deadline:
             try:
-                run_state = self.dag_run(dag_id, run_id)["state"]      # read first: the tasks below are newer
+                run_state = self.dag_run(dag_id, run_id)["state"]  # read first: the tasks below are newer
                 for ti in self.task_instances(dag_id, run_id):
                     state = ti["state"] or "none"
                     if on_change and seen.get(ti["task_id"]) != state and state not in ("none", "scheduled", "queued"):
@@ -494,16 +459,21 @@ class ApiClient:
                         on_unhealthy(problems)
                     for part, why in problems.items():
                         if not on_unhealthy and part not in warned:
-                            print(f"[sluice] waiting for run {run_id}, but {part} is unhealthy: {why}. "
-                                  f"`make up` restarts a dead part; the run goes on once it is back", file=sys.stderr,
-                                  flush=True)
+                            print(
+                                f"[sluice] waiting for run {run_id}, but {part} is unhealthy: {why}. "
+                                f"`make up` restarts a dead part; the run goes on once it is back",
+                                file=sys.stderr,
+                                flush=True,
+                            )
                     warned = set(problems)
                 unreachable_since = None
             except httpx.TransportError as exc:
                 unreachable_since = unreachable_since or time.monotonic()
                 if time.monotonic() - unreachable_since >= unreachable_s:
-                    raise ServiceError(f"lost the Airflow API at {self.base_url} while waiting for run {run_id} "
-                                       f"({type(exc).__name__}: {exc}); were the services stopped (make down)? "
-                                       f"`make status` says what is running") from None
+                    raise ServiceError(
+                        f"lost the Airflow API at {self.base_url} while waiting for run {run_id} "
+                        f"({type(exc).__name__}: {exc}); were the services stopped (make down)? "
+                        f"`make status` says what is running"
+                    ) from None
             time.sleep(1)
         raise ServiceError(f"run {run_id} did not finish within {timeout_s:.0f}s")

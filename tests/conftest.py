@@ -73,7 +73,8 @@ def s3_server(monkeypatch):
     import boto3
     import httpx
 
-    from ops.services import free_port, stop_groups
+    from ops.services import free_port
+    from tasks.core.processes import stop_groups
 
     port = free_port()
     proc = subprocess.Popen(

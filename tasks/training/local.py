@@ -17,6 +17,7 @@ from typing import Mapping, Sequence
 
 from tasks.core.log import log
 from tasks.core.params import TrainParams
+from tasks.core.processes import stop_groups
 
 ENGINE_MODULE = "tasks.training.engine"  # the torchrun workers' entry module
 
@@ -200,8 +201,8 @@ def run_torchrun(
     proc = start_torchrun(data_version, out, p, init_from, workdir=workdir, module=module, module_args=module_args)
     try:
         rc = proc.wait(timeout=timeout_s)
-    except BaseException:
-        os.killpg(proc.pid, 9)
+    except BaseException:  # timed out or the task was stopped: SIGTERM (workers checkpoint), then SIGKILL
+        stop_groups({"torchrun": proc.pid}, grace_s=20)
         proc.wait()
         raise
     if rc != 0:

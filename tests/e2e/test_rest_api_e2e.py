@@ -6,7 +6,8 @@ import httpx
 import psutil
 import pytest
 
-from ops.services import AirflowServices, ServiceError, _group_alive
+from ops.services import AirflowServices, ServiceError
+from tasks.core.processes import group_alive
 from tasks.registry import Registry
 
 pytestmark = pytest.mark.slow
@@ -22,7 +23,7 @@ def services(tmp_path_factory):
     pgids = dict(svc.pgids)
     yield svc
     svc.stop()
-    assert not any(_group_alive(p) for p in pgids.values()), "a service outlived stop()"
+    assert not any(group_alive(p) for p in pgids.values()), "a service outlived stop()"
 
 
 def _listening(pgids):

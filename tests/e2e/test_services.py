@@ -4,13 +4,15 @@ import time
 
 import psutil
 
-from ops.services import _group_alive, stop_groups
+from tasks.core.processes import group_alive, stop_groups
 
 
 def test_stop_escalates_to_sigkill_of_the_whole_group():
-    code = ("import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "subprocess.Popen([sys.executable, '-c', 'import signal, time; "
-            "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)']); time.sleep(120)")
+    code = (
+        "import signal, subprocess, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)']); time.sleep(120)"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
     deadline = time.monotonic() + 10
     while not psutil.Process(proc.pid).children() and time.monotonic() < deadline:
@@ -20,5 +22,5 @@ def test_stop_escalates_to_sigkill_of_the_whole_group():
     t0 = time.monotonic()
     stop_groups({"stubborn": proc.pid}, grace_s=1.0)
     assert time.monotonic() - t0 < 10
-    assert not _group_alive(proc.pid)                # the whole group, grandchild included, is gone
+    assert not group_alive(proc.pid)  # the whole group, grandchild included, is gone
     assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in members)

@@ -5,6 +5,7 @@ another process is never signalled while the orphans of a dead leader of ours ar
 Slow: the scheduler SIGKILLed during a real run is seen dead by `make status`, named unhealthy by
 wait_for_run from the health endpoint, restarted by `make up`; the run completes; `make down` reports.
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,8 @@ import sys
 
 import pytest
 
-from ops.services import AirflowServices, Part, group_members, stop_groups, stop_parts
+from ops.services import AirflowServices, Part, stop_parts
+from tasks.core.processes import group_members, stop_groups
 from tasks.core.wait import wait_until
 
 
@@ -30,8 +32,8 @@ def test_identity_is_pid_start_time_and_command_line():
         part = Part.of("sleeper", proc.pid)
         assert part.cmdline == ("sleep", "60") and part.start > 0
         assert part.leader() == "alive"
-        assert Part("sleeper", proc.pid, part.start + 1, part.cmdline).leader() == "reused"   # another start
-        assert Part("sleeper", proc.pid, part.start, ("sleep", "61")).leader() == "reused"   # another program
+        assert Part("sleeper", proc.pid, part.start + 1, part.cmdline).leader() == "reused"  # another start
+        assert Part("sleeper", proc.pid, part.start, ("sleep", "61")).leader() == "reused"  # another program
         proc.kill()
         wait_until(lambda: part.leader() == "dead", timeout_s=10, what="the killed sleep seen dead")
         assert part.survey() == ("dead", [])
@@ -44,37 +46,46 @@ def test_never_signals_a_group_whose_leader_is_not_ours():
     proc = _sleeper()
     try:
         theirs = Part.of("scheduler", proc.pid)
-        recorded = Part("scheduler", proc.pid, theirs.start - 1, theirs.cmdline)   # our process had this pid once
+        recorded = Part("scheduler", proc.pid, theirs.start - 1, theirs.cmdline)  # our process had this pid once
         found = stop_parts([recorded], grace_s=1)
         assert found == [f"scheduler: dead (pid {proc.pid} now belongs to another process: not ours, not signalled)"]
-        assert proc.poll() is None and theirs.leader() == "alive"           # untouched
+        assert proc.poll() is None and theirs.leader() == "alive"  # untouched
     finally:
         proc.kill()
         proc.wait()
 
 
 def test_orphans_of_a_dead_leader_are_found_and_cleaned():
-    code = ("import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            "subprocess.Popen(['sleep', '60']); time.sleep(60)")
+    code = (
+        "import signal, subprocess, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+        "subprocess.Popen(['sleep', '60']); time.sleep(60)"
+    )
     proc = _sleeper(code)
     try:
         part = Part.of("scheduler", proc.pid)
         wait_until(lambda: len(group_members(proc.pid)) == 2, timeout_s=10, what="leader and worker up")
-        os.kill(proc.pid, signal.SIGKILL)                       # the leader only, as in the bug
+        os.kill(proc.pid, signal.SIGKILL)  # the leader only, as in the bug
         proc.wait()
         state, orphans = part.survey()
         assert state == "dead" and len(orphans) == 1 and orphans[0] != proc.pid
         found = stop_parts([part], grace_s=1)
-        assert found == [f"scheduler: dead (pid {proc.pid} is gone; 1 orphaned process(es) left in its group: "
-                         f"{orphans}): killed them"]
+        assert found == [
+            f"scheduler: dead (pid {proc.pid} is gone; 1 orphaned process(es) left in its group: "
+            f"{orphans}): killed them"
+        ]
         assert group_members(proc.pid) == []
     finally:
         stop_groups({"test": proc.pid}, grace_s=1) if group_members(proc.pid) else None
 
 
 def _ops(settings, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "ops", *args], env={**os.environ, "SLUICE_HOME": str(settings.home)},
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "ops", *args],
+        env={**os.environ, "SLUICE_HOME": str(settings.home)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.slow
@@ -89,12 +100,16 @@ def test_scheduler_killed_mid_run_is_noticed_restarted_and_the_run_completes(tmp
         client.wait_for_dag("nightly_pipeline")
         client.unpause("nightly_pipeline")
         run_id = client.trigger("nightly_pipeline", {"epochs": 2}, run_id="liveness_1")
-        wait_until(lambda: any(t["state"] == "running" for t in client.task_instances("nightly_pipeline", run_id)),
-                   timeout_s=120, interval_s=0.5, what="a task of the run running")
+        wait_until(
+            lambda: any(t["state"] == "running" for t in client.task_instances("nightly_pipeline", run_id)),
+            timeout_s=120,
+            interval_s=0.5,
+            what="a task of the run running",
+        )
         old = svc.parts["scheduler"]
-        os.kill(old.pid, signal.SIGKILL)                        # its own pid: its workers stay in its group
+        os.kill(old.pid, signal.SIGKILL)  # its own pid: its workers stay in its group
 
-        status = _ops(settings, "status")                        # the process check sees it at once
+        status = _ops(settings, "status")  # the process check sees it at once
         assert status.returncode == 1, status.stdout + status.stderr
         assert f"scheduler: dead (pid {old.pid} is gone" in status.stdout
 
@@ -136,7 +151,7 @@ def test_scheduler_killed_mid_run_is_noticed_restarted_and_the_run_completes(tmp
 def test_a_lost_api_while_waiting_is_one_clear_error():
     from ops.services import ApiClient, ServiceError, free_port
 
-    client = ApiClient(f"http://127.0.0.1:{free_port()}", "admin", "x")    # nothing listens there: make down ran
+    client = ApiClient(f"http://127.0.0.1:{free_port()}", "admin", "x")  # nothing listens there: make down ran
     with pytest.raises(ServiceError, match=r"lost the Airflow API at .* while waiting for run r1 .*make down"):
         client.wait_for_run("nightly_pipeline", "r1", timeout_s=30, unreachable_s=1)
 
@@ -144,9 +159,12 @@ def test_a_lost_api_while_waiting_is_one_clear_error():
 def test_health_endpoint_problems_name_the_part():
     from ops.services import health_problems
 
-    healthy = {"metadatabase": {"status": "healthy"},
-               "scheduler": {"status": "healthy", "latest_scheduler_heartbeat": "t0"},
-               "triggerer": {"status": None}, "dag_processor": {"status": "healthy"}}
+    healthy = {
+        "metadatabase": {"status": "healthy"},
+        "scheduler": {"status": "healthy", "latest_scheduler_heartbeat": "t0"},
+        "triggerer": {"status": None},
+        "dag_processor": {"status": "healthy"},
+    }
     assert health_problems(healthy) == {}
     dead = {**healthy, "scheduler": {"status": "unhealthy", "latest_scheduler_heartbeat": "t0"}}
     assert health_problems(dead) == {"scheduler": "the health endpoint says scheduler is unhealthy (last heartbeat t0)"}

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from ops.services import stop_groups
+from tasks.core.processes import stop_groups
 from tasks.core.settings import REPO_ROOT
 
 
