@@ -28,6 +28,7 @@ from typing import Any, Callable
 import httpx
 
 from ops.airflow_env import ADMIN_USER, airflow_env, ensure_secrets
+from tasks.core.files import atomic_write_json
 from tasks.core.processes import ProcessGroupError, group_members, proc_info, reap, stop_groups
 from tasks.core.settings import Settings
 from tasks.core.wait import wait_until
@@ -220,9 +221,7 @@ class AirflowServices:
             "parts": {n: p.to_json() for n, p in self.parts.items()},
             "retired": [{"name": p.name, **p.to_json()} for p in self.retired],
         }
-        tmp = self.state_file.with_suffix(".tmp")
-        tmp.write_text(json.dumps(state))
-        tmp.replace(self.state_file)
+        atomic_write_json(self.state_file, state)
 
     @classmethod
     def attach(cls, settings: Settings, state: dict | None = None) -> "AirflowServices":

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from tasks.core.files import atomic_write_json
+from tasks.core.files import atomic_write_json, atomic_write_with
 from tasks.core.log import log
 from tasks.core.records import CompressRecord, TrainRecord
 from tasks.core.steps import StepContext, step
@@ -123,22 +123,21 @@ def compress(ctx: StepContext, train: TrainRecord) -> CompressRecord:
     if cand is not None:
         prod = Registry(ctx.settings).state()["prod_model"]
         served = out_dir / SERVED_FILE
-        tmp = out_dir / f".{SERVED_FILE}.tmp"
-        shutil.copyfile(cand.onnx_path, tmp)
-        write_metadata(
-            tmp,
-            {
-                **read_metadata(tmp),
-                "name": cand.name,
-                "labels": [c.label for c in cand.chain],
-                "parent": FP32_FILE,
-                "source_model": "model.pt",
-                "run_id": ctx.run_id,
-                "data_version": train.data_version,
-                "parent_model": prod,
-            },
-        )
-        tmp.replace(served)
+        lineage = {
+            "name": cand.name,
+            "labels": [c.label for c in cand.chain],
+            "parent": FP32_FILE,
+            "source_model": "model.pt",
+            "run_id": ctx.run_id,
+            "data_version": train.data_version,
+            "parent_model": prod,
+        }
+
+        def write_served(tmp: Path) -> None:
+            shutil.copyfile(cand.onnx_path, tmp)
+            write_metadata(tmp, {**read_metadata(tmp), **lineage})
+
+        atomic_write_with(served, write_served)
         served_bytes = served.stat().st_size
         chosen_test = classification_metrics(test_y, predict(open_session(served), test_X))
 

@@ -18,6 +18,7 @@ from typing import Any, Literal
 import numpy as np
 
 from tasks.compression.errors import CompressionError
+from tasks.core.files import atomic_write_with
 
 INPUT, OUTPUT = "features", "p_spam"
 METADATA_KEY = "sluice.compression"
@@ -58,20 +59,21 @@ def optimize(src: Path, dst: Path, level: Optimization, metadata: dict[str, Any]
     """onnxruntime's offline optimizer (SessionOptions.optimized_model_filepath) at `level`."""
     import onnxruntime as ort
 
-    tmp = Path(dst).with_name(f".{Path(dst).name}.tmp")
-    if level == "none":
-        tmp.write_bytes(Path(src).read_bytes())
-    else:
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = {
-            "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-            "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-        }[level]
-        opts.optimized_model_filepath = str(tmp)
-        opts.intra_op_num_threads = 1
-        ort.InferenceSession(str(src), opts, providers=["CPUExecutionProvider"])
-    write_metadata(tmp, {**(metadata or {}), "optimization": level})
-    tmp.replace(dst)
+    def write(tmp: Path) -> None:
+        if level == "none":
+            tmp.write_bytes(Path(src).read_bytes())
+        else:
+            opts = ort.SessionOptions()
+            opts.graph_optimization_level = {
+                "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+            }[level]
+            opts.optimized_model_filepath = str(tmp)
+            opts.intra_op_num_threads = 1
+            ort.InferenceSession(str(src), opts, providers=["CPUExecutionProvider"])
+        write_metadata(tmp, {**(metadata or {}), "optimization": level})
+
+    atomic_write_with(Path(dst), write)
     return Path(dst)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tasks.compression.config import Fp16Config
+from tasks.core.files import atomic_write_with
 
 
 def convert_fp16(src: Path, dst: Path, cfg: Fp16Config) -> Path:
@@ -12,8 +13,6 @@ def convert_fp16(src: Path, dst: Path, cfg: Fp16Config) -> Path:
     from onnxconverter_common import float16
 
     dst = Path(dst)
-    tmp = dst.with_name(f".{dst.name}.tmp")
     model = float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=cfg.keep_io_types)
-    onnx.save(model, str(tmp))
-    tmp.replace(dst)
+    atomic_write_with(dst, lambda tmp: onnx.save(model, str(tmp)))
     return dst

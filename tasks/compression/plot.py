@@ -9,6 +9,7 @@ from html import escape
 from pathlib import Path
 
 from tasks.compression.search import pareto_front
+from tasks.core.files import atomic_write_text
 
 W, H, PAD_L, PAD_R, PAD_T, PAD_B = 760, 440, 70, 190, 40, 50
 
@@ -77,7 +78,5 @@ def pareto_svg(
             f'<text x="{lx + 10}" y="{PAD_T + 24 + 18 * i}">{text}</text>'
         )
     out.append("</svg>")
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp")
-    tmp.write_text("\n".join(out))
-    tmp.replace(path)
+    atomic_write_text(Path(path), "\n".join(out))
     return Path(path)

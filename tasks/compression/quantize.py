@@ -18,6 +18,7 @@ import numpy as np
 from tasks.compression.config import Int8DynamicConfig, Int8StaticConfig
 from tasks.compression.errors import CompressionError
 from tasks.compression.export import INPUT
+from tasks.core.files import atomic_write_with
 
 QUANTIZED_OPS = ("Gemm", "MatMul")
 
@@ -34,19 +35,19 @@ def quantize_dynamic_int8(src: Path, dst: Path, cfg: Int8DynamicConfig) -> Path:
 
     dst = Path(dst)
     pre = _pre_process(src, dst.with_name(f".{dst.stem}.pre.onnx"))
-    tmp = dst.with_name(f".{dst.name}.tmp")
     try:
-        quantize_dynamic(
-            str(pre),
-            str(tmp),
-            weight_type=QuantType.QInt8,
-            per_channel=cfg.per_channel,
-            op_types_to_quantize=list(QUANTIZED_OPS),
+        atomic_write_with(
+            dst,
+            lambda tmp: quantize_dynamic(
+                str(pre),
+                str(tmp),
+                weight_type=QuantType.QInt8,
+                per_channel=cfg.per_channel,
+                op_types_to_quantize=list(QUANTIZED_OPS),
+            ),
         )
-        tmp.replace(dst)
     finally:
         pre.unlink(missing_ok=True)
-        tmp.unlink(missing_ok=True)
     return dst
 
 
@@ -113,7 +114,6 @@ def quantize_static_int8(src: Path, dst: Path, cfg: Int8StaticConfig, X: np.ndar
     reader = type("Reader", (ArrayDataReader, CalibrationDataReader), {})(sample)
     dst = Path(dst)
     pre = _pre_process(src, dst.with_name(f".{dst.stem}.pre.onnx"))
-    tmp = dst.with_name(f".{dst.name}.tmp")
     method = {
         "minmax": CalibrationMethod.MinMax,
         "percentile": CalibrationMethod.Percentile,
@@ -121,19 +121,20 @@ def quantize_static_int8(src: Path, dst: Path, cfg: Int8StaticConfig, X: np.ndar
     }[cfg.method]
     act = {"int8": QuantType.QInt8, "uint8": QuantType.QUInt8}[cfg.activation_type]
     try:
-        quantize_static(
-            str(pre),
-            str(tmp),
-            reader,
-            quant_format=QuantFormat.QDQ,
-            per_channel=cfg.per_channel,
-            activation_type=act,
-            weight_type=QuantType.QInt8,
-            calibrate_method=method,
-            op_types_to_quantize=list(QUANTIZED_OPS),
+        atomic_write_with(
+            dst,
+            lambda tmp: quantize_static(
+                str(pre),
+                str(tmp),
+                reader,
+                quant_format=QuantFormat.QDQ,
+                per_channel=cfg.per_channel,
+                activation_type=act,
+                weight_type=QuantType.QInt8,
+                calibrate_method=method,
+                op_types_to_quantize=list(QUANTIZED_OPS),
+            ),
         )
-        tmp.replace(dst)
     finally:
         pre.unlink(missing_ok=True)
-        tmp.unlink(missing_ok=True)
     return dst

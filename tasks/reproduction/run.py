@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -92,19 +91,13 @@ def worktree(repo: Path, commit: str) -> Iterator[Path]:
 def worktree_env(settings: Settings, tree: Path) -> dict[str, str]:
     """The environment of a process running the worktree's code: its `tasks` first on the path, the
     same state (SLUICE_*), and the local backend's launcher settings (tasks/training/local.py)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
+    from tasks.training.local import worker_env
+
+    env = {k: v for k, v in worker_env().items() if not k.startswith("SLUICE_")}  # no secrets, loopback only
     env.update(settings.child_env())
     env.pop("SLUICE_PARAMS", None)  # params travel explicitly (the recorded ones)
     env.pop("SLUICE_CODE_COMMIT", None)
-    env.update(
-        {
-            "PYTHONPATH": str(tree),
-            "OMP_NUM_THREADS": "1",
-            "GLOO_SOCKET_IFNAME": "lo",
-            "PYTHONUNBUFFERED": "1",
-            "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-        }
-    )
+    env["PYTHONPATH"] = str(tree)
     return env
 
 
