@@ -10,12 +10,12 @@ import torch
 from tasks.compress import compress
 from tasks.compression.export import read_metadata
 from tasks.core.params import ParamsError, load_params
-from tasks.core.records import TrainRecord
 from tasks.core.steps import StepContext
 from tasks.datasets.demo_feed import DemoFeed
 from tasks.datasets.emails import FEATURE_NAMES, featurize
 from tasks.registry import Registry
 from tasks.training.model import SpamMLP, save_model
+from tests.steps.records import train_record
 
 FAST = {
     "candidates": [["int8_dynamic"], ["fp16"], ["prune_structured(0.5)", "int8_dynamic"]],
@@ -54,22 +54,8 @@ def home(settings, trained, tmp_path):
         part, index=False
     )
     version = Registry(settings).snapshot({"batch-0001": part}, {"rows_by_batch": {"batch-0001": len(train)}})
-    record = TrainRecord(
-        data_version=version["data_version"],
-        rows=len(train),
-        partitions=1,
-        epochs=1,
-        world_size=1,
-        device="cpu",
-        final_loss=0.1,
-        seconds=1.0,
-        resumed_from_step=None,
-        steps=1,
-        n_parameters=1,
-        warm_start=None,
-        metrics={},
-        model=str(path),
-        outputs=str(path.parent),
+    record = train_record(
+        data_version=version["data_version"], rows=len(train), model=str(path), outputs=str(path.parent)
     )
     return settings, record
 

@@ -11,7 +11,6 @@ from tasks.core.records import (
     EvaluateRecord,
     IngestRecord,
     RegisterRecord,
-    TrainRecord,
     WeakLabelRecord,
 )
 from tasks.core.steps import StepContext
@@ -24,28 +23,13 @@ from tasks.rollback_canary import rollback_canary
 from tasks.snapshot import snapshot
 from tests.registry.test_registry import partition
 from tests.registry.test_registry_hardening import nightly_registry, pair
+from tests.steps.records import train_record
 
 Q = {"roc_auc": 0.9}
 
 
 def train_rec(data_version="data-v3"):
-    return TrainRecord(
-        data_version=data_version,
-        rows=60,
-        partitions=3,
-        epochs=1,
-        world_size=1,
-        device="cpu",
-        final_loss=0.1,
-        seconds=1.0,
-        resumed_from_step=None,
-        steps=1,
-        n_parameters=1,
-        warm_start=None,
-        metrics={},
-        model="m.pt",
-        outputs="out",
-    )
+    return train_record(data_version=data_version, partitions=3)
 
 
 def evaluate_rec(champion="model-v2", passed=True):
