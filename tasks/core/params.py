@@ -249,6 +249,67 @@ class ScalingParams(Section):
         return self.profiles[self.profile]
 
 
+class CostParams(Section):
+    """Prices of the cost ledger (tasks/monitoring/cost.py), in `currency`. Defaults are list prices of a public
+    cloud in 2026 (on-demand, one region), rounded; set your own."""
+
+    currency: str = "USD"
+    gpu_hour: float = Field(2.50, ge=0)
+    """One accelerator for one hour (an on-demand data-center GPU)."""
+    cpu_hour: float = Field(0.04, ge=0)
+    """One vCPU for one hour."""
+    memory_gb_hour: float = Field(0.005, ge=0)
+    """One GB of memory for one hour."""
+    storage_gb_month: float = Field(0.023, ge=0)
+    """One GB stored for one month (object storage), prorated per day (30-day month)."""
+    manual_label: float = Field(0.08, ge=0)
+    """One label made by hand (what a weak label avoids)."""
+    engineer_hour: float = Field(90.0, ge=0)
+    """One hour of an engineer (incidents: quarantines, rejected models, canary rollbacks, manual rollbacks)."""
+    engineer_hours_per_incident: float = Field(0.5, ge=0)
+    """Engineer time one incident costs (someone reads the report and decides)."""
+
+
+class NotifierSpec(Section):
+    """An Airflow notifier to deliver alerts through: its class path and keyword arguments."""
+
+    class_path: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$")]
+    """e.g. airflow.providers.smtp.notifications.smtp.SmtpNotifier"""
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    """Passed to the class (no secrets here: notifiers take an Airflow connection id)."""
+
+
+class AlertParams(Section):
+    """Alert rules evaluated on the metrics store (tasks/monitoring/alerts.py); 0 turns a rule off."""
+
+    loss_spike_ratio: float = Field(3.0, ge=0)
+    """A logged loss above this x the median of the lines before it."""
+    grad_variance_ratio: float = Field(10.0, ge=0)
+    """Gradient variance across ranks above this x its median over the run (an explosion)."""
+    util_floor: Unit = 0.3
+    """Accelerator utilization under this is idle: an alert when a task's mean is under it, and waste in the ledger."""
+    p99_budget_ms: float = Field(50.0, ge=0)
+    """Serving p99 latency budget (canary steps, either variant)."""
+    online_auc_drop: Unit = 0.05
+    """Online ROC AUC of the served model this far under the previous run's."""
+    cost_jump_ratio: float = Field(1.5, ge=0)
+    """A day's cost above this x the previous day's."""
+    min_cost_for_jump: float = Field(0.01, ge=0)
+    """Days cheaper than this are not compared (noise)."""
+
+
+class MonitoringParams(Section):
+    """The metrics store, hardware sampling and alerts (tasks/monitoring, docs/monitoring.md)."""
+
+    enabled: StrictBool = True
+    """Record every step's usage and metrics in SLUICE_HOME/monitoring/metrics.sqlite."""
+    sample_every_s: float = Field(1.0, gt=0, le=600)
+    """Seconds between hardware samples (psutil; NVML when a GPU is present) during a task."""
+    alerts: AlertParams = AlertParams()
+    notifiers: tuple[NotifierSpec, ...] = ()
+    """Airflow notifiers that receive alerts (e.g. the SMTP provider's SmtpNotifier)."""
+
+
 class Params(Section):
     dataset: DatasetParams = DatasetParams()
     demo: DemoParams = DemoParams()
@@ -260,13 +321,20 @@ class Params(Section):
     canary: CanaryParams = CanaryParams()
     experiment: ExperimentParams = ExperimentParams()
     scaling: ScalingParams = ScalingParams()
+    cost: CostParams = CostParams()
+    monitoring: MonitoringParams = MonitoringParams()
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
     def digest(self) -> str:
-        """Stable hash of every hyperparameter: recorded in model lineage."""
-        return hashlib.sha256(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()[:16]
+        """Stable hash of every hyperparameter: recorded in model lineage. Prices and monitoring are not
+        hyperparameters (they change no model), so they are left out."""
+        hyper = {k: v for k, v in self.to_dict().items() if k not in _NOT_HYPERPARAMETERS}
+        return hashlib.sha256(json.dumps(hyper, sort_keys=True).encode()).hexdigest()[:16]
+
+
+_NOT_HYPERPARAMETERS = ("cost", "monitoring")
 
 
 class _Loader(yaml.SafeLoader):
