@@ -193,6 +193,14 @@ class StateLayout:
     def airflow_home(self) -> Path:
         return self.home / "airflow"
 
+    @property
+    def monitoring(self) -> Path:  # the metrics store (metrics.sqlite), kept across runs
+        return self.home / "monitoring"
+
+    @property
+    def reports(self) -> Path:  # reports that belong to no single run (the daily cost report)
+        return self.home / "reports"
+
     def run_dir(self, run_id: str) -> Path:
         return self.runs / safe_run_id(run_id)
 
