@@ -52,6 +52,10 @@ from tasks.training.telemetry import TrainingMetrics
 # Called each step with (rank, rows of this rank's micro-batch) just before its forward-backward;
 # its time counts as this rank's compute, as load balancing measures it (benchmarks slow ranks this way).
 MicroBatchHook = Callable[[int, int], None]
+# Called on every rank after each finished epoch with (epochs done, the model): True stops the training
+# there (rank 0's answer decides, so every rank stops at the same step). A tuning trial evaluates the
+# model on the gold dev set here and reports to its study, whose pruner may stop it.
+EpochHook = Callable[[int, torch.nn.Module], bool]
 
 
 def pick_device(p: TrainParams) -> torch.device:
@@ -269,6 +273,7 @@ def run_training(
     dist_timeout_s: int = 300,
     on_micro_batch: MicroBatchHook | None = None,
     sync_checkpoints: bool = False,
+    on_epoch: EpochHook | None = None,
 ) -> dict:
     """Train `p.epochs` epochs of `data_version` into `out` (resuming if a checkpoint of this same
     training is there); returns what train_metrics.json holds. `sync_checkpoints`: wait for each
@@ -300,6 +305,7 @@ def run_training(
     checkpointer = make_checkpointer(store) if ranks.master else None
     metrics = TrainingMetrics(store.local / "metrics.jsonl", enabled=ranks.master)
     blocked_s, saves = 0.0, 0  # the step loop's time inside checkpointing, by its own clock
+    stopped_at_epoch = None  # set when on_epoch stops the training early
     t0 = time.time()
 
     while state.step < total_steps:
@@ -343,6 +349,13 @@ def run_training(
             state.splits = rebalance(state.splits, [r.seconds_per_sample for r in stats], batch)
         if any(r.stop for r in stats):
             stop_with_checkpoint(state, checkpointer, ranks, device)
+        if (
+            epoch_done
+            and on_epoch is not None
+            and epoch_hook_stops(on_epoch, state, steps_per_epoch, model, ranks, device)
+        ):
+            stopped_at_epoch = state.step // steps_per_epoch
+            break
         if state.step % p.checkpoint_every == 0 and state.step < total_steps:
             blocked = time.perf_counter()
             checkpoint(state, checkpointer, ranks, device, wait=sync_checkpoints)
@@ -370,9 +383,26 @@ def run_training(
         "checkpoints": saves,
         "checkpoint_blocked_s": blocked_s,
         "n_parameters": sum(t.numel() for t in model.parameters()),
+        "stopped_at_epoch": stopped_at_epoch,
     }
     finish(result, model, store, ranks)
     return result
+
+
+def epoch_hook_stops(
+    on_epoch: EpochHook,
+    state: TrainState,
+    steps_per_epoch: int,
+    model: torch.nn.Module,
+    ranks: Ranks,
+    device: torch.device,
+) -> bool:
+    """Call the epoch hook; rank 0's answer, shared with every rank, says whether to stop."""
+    answer = float(bool(on_epoch(state.step // steps_per_epoch, model)))
+    stop = torch.tensor([answer], dtype=torch.float64, device=device)
+    if ranks.distributed:
+        dist.broadcast(stop, src=0)
+    return bool(stop.item())
 
 
 def stop_with_checkpoint(
@@ -425,10 +455,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(
-    argv: list[str] | None = None, on_micro_batch: MicroBatchHook | None = None, sync_checkpoints: bool = False
+    argv: list[str] | None = None,
+    on_micro_batch: MicroBatchHook | None = None,
+    sync_checkpoints: bool = False,
+    on_epoch: EpochHook | None = None,
 ) -> int:
     """The torchrun worker: arguments and settings in, `run_training` (`on_micro_batch`: see
-    MicroBatchHook; `sync_checkpoints`: see run_training; bench/slow_engine.py passes them)."""
+    MicroBatchHook; `sync_checkpoints`: see run_training; bench/slow_engine.py passes them;
+    `on_epoch`: see EpochHook, tasks/tuning/worker.py passes it)."""
     args = parse_args(argv)
     settings = Settings.from_env()
     raw = json.loads(args.params)
@@ -444,6 +478,7 @@ def main(
         dist_timeout_s=settings.dist_timeout_s,
         on_micro_batch=on_micro_batch,
         sync_checkpoints=sync_checkpoints,
+        on_epoch=on_epoch,
     )
     return 0
 
