@@ -17,6 +17,8 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
+from tasks.core.log import Progress
+
 ABSTAIN = -1
 HAM = 0
 SPAM = 1
@@ -75,10 +77,11 @@ def apply_lfs_dev(dev: pd.DataFrame, lfs: list[LabelingFunction]) -> np.ndarray:
 
 def apply_lfs(df: pd.DataFrame, lfs: list[LabelingFunction]) -> np.ndarray:
     """Label matrix L [n_rows, n_lfs]; an LF that raises fails loudly with its name."""
-    cols = []
+    cols, tracker = [], Progress(f"labeling {len(df)} rows", len(lfs), unit="LF")
     for lf in lfs:
         try:
             cols.append(lf(df))
         except Exception as exc:  # noqa: BLE001 - re-raised with the LF named
             raise RuntimeError(f"labeling function {lf.name!r} failed: {type(exc).__name__}: {exc}") from exc
+        tracker.update(len(cols))  # 'labeling 500 rows: LF 3/11 (27%), 40 LFs/s, ETA 0 s'
     return np.column_stack(cols) if cols else np.zeros((len(df), 0), np.int8)
