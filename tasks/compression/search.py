@@ -20,6 +20,7 @@ from tasks.compression.chain import Candidate, CompressionData, apply_chain, exp
 from tasks.compression.config import CompressionSearchConfig
 from tasks.compression.errors import CompressionError
 from tasks.compression.export import open_session, predict
+from tasks.core.log import Progress
 from tasks.evaluation.quality import classification_metrics
 
 
@@ -223,13 +224,15 @@ def run_search(
     base = export_baseline(model, Path(workdir))
     cands = {base.name: base}
     rows = [measure(base, gold_dev_X, gold_dev_y, slices, config.latency_repeats)]
-    errors = {}
-    for chain in config.chains():
+    errors, chains = {}, list(config.chains())
+    tracker = Progress("compression search", len(chains), unit="candidate", every_s=0)  # a line per candidate
+    for i, chain in enumerate(chains, start=1):
         t0 = time.perf_counter()
         try:
             cand = apply_chain(model, chain, data, workdir, parent=base)
         except CompressionError as exc:
             errors["+".join(c.label for c in chain)] = str(exc)
+            tracker.update(i)
             continue
         cands[cand.name] = cand
         rows.append(
@@ -238,6 +241,7 @@ def run_search(
                 "apply_s": time.perf_counter() - t0,
             }
         )
+        tracker.update(i)
     chosen_row, reasons = choose(rows, config.floor_ratio, config.latency_budget_ms)
     reasons.update(errors)
     gate_out = (
