@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from tasks.core.files import json_safe
+from tasks.core.log import Progress
 
 ADDRESS_FILE = Path("serving") / "address.json"  # under SLUICE_HOME, written by python -m tasks.serving
 MAX_ERRORS_KEPT = 10
@@ -219,7 +220,7 @@ async def replay_async(
             if labels is not None:
                 feedback_tasks.append(asyncio.create_task(feedback(request_id, int(labels[j]))))
 
-        tasks = []
+        tasks, tracker = [], Progress(f"replay to {url}", count, unit="request")
         for i in range(count):
             due = t0 + i / rate
             now = time.monotonic()
@@ -228,6 +229,7 @@ async def replay_async(
             if due > now:
                 await asyncio.sleep(due - now)
             tasks.append(asyncio.create_task(predict(i)))
+            tracker.update(i + 1)  # requests sent so far, the rate, the ETA at this rate
         if tasks:
             done, pending = await asyncio.wait(tasks, timeout=max(deadline - time.monotonic(), 0) + timeout_s)
             for t in pending:

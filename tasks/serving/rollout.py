@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
-from tasks.core.log import log
+from tasks.core.log import Progress, log
 from tasks.core.params import Params
 from tasks.core.settings import Settings
 
@@ -115,6 +115,7 @@ def run_canary(settings: Settings, params: Params, champion: str, challenger: st
     log_path = settings.home / "serving" / "predictions.jsonl"
     dataset = load_dataset(params.dataset.module)
     rollout, started = Rollout(passed=True), time.time()
+    tracker = Progress(f"canary {challenger} vs {champion}", len(c.steps), unit="weight step", every_s=0)
     for i, weight in enumerate(c.steps):
         if i:
             registry.set_canary_weight(weight, reason=f"canary step {i + 1}/{len(c.steps)}", who="nightly_pipeline")
@@ -146,6 +147,7 @@ def run_canary(settings: Settings, params: Params, champion: str, challenger: st
             f"canary step {i + 1}/{len(c.steps)} at {weight}%: {traffic.sent} requests "
             f"({traffic.failed} failed), {'PASS' if verdict.passed else 'FAIL: ' + '; '.join(verdict.reasons)}"
         )
+        tracker.update(i + 1)
         if not verdict.passed:
             rollout.passed = False
             break
