@@ -41,7 +41,8 @@ def progress(
     if new <= 0 or elapsed <= 0:
         return f"{line}, {_plural(unit)}/s n/a, ETA n/a"
     rate = new / elapsed
-    return f"{line}, {rate:.3g} {_plural(unit)}/s, ETA {_duration(max(0, total - done) / rate)}"
+    shown = f"{rate:,.0f}" if rate >= 100 else f"{rate:.3g}"
+    return f"{line}, {shown} {_plural(unit)}/s, ETA {_duration(max(0, total - done) / rate)}"
 
 
 class Progress:

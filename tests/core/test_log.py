@@ -13,6 +13,7 @@ def test_progress_eta_in_minutes_and_hours_and_other_units():
     assert progress(10, 1000, started=0.0, now=10.0, unit="row") == "row 10/1000 (1%), 1 rows/s, ETA 16 min 30 s"
     assert progress(1, 10_000, started=0.0, now=1.0, unit="LF") == "LF 1/10000 (0%), 1 LFs/s, ETA 2 h 46 min"
     assert progress(400, 400, started=0.0, now=8.0) == "step 400/400 (100%), 50 steps/s, ETA 0 s"
+    assert progress(12_345, 20_000, started=0.0, now=1.0, unit="row") == "row 12345/20000 (61%), 12,345 rows/s, ETA 1 s"
 
 
 def test_progress_before_any_work_or_time_says_na():
