@@ -30,6 +30,7 @@ from tasks.compression.config import ChainSpec, CompressionSearchConfig, parse_c
 from tasks.compression.errors import CompressionError
 from tasks.core.settings import REPO_ROOT, Settings
 from tasks.core.versions import DATA_VERSION_PATTERN
+from tasks.tuning.space import TuningParams
 
 DEFAULT_PARAMS_FILE = REPO_ROOT / "params.yaml"  # SLUICE_PARAMS names another file
 
@@ -110,6 +111,9 @@ class TrainParams(Section):
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     stream_cache_mb: float = Field(256.0, gt=0)
     """Megabytes of featurized partitions kept in memory; larger data versions stream."""
+    params_overlay: Annotated[str, Field(pattern=r"^(none|latest|tuned-v[1-9][0-9]{0,8})$")] = "none"
+    """A tuned overlay from the registry (tasks/registry/tuning.py) over these values: none, latest
+    (the newest, resolved when the train step starts) or tuned-vN; the model's lineage names it."""
 
     @field_validator("batch_size")
     @classmethod
@@ -323,6 +327,7 @@ class Params(Section):
     scaling: ScalingParams = ScalingParams()
     cost: CostParams = CostParams()
     monitoring: MonitoringParams = MonitoringParams()
+    tuning: TuningParams = TuningParams()
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -334,7 +339,7 @@ class Params(Section):
         return hashlib.sha256(json.dumps(hyper, sort_keys=True).encode()).hexdigest()[:16]
 
 
-_NOT_HYPERPARAMETERS = ("cost", "monitoring")
+_NOT_HYPERPARAMETERS = ("cost", "monitoring", "tuning")  # tuning: its result enters as train.params_overlay
 
 
 class _Loader(yaml.SafeLoader):
