@@ -79,6 +79,9 @@ class Settings(BaseSettings):
     k8s_namespace: str = Field("", description="kubernetes: the trainers' namespace")
     k8s_nodes: int | None = Field(None, ge=1, description="kubernetes: nodes (overrides the scaling profile)")
     k8s_gpus_per_node: int | None = Field(None, ge=1, description="kubernetes: GPUs per node (overrides the profile)")
+    tuning_storage: str = Field(
+        "", description="a tuning study's storage: empty, a journal file under SLUICE_HOME; or postgresql://..."
+    )
 
     @field_validator("home", mode="after")
     @classmethod
@@ -105,6 +108,13 @@ class Settings(BaseSettings):
         why = url_credentials_error(v)
         if why:
             raise ValueError(why)
+        return v
+
+    @field_validator("tuning_storage")
+    @classmethod
+    def _tuning_storage(cls, v: str) -> str:
+        if v and not v.startswith(("postgresql://", "postgresql+")):
+            raise ValueError(f"must be empty (a journal file) or a postgresql:// URL, got {redact(v)!r}")
         return v
 
     @field_validator("train_backend")
