@@ -84,6 +84,16 @@ class WeakLabelParams(Section):
     """Drift flags: the absolute change from the previous data version's labeling that is reported."""
     drift_max_conflict_change: Annotated[float, Field(gt=0, le=1)] = 0.10
     drift_max_balance_change: Annotated[float, Field(gt=0, le=1)] = 0.10
+    gold_budget: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.05
+    """Fraction of each batch's rows that carry a gold label the end model trains on (the demo replays
+    them from the dataset's true labels, drawn by a seeded hash of the row id; never a test row)."""
+    mix: Literal["weak_plus_gold", "weak_only", "gold_only"] = "weak_plus_gold"
+    """What the end model trains on: weak labels plus the gold that exists (gold wins), or one alone."""
+    weak_weight: Literal["auto"] | Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = "auto"
+    """Weak rows' weight in the noise-aware loss (their target is the label model's P(spam));
+    auto: chosen on gold dev folds (tasks/labeling/weak_weight.py), 0 when weak labels do not help."""
+    class_balance_prior: StrictBool = True
+    """The label model's class balance from the gold dev labels (false: Snorkel's uniform prior)."""
 
 
 class TrainParams(Section):
