@@ -23,7 +23,8 @@ from typing import Any
 
 from tasks.core.files import atomic_write_json
 from tasks.core.log import log
-from tasks.registry.repo import ANY, RegistryError, RepoBase, check_expected, check_version
+from tasks.registry.gto_tags import sync as sync_gto_tags
+from tasks.registry.repo import ANY, MirrorError, RegistryError, RepoBase, check_expected, check_version
 from tasks.registry.serving import SERVED_ARTIFACT, check_artifact_name, serving_state
 
 
@@ -43,6 +44,17 @@ class ModelVersions(RepoBase):
         state = super().state()
         state["serving"] = serving_state(state)
         return state
+
+    def _mirror(self) -> None:
+        """Before each push to the git mirror (and at the end of every transaction): GTO tags for what
+        the committed registry.json says (gto_tags.py), so the mirror gets them with the commit."""
+        try:
+            added = sync_gto_tags(self.root, json.loads(self.git("show", "HEAD:registry.json")))
+        except RuntimeError as exc:
+            raise MirrorError(f"committed, but the GTO tags could not be written (a retry writes them): {exc}") from exc
+        if added:
+            log(f"registry: GTO tags {', '.join(added)}")
+        super()._mirror()
 
     def model_version_info(self, version: str) -> dict[str, Any]:
         check_version("model", version)
