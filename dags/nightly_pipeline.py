@@ -28,6 +28,9 @@ outputs. The steps after `train` see no difference.
 This file only wires tasks and branches: every step is declared once in `tasks/<step>.py`
 (its upstream records and options), and `_run` calls it inside the task, so parsing
 stays light and the same step runs as `python -m tasks.<step>`.
+
+**Assets**: `snapshot` emits `sluice_data_version` and `register` emits `sluice_model_version`, the
+version in the event's extra (`tasks/core/assets.py`, `docs/assets.md`): schedule a DAG on them.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from datetime import timedelta
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import Param, TriggerRule, dag, task
 from airflow.timetables.trigger import CronTriggerTimetable
+
+from tasks.core.assets import DATA_VERSIONS, MODEL_VERSIONS  # airflow.sdk only
 
 DAG_ID = "nightly_pipeline"
 
@@ -119,9 +124,13 @@ def nightly_pipeline():
     def quarantine_labeled(**context):
         return _run("tasks.quarantine", context).path
 
-    @task(pool="sluice_registry")
+    @task(pool="sluice_registry", outlets=[DATA_VERSIONS])
     def snapshot(**context):
-        return _run("tasks.snapshot", context).data_version
+        from tasks.core.assets import snapshot_extra
+
+        r = _run("tasks.snapshot", context)
+        context["outlet_events"][DATA_VERSIONS].extra = snapshot_extra(r, context["run_id"])
+        return r.data_version
 
     @task(execution_timeout=timedelta(hours=4))
     def train(**context):
@@ -151,9 +160,13 @@ def nightly_pipeline():
     def reject_model_compress(**context):
         return _run("tasks.reject_model", context).gate
 
-    @task
+    @task(outlets=[MODEL_VERSIONS])
     def register(**context):
-        return _run("tasks.register", context).model_version
+        from tasks.core.assets import register_extra
+
+        r = _run("tasks.register", context)
+        context["outlet_events"][MODEL_VERSIONS].extra = register_extra(r, context["run_id"])
+        return r.model_version
 
     @task(pool="sluice_registry")
     def deploy_canary(**context):

@@ -13,6 +13,10 @@ changes. Running the same rollback twice is harmless. Versions are never deleted
 
 Trigger from the UI (Trigger DAG w/ config) or the REST API:
 `POST /api/v2/dags/rollback/dagRuns {"logical_date": null, "conf": {"model_version": "model-v2", "reason": "..."}}`
+
+**Assets**: a pointer it moves emits an event of `sluice_data_version` / `sluice_model_version`
+(extra: `{"event": "rollback", "<kind>_version", "previous", "run_id"}`), through the alias
+`sluice_rollback_moves`; a rollback that changes nothing emits none.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from datetime import timedelta
 
 from airflow.sdk import Param, dag, task
 
+from tasks.core.assets import ROLLBACK_MOVES  # airflow.sdk only
 from tasks.core.versions import DATA_VERSION_PATTERN, MODEL_VERSION_PATTERN  # stdlib only
 
 
@@ -51,20 +56,24 @@ from tasks.core.versions import DATA_VERSION_PATTERN, MODEL_VERSION_PATTERN  # s
     },
 )
 def rollback():
-    @task(pool="sluice_registry")
+    @task(pool="sluice_registry", outlets=[ROLLBACK_MOVES])
     def rollback_versions(**context):
+        from tasks.core.assets import rollback_events
         from tasks.core.steps import run_airflow_task
 
         params, who = context["params"], getattr(context["dag_run"], "triggering_user_name", None) or "airflow"
         # A bad version is refused (RegistryError) and fails the task at once: nothing changed, no retry.
-        return run_airflow_task(
+        r = run_airflow_task(
             "tasks.rollback",
             context,
             data_version=params["data_version"],
             model_version=params["model_version"],
             reason=params["reason"],
             who=who,
-        ).after
+        )
+        for asset, extra in rollback_events(r, context["run_id"]):  # an asset event per pointer it moved
+            context["outlet_events"][ROLLBACK_MOVES].add(asset, extra=extra)
+        return r.after
 
     rollback_versions()
 

@@ -20,7 +20,8 @@ for dag_id, dag in bag.dags.items():
         "max_active_runs": dag.max_active_runs, "doc": bool(dag.doc_md),
         "params": sorted(dag.params.keys()), "paused_on_creation": dag.is_paused_upon_creation,
         "tasks": {t.task_id: {"retries": t.retries, "down": sorted(t.downstream_task_ids),
-                              "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule)} for t in dag.tasks},
+                              "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule),
+                              "outlets": [type(o).__name__ + ":" + o.name for o in t.outlets]} for t in dag.tasks},
     }
 out["heavy"] = sorted(m for m in %r if m in sys.modules)
 print(json.dumps(out))
@@ -95,3 +96,13 @@ def test_rollback_dag(dagbag):
     assert list(d["tasks"]) == ["rollback_versions"]
     assert d["params"] == ["data_version", "model_version", "reason"]
     assert d["paused_on_creation"] is False  # an emergency rollback must not wait in `queued`
+
+
+def test_version_steps_emit_assets(dagbag):
+    """snapshot and register declare the data and model version Assets (a user's DAG can be scheduled on
+    them); the rollback DAG emits through an alias, only for the pointers it moved; no other task emits."""
+    nightly = dagbag["dags"]["nightly_pipeline"]["tasks"]
+    assert nightly["snapshot"]["outlets"] == ["Asset:sluice_data_version"]
+    assert nightly["register"]["outlets"] == ["Asset:sluice_model_version"]
+    assert {k for k, t in nightly.items() if t["outlets"]} == {"snapshot", "register"}
+    assert dagbag["dags"]["rollback"]["tasks"]["rollback_versions"]["outlets"] == ["AssetAlias:sluice_rollback_moves"]
