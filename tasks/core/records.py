@@ -110,6 +110,8 @@ class TrainRecord(Record):
     metrics: dict[str, Any]
     model: str
     outputs: str
+    params_overlay: str | None = None  # the tuned overlay (tuned-vN) applied to train, if any
+    overlay_values: dict[str, Any] | None = None  # the train values it set
 
 
 class EvaluateRecord(GateRecord):
@@ -221,6 +223,52 @@ class ReportRecord(Record):
     prod_model: str | None
 
 
+class TunePlanRecord(Record):
+    """A tuning run's plan (dags/tuning.py): the study, what it may spend, the trial slots to map over."""
+
+    study: str
+    data_version: str
+    storage: str  # the journal file, or the PostgreSQL URL with its password redacted
+    dev: str  # the gold dev set the trials score (a path, or a URI pods read)
+    n_trials: int
+    parallelism: int
+    cost_ceiling: float
+    seed: int
+    finished: int  # trials already complete or pruned (a resumed study keeps them)
+    spent: float
+    trial_cost_floor: float
+    slots: list[int]  # one mapped trial task each
+
+
+class TuneTrialRecord(Record):
+    """One mapped trial: its study trial number, verdict, dev ROC AUC and ledger cost (or why it was skipped)."""
+
+    index: int
+    skipped: str | None = None
+    number: int | None = None
+    state: str | None = None
+    value: float | None = None
+    cost: float | None = None
+    epochs: int | None = None
+    params: dict[str, Any] | None = None
+    pruned_by: str | None = None
+
+
+class TuneReportRecord(Record):
+    """The study's result: counts, the Pareto front, the chosen trial and the tuned overlay registered."""
+
+    study: str
+    data_version: str
+    trials: dict[str, int]  # by state
+    spent: float
+    best_value: float | None
+    chosen: dict[str, Any] | None
+    front: list[int]
+    overlay_version: str | None
+    plot: str
+    table: str
+
+
 # The record type of each step's record file (runs/<run_id>/steps/<name>.json).
 RECORDS: dict[str, type[Record]] = {
     "ingest": IngestRecord,
@@ -241,4 +289,7 @@ RECORDS: dict[str, type[Record]] = {
     "rollback_canary": RollbackCanaryRecord,
     "rollback": RollbackRecord,
     "report": ReportRecord,
+    "tune_plan": TunePlanRecord,
+    "tune_trial": TuneTrialRecord,
+    "tune_report": TuneReportRecord,
 }
