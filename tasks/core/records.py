@@ -65,6 +65,13 @@ class WeakLabelRecord(Record):
     chosen: str
     quality_dev: dict[str, Quality]
     lf_table: list[dict[str, Any]]
+    # What trains the end model (tasks/labeling/mix.py): the mix, the gold budget, the weak rows' weight
+    # and how it was chosen (mean ROC AUC on gold dev folds by weight), rows and loss weight per source.
+    mix: str | None = None
+    gold_budget: float | None = None
+    weak_weight: float | None = None
+    weak_weight_choice: dict[str, Any] | None = None
+    label_counts: dict[str, dict[str, float]] | None = None
 
 
 class QuarantineRecord(Record):
