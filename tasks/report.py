@@ -67,6 +67,7 @@ def build_summary(
         "labeling": {
             **pick(wl, "coverage", "chosen", "quality_dev", "n_lfs", "lf_table", "drift", "drift_compared_with"),
             "stats": wl.labeling_stats,
+            **pick(wl, "mix", "gold_budget", "weak_weight", "weak_weight_choice", "label_counts"),
         }
         if wl
         else None,
@@ -142,6 +143,36 @@ def compression_lines(c: dict[str, Any] | None) -> list[str]:
     ]
 
 
+def training_label_lines(lab: dict[str, Any]) -> list[str]:
+    """How many gold and weak labels of this batch train the model, and what the weak ones added on the
+    gold dev folds (mean ROC AUC at the chosen weak weight vs without weak labels)."""
+    counts = lab.get("label_counts")
+    if not counts:
+        return []
+    gold, weak, none = counts["gold"], counts["weak"], counts["none"]
+    line = (
+        f"  train labels   {lab['mix']}: {gold['training_rows']} gold (budget {lab['gold_budget']:.0%}), "
+        f"{weak['training_rows']} weak at weight {lab['weak_weight']:g}, {none['rows']} unlabeled"
+    )
+    total = gold["weight"] + weak["weight"]
+    if total:
+        line += f"; share of the loss weight: gold {gold['weight'] / total:.0%}, weak {weak['weight'] / total:.0%}"
+    lines = [line]
+    choice = lab.get("weak_weight_choice") or {}
+    auc = choice.get("fold_auc") or {}
+    if auc and "0" in auc:
+        chosen = auc.get(f"{lab['weak_weight']:g}", float("nan"))
+        lines.append(
+            f"                 on {choice['folds']} gold dev folds: ROC AUC {chosen:.3f} with weak labels vs "
+            f"{auc['0']:.3f} on the gold rows alone ({chosen - auc['0']:+.3f} from the weak labels; by weight: "
+            + ", ".join(f"{w}: {v:.3f}" for w, v in auc.items())
+            + ")"
+        )
+    elif choice.get("reason"):
+        lines.append(f"                 weak weight: {choice['reason']}")
+    return lines
+
+
 def render_text(s: dict[str, Any]) -> str:
     lines = [f"Sluice nightly run {s['run_id']}", f"  outcome        {s['outcome']}"]
     b = s["batch"]
@@ -164,6 +195,7 @@ def render_text(s: dict[str, Any]) -> str:
             lines.append(
                 f"  {r['lf']:<22}{votes:>6}{r['coverage']:>10.3f}{r['overlaps']:>10.3f}{r['conflicts']:>10.3f}{acc:>9}"
             )
+        lines += training_label_lines(lab)
         if lab["drift"]:
             lines += [f"  DRIFT vs {lab['drift_compared_with']}: {flag}" for flag in lab["drift"]]
         elif lab["drift_compared_with"]:
