@@ -96,6 +96,7 @@ def run_trial(
     settings,
     *,
     data_version: str,
+    dev: str,
     out_root: Path,
     seed: int,
     n_trials: int,
@@ -130,7 +131,15 @@ def run_trial(
     t0 = time.time()
     try:
         rc = train_trial(
-            study.study_name, trial._trial_id, data_version, out, tp, settings, per_hour, cost_ceiling, used
+            study.study_name,
+            trial._trial_id,
+            data_version,
+            dev,
+            out,
+            tp,
+            per_hour,
+            cost_ceiling - used if cost_ceiling else None,
+            p.tuning.trial_timeout_s,
         )
     finally:
         beat.join()
@@ -142,12 +151,11 @@ def train_trial(
     study_name: str,
     trial_id: int,
     data_version: str,
+    dev: str,
     out: Path,
     tp: TrainParams,
-    settings,
     per_hour: float,
-    ceiling: float,
-    used: float,
+    budget_left: float | None,
     timeout_s: float = 3600,
 ) -> int:
     """The local backend: torchrun with the tuning worker (the engine plus the epoch hook)."""
@@ -160,11 +168,11 @@ def train_trial(
         "--trial-id",
         str(trial_id),
         "--dev",
-        str(settings.layout.gold / "dev.parquet"),
+        dev,
         "--cost-per-hour",
         repr(per_hour),
         "--budget-left",
-        repr(ceiling - used if ceiling else -1.0),
+        repr(-1.0 if budget_left is None else budget_left),
     ]
     proc = start_torchrun(data_version, out, tp, max_restarts=0, module=WORKER_MODULE, module_args=module_args)
     try:
