@@ -8,6 +8,7 @@ outputs into the same folder, so the steps after train see no difference.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from tasks.core.files import read_json
@@ -22,6 +23,7 @@ from tasks.registry import Registry
 @step(help={"data_version": "train on this version (default: the one this run's snapshot made)"})
 def train(ctx: StepContext, snapshot: SnapshotRecord | None = None, *, data_version: str | None = None) -> TrainRecord:
     from tasks.training.local import run_torchrun
+    from tasks.tuning.overlay import apply_overlay
 
     version = data_version or (snapshot.data_version if snapshot else None)
     if not version or not is_data_version(version):
@@ -29,8 +31,9 @@ def train(ctx: StepContext, snapshot: SnapshotRecord | None = None, *, data_vers
             f"train needs a data version like data-v3 (got {version!r}): pass --data-version or run snapshot first"
         )
     out = ctx.run_dir / "train"
-    run_torchrun(version, out, ctx.params.train, init_from=warm_start_version(ctx.settings, ctx.params.train))
-    return _record(out)
+    p, overlay, values = apply_overlay(ctx.settings, ctx.params.train)  # train.params_overlay: a tuned-vN
+    run_torchrun(version, out, p, init_from=warm_start_version(ctx.settings, p))
+    return _record(out, overlay=overlay, overlay_values=values)
 
 
 def warm_start_version(settings: Settings, p: TrainParams) -> str | None:
@@ -46,12 +49,13 @@ def collect(ctx: StepContext, plan_train: TrainPlanRecord) -> TrainRecord:
 
     out = ctx.run_dir / "train"
     fetch_outputs(plan_train.out_uri, out, OUTPUTS)
-    return _record(out, plan_train.out_uri)
+    overlay = json.loads(plan_train.params).get("params_overlay", "none")
+    return _record(out, plan_train.out_uri, overlay=None if overlay == "none" else overlay)
 
 
-def _record(out: Path, out_uri: str | None = None) -> TrainRecord:
-    import json
-
+def _record(
+    out: Path, out_uri: str | None = None, overlay: str | None = None, overlay_values: dict | None = None
+) -> TrainRecord:
     from tasks.training.telemetry import summarize
 
     m = read_json(out / "train_metrics.json")
@@ -75,6 +79,8 @@ def _record(out: Path, out_uri: str | None = None) -> TrainRecord:
         metrics=summarize([json.loads(x) for x in lines]),
         model=str(out / "model.pt"),
         outputs=out_uri or str(out),
+        params_overlay=overlay,
+        overlay_values=overlay_values,
     )
 
 
