@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tasks.compression.served import SERVED_NAME
+from tasks.core.log import log
 from tasks.core.records import CompressRecord, EvaluateRecord, RegisterRecord, TrainRecord
 from tasks.core.steps import StepContext, step
 from tasks.registry import Registry, code_commit
@@ -69,8 +70,22 @@ def register(
         "reproduce": reproduce_inputs(ctx, train, compress, commit),
     }
     result = Registry(ctx.settings).register_model(ctx.run_id, artifacts, lineage)
+    write_card(ctx, result["model_version"])
     keep = ("model_version", "created", "data_version", "code_commit", "params_hash", "parent_model")
     return RegisterRecord(**{k: result.get(k) for k in keep})
+
+
+def write_card(ctx: StepContext, version: str) -> None:
+    """The version's model card (tasks/monitoring/model_card.py); the version is registered either way,
+    so a card that cannot be written is a log line (the report step writes it again)."""
+    from tasks.monitoring.model_card import write_model_card
+
+    try:
+        paths = write_model_card(ctx.settings, version)
+    except Exception as exc:  # noqa: BLE001 - the registration above stands; the card is derived from it
+        log(f"model card of {version} not written: {type(exc).__name__}: {exc}")
+        return
+    log(f"model card: {paths['html']}")
 
 
 def reproduce_inputs(ctx: StepContext, train: TrainRecord, compress: CompressRecord, commit: str) -> dict[str, Any]:

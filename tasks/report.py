@@ -285,6 +285,9 @@ def report(ctx: StepContext, *, failed_steps: str = "") -> ReportRecord:
     atomic_write_json(run_dir / "summary.json", summary)
     atomic_write_bytes(run_dir / "summary.txt", text.encode())
     log("run summary:\n" + text)
+    from tasks.monitoring.html_report import write_report
+
+    log(f"run report: {write_report(ctx.settings, ctx.run_id, summary)}")
     return ReportRecord(
         outcome=summary["outcome"],
         summary=str(run_dir / "summary.txt"),
