@@ -18,7 +18,8 @@ from typing import Any
 
 from tasks.core.files import atomic_write_json
 from tasks.core.log import log
-from tasks.registry.repo import RegistryError, RepoBase, check_version
+from tasks.core.settings import redact
+from tasks.registry.repo import RegistryError, RepoBase, check_version, remote_read_errors
 
 BATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 DEFAULT_DATASET = "emails"  # the bundled dataset; the snapshot step names the active one
@@ -148,11 +149,13 @@ class DataVersions(RepoBase):
         from dvc.api import DVCFileSystem
 
         check_version("data", version)
-        fs = DVCFileSystem(repo_url or str(self.root), rev=version)
-        try:
-            info = json.loads(fs.read_text(f"data/versions/{version}.json"))
-        except FileNotFoundError:
-            raise RegistryError(f"data version {version} has no metadata in {repo_url or self.root}") from None
+        where = repo_url or str(self.root)
+        with remote_read_errors(f"data version {version}", where):
+            fs = DVCFileSystem(where, rev=version)
+            try:
+                info = json.loads(fs.read_text(f"data/versions/{version}.json"))
+            except FileNotFoundError:
+                raise RegistryError(f"data version {version} has no metadata in {redact(where)}") from None
         return fs, info
 
     def read_data_version(self, version: str, repo_url: str | None = None) -> "Any":
@@ -161,9 +164,10 @@ class DataVersions(RepoBase):
 
         fs, info = self.open_data_version(version, repo_url)
         frames = []
-        for part in info["partitions"]:
-            with fs.open(part["path"], "rb") as f:
-                frames.append(pd.read_parquet(f))
+        with remote_read_errors(f"data version {version}", repo_url or self.root):
+            for part in info["partitions"]:
+                with fs.open(part["path"], "rb") as f:
+                    frames.append(pd.read_parquet(f))
         return pd.concat(frames, ignore_index=True)
 
 

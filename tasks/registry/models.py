@@ -23,8 +23,17 @@ from typing import Any
 
 from tasks.core.files import atomic_write_json
 from tasks.core.log import log
+from tasks.core.settings import redact
 from tasks.registry.gto_tags import sync as sync_gto_tags
-from tasks.registry.repo import ANY, MirrorError, RegistryError, RepoBase, check_expected, check_version
+from tasks.registry.repo import (
+    ANY,
+    MirrorError,
+    RegistryError,
+    RepoBase,
+    check_expected,
+    check_version,
+    remote_read_errors,
+)
 from tasks.registry.serving import SERVED_ARTIFACT, check_artifact_name, serving_state
 
 
@@ -118,11 +127,13 @@ class ModelVersions(RepoBase):
             return local.read_bytes()
         from dvc.api import DVCFileSystem
 
-        fs = DVCFileSystem(repo_url or str(self.root), rev=version)
-        try:
-            return fs.read_bytes(f"models/{version}/{artifact}")
-        except FileNotFoundError:
-            raise RegistryError(f"model version {version} has no {artifact} in {repo_url or self.root}") from None
+        where = repo_url or str(self.root)
+        with remote_read_errors(f"model version {version}", where):  # redacted: a URL may carry a password
+            fs = DVCFileSystem(where, rev=version)
+            try:
+                return fs.read_bytes(f"models/{version}/{artifact}")
+            except FileNotFoundError:
+                raise RegistryError(f"model version {version} has no {artifact} in {redact(where)}") from None
 
     def _pointer(self, version: str, artifact: str) -> dict[str, Any]:
         """What the server loads for `version`: {"model_version", "artifact" (path in the registry), "sha256"}.

@@ -22,7 +22,7 @@ from typing import Any, Iterator
 from tasks.core.errors import RefusedError
 from tasks.core.files import atomic_write_json
 from tasks.core.log import log
-from tasks.core.settings import REPO_ROOT, Settings
+from tasks.core.settings import REPO_ROOT, Settings, redact
 from tasks.core.versions import is_data_version, is_model_version, version_number
 
 # current_data: the data version the next snapshot builds on; prod_model: the champion;
@@ -38,6 +38,30 @@ class RegistryError(RefusedError):
 class MirrorError(RuntimeError):
     """A change was committed, but pushing it to SLUICE_REGISTRY_GIT_REMOTE failed. Not a refusal: a
     retry (or any later transaction) pushes again."""
+
+
+class RemoteReadError(RuntimeError):
+    """Reading the registry through a remote (DVC cloning its git repository, or streaming from its DVC
+    remote) failed. Not a refusal: a retry may help. The message is redacted: no URL's password in it."""
+
+
+@contextlib.contextmanager
+def remote_read_errors(what: str, where: object) -> Iterator[None]:
+    """DVC's errors while reading `what` through `where`, re-raised as one RemoteReadError whose message
+    names the error and its causes with every URL redacted: DVC's own messages (a CloneError's cause) carry
+    the URL as given, user and password included; the original is not shown with it (`from None`)."""
+    from dvc.exceptions import DvcException
+
+    try:
+        yield
+        return
+    except DvcException as exc:
+        said, cause = [], exc
+        while cause is not None and len(said) < 3:
+            said.append(f"{type(cause).__name__}: {cause}")
+            cause = cause.__cause__
+        message = redact(f"cannot read {what} through {where}: {'; caused by '.join(said)}")
+    raise RemoteReadError(message) from None
 
 
 class _Unchecked:
@@ -106,7 +130,8 @@ class RepoBase:
     def git(self, *args: str, check: bool = True) -> str:
         proc = subprocess.run(["git", "-C", str(self.root), *args], capture_output=True, text=True)
         if check and proc.returncode != 0:
-            raise RegistryError(f"git {' '.join(args)} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+            # redact: an argument or git's own output may be a URL with a password in it
+            raise RegistryError(redact(f"git {' '.join(args)} failed: {proc.stderr.strip() or proc.stdout.strip()}"))
         return proc.stdout.strip()
 
     def _dvc(self):
@@ -250,8 +275,10 @@ class RepoBase:
         )
         if proc.returncode != 0:
             raise MirrorError(
-                f"committed, but the push to the registry mirror {remote} failed (a retry pushes "
-                f"again): {proc.stderr.strip() or proc.stdout.strip()}"
+                redact(
+                    f"committed, but the push to the registry mirror {remote} failed (a retry pushes "
+                    f"again): {proc.stderr.strip() or proc.stdout.strip()}"
+                )
             )
 
     # ---- state, tags, audit -----------------------------------------------------
