@@ -121,8 +121,9 @@ def run_trial(
     # Seeded per trial number: a trial's draws do not depend on which process asked before it.
     study.sampler = make_sampler(p.tuning, seed + trial.number)
     values = suggest(trial, p.tuning.space)
-    tp = trial_train_params(p.train, values, p.tuning.nproc)
     resources = resources_for(settings, p)
+    # A pod trains on all its GPUs (one process each); the local backend runs tuning.nproc processes.
+    tp = trial_train_params(p.train, values, int(resources.gpus) or p.tuning.nproc)
     per_hour = trial_cost(3600, resources, p.cost)
     out = out_root / f"trial-{trial.number}"
     trial.set_user_attr("train", {k: tp.model_dump(mode="json")[k] for k in sorted(values)})
