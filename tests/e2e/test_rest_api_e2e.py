@@ -121,3 +121,103 @@ def test_rollback_dag_over_rest(services):
     again = client.trigger("rollback", {"data_version": "data-v1", "model_version": "model-v1", "reason": "again"})
     assert client.wait_for_run("rollback", again, timeout_s=300) == "success"
     assert json.loads((reg.root / "audit.jsonl").read_text().splitlines()[-1]) == audit
+
+
+def readme_rest_calls() -> dict[str, str]:
+    """The README's REST section as {comment line: the shell command under it}."""
+    import re
+
+    from tasks.core.settings import REPO_ROOT
+
+    text = (REPO_ROOT / "README.md").read_text()
+    section = text.split("## The Airflow UI and the REST API", 1)[1].split("\n## ", 1)[0]
+    calls = {}
+    for block in re.findall(r"```sh\n(.*?)```", section, re.S):
+        for chunk in re.split(r"^# ", block, flags=re.M)[1:]:
+            what, _, command = chunk.partition("\n")
+            calls[what.strip()] = command.strip()
+    return calls
+
+
+def run_readme_call(services, what: str, **env: str) -> str:
+    """Log in and run one of the README's calls with bash and curl, as a user would."""
+    import os
+    import subprocess
+    from urllib.parse import urlsplit
+
+    calls = readme_rest_calls()
+    script = "set -euo pipefail\n" + calls["log in: a token for the calls below"] + "\n" + calls[what]
+    client = services.client()
+    env = {**os.environ, "PORT": str(urlsplit(services.base_url).port), "PASSWORD": client.password, **env}
+    proc = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, f"{what}: {proc.stderr[-2000:]}"
+    return proc.stdout
+
+
+def test_readme_rest_calls_list_runs_read_a_log_and_the_asset_events(services):
+    """The README's own curl lines against the running services: list the runs, read the train task's log
+    (with its progress lines), see the data and model versions as Asset events, trigger a rollback."""
+    client = services.client()
+    calls = readme_rest_calls()
+    assert {"trigger nightly_pipeline with a conf", "trigger a rollback", "list runs, newest first"} <= set(calls)
+    # The nightly trigger the tests sent through their client has the README's body shape.
+    assert '"logical_date": null, "conf": {' in calls["trigger nightly_pipeline with a conf"]
+
+    run_readme_call(services, "unpause nightly_pipeline (a new DAG starts paused)")
+    listed = [line.split() for line in run_readme_call(services, "list runs, newest first").splitlines()]
+    assert listed[:2] == [["rest_e2e_2", "success"], ["rest_e2e_1", "success"]], listed
+
+    log = run_readme_call(
+        services, "read a task's log: the train task of run $RUN_ID (one of those listed), try 1", RUN_ID="rest_e2e_1"
+    )
+    assert "trained on" in log
+    progress = [line for line in log.splitlines() if "training: step" in line]
+    assert progress and "100%" in progress[-1] and "ETA" in progress[-1], log[-2000:]
+    labeling = client.request(
+        "GET", f"/dags/{DAG}/dagRuns/rest_e2e_1/taskInstances/weak_label/logs/1", headers={"Accept": "application/json"}
+    )
+    assert labeling.status_code == 200 and "LF " in labeling.text and "ETA" in labeling.text
+
+    # Asset events in Airflow's DB, with the versions as extra: snapshot and register of both runs.
+    events = client.request("GET", "/assets/events", params={"source_dag_id": DAG, "order_by": "timestamp"}).json()
+    made = [(e["name"], e["source_task_id"], e["source_run_id"], e["extra"]) for e in events["asset_events"]]
+    data = [(t, r, x["data_version"], x["event"]) for n, t, r, x in made if n == "sluice_data_version"]
+    model = [(t, r, x["model_version"], x["data_version"]) for n, t, r, x in made if n == "sluice_model_version"]
+    assert data == [
+        ("snapshot", "rest_e2e_1", "data-v1", "snapshot"),
+        ("snapshot", "rest_e2e_2", "data-v2", "snapshot"),
+    ], made
+    assert model == [
+        ("register", "rest_e2e_1", "model-v1", "data-v1"),
+        ("register", "rest_e2e_2", "model-v2", "data-v2"),
+    ]
+    # The rollback DAG's first successful run moved both pointers: one event each; the repeat moved nothing.
+    moved = client.request("GET", "/assets/events", params={"source_dag_id": "rollback"}).json()["asset_events"]
+    assert sorted(
+        (
+            e["name"],
+            e["extra"]["event"],
+            e["extra"].get("data_version") or e["extra"]["model_version"],
+            e["extra"]["previous"],
+        )
+        for e in moved
+    ) == [
+        ("sluice_data_version", "rollback", "data-v1", "data-v2"),
+        ("sluice_model_version", "rollback", "model-v1", "model-v2"),
+    ]
+    shown = run_readme_call(services, "the data and model versions made (Asset events: snapshot, register, rollback)")
+    assert "sluice_model_version" in shown and "'model_version': 'model-v2'" in shown
+
+    # The README's rollback (to where the registry already is): a run that succeeds and changes nothing.
+    before = Registry(services.settings).state()
+    out = json.loads(run_readme_call(services, "trigger a rollback"))
+    assert client.wait_for_run("rollback", out["dag_run_id"], timeout_s=300) == "success"
+    after = Registry(services.settings).state()
+    assert (
+        (after["current_data"], after["prod_model"])
+        == (before["current_data"], before["prod_model"])
+        == (
+            "data-v1",
+            "model-v1",
+        )
+    )
