@@ -17,7 +17,8 @@ their branch, and `report` says why. `run_failed` turns the run red only when a
 step itself failed.
 
 **Params**: `batch` (a landing file to take instead of the oldest), `epochs`
-(override `params.yaml` train.epochs).
+(override `params.yaml` train.epochs), `params_overlay` (override train.params_overlay: none,
+latest or tuned-vN, a tuning study's result; see dags/tuning.py).
 
 **Training backend** (`SLUICE_TRAIN_BACKEND`, read when the file is parsed): `local`
 runs torchrun processes inside the `train` task; `kubernetes` runs `plan_train` ->
@@ -57,7 +58,8 @@ def _run(step: str, context: dict, **options):
     to XCom. The DAG's `epochs` Param overrides params.yaml train.epochs for the whole run."""
     from tasks.core.steps import run_airflow_task
 
-    overrides = {"train": {"epochs": context["params"].get("epochs")}}
+    params = context["params"]
+    overrides = {"train": {"epochs": params.get("epochs"), "params_overlay": params.get("params_overlay")}}
     return run_airflow_task(step, context, overrides, **options)
 
 
@@ -85,6 +87,13 @@ def _run(step: str, context: dict, **options):
             minimum=1,
             maximum=1000,
             description="Training epochs; default: params.yaml train.epochs.",
+        ),
+        "params_overlay": Param(
+            None,
+            type=["null", "string"],
+            pattern=r"^(none|latest|tuned-v[1-9][0-9]{0,8})$",
+            description="Tuned overlay to train with (none, latest, tuned-vN); default: params.yaml "
+            "train.params_overlay.",
         ),
     },
 )
