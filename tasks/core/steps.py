@@ -114,8 +114,11 @@ class Step:
         atomic_write_json(record_path(ctx.run_dir, self.record_name), json_safe(rec.model_dump(mode="json")))
         return rec
 
-    def run(self, ctx: StepContext, load: Callable[[str], Any], **options: Any) -> Record:
-        """Run with upstream records fetched by `load(name)` (None: that step did not run)."""
+    def run(
+        self, ctx: StepContext, load: Callable[[str], Any], *, task_id: str | None = None, **options: Any
+    ) -> Record:
+        """Run with upstream records fetched by `load(name)` (None: that step did not run); its usage,
+        metrics and alerts go to the metrics store as task `task_id` (default: the record's name)."""
         upstream = {}
         for name, required in self.reads.items():
             raw = load(name)
@@ -127,7 +130,12 @@ class Step:
                     )
                 continue
             upstream[name] = RECORDS[name].model_validate(raw)
-        return self(ctx, **upstream, **options)
+        from tasks.monitoring.watch import watch_step
+
+        with watch_step(ctx, task_id or self.record_name) as watch:
+            rec = self(ctx, **upstream, **options)
+            watch.finished(rec)
+        return rec
 
     def main(self, argv: list[str] | None = None) -> int:
         """`python -m tasks.<step> --run-id ID [--set section.key=value] [options]`."""
@@ -209,7 +217,9 @@ def run_airflow_task(
     ti = context["ti"]
     ctx = StepContext.create(context["run_id"], overrides=overrides)
     try:
-        rec = the_step.run(ctx, lambda upstream: ti.xcom_pull(task_ids=upstream, key="result"), **options)
+        rec = the_step.run(
+            ctx, lambda upstream: ti.xcom_pull(task_ids=upstream, key="result"), task_id=ti.task_id, **options
+        )
     except RefusedError as exc:  # refused, nothing changed: a retry cannot help
         from airflow.sdk.exceptions import AirflowFailException
 

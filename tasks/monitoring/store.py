@@ -383,11 +383,11 @@ class MetricsStore:
         where, args = _where(run_id=run_id, layer=layer, name=name, task=task)
         return self._rows(f"SELECT * FROM metrics{where} ORDER BY ts, id", args)
 
-    def metric_history(self, name: str, layer: str | None = None, subject: str = "") -> list[dict[str, Any]]:
-        """One metric across runs (the last value each run recorded), oldest run first."""
+    def metric_history(self, name: str, layer: str | None = None, subject: str | None = "") -> list[dict[str, Any]]:
+        """One metric across runs (the last value each run recorded), oldest run first (subject None: any)."""
         where, args = _where(name=name, layer=layer, subject=subject)
         return self._rows(
-            "SELECT m.run_id, m.task, m.value, m.model_version, m.data_version, m.ts FROM metrics m "
+            "SELECT m.run_id, m.task, m.subject, m.value, m.model_version, m.data_version, m.ts FROM metrics m "
             f"JOIN (SELECT run_id, MAX(id) AS id FROM metrics{where} GROUP BY run_id) last ON m.id = last.id "
             "JOIN runs r ON r.run_id = m.run_id ORDER BY r.first_seen, m.id",
             args,
