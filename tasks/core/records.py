@@ -276,6 +276,29 @@ class TuneReportRecord(Record):
     table: str
 
 
+class CostReportRecord(Record):
+    """The daily cost report (tasks/cost_report.py): one UTC day of the ledger, against the day before."""
+
+    day: str
+    currency: str
+    total: float
+    """Billed: compute + storage + labor."""
+    by_kind: dict[str, float]
+    previous_day: str
+    previous_total: float | None
+    """None: the ledger has nothing on the previous day."""
+    change: float | None
+    biggest: list[dict[str, Any]]
+    """The largest costs of the day (task and item, amount, share), largest first."""
+    waste: float
+    avoided: float
+    runs: int
+    alerts: list[dict[str, Any]]
+    """Alerts the report raised (a cost jump): rule, severity, message, value, threshold."""
+    report_txt: str
+    report_json: str
+
+
 # The record type of each step's record file (runs/<run_id>/steps/<name>.json).
 RECORDS: dict[str, type[Record]] = {
     "ingest": IngestRecord,
@@ -299,4 +322,5 @@ RECORDS: dict[str, type[Record]] = {
     "tune_plan": TunePlanRecord,
     "tune_trial": TuneTrialRecord,
     "tune_report": TuneReportRecord,
+    "cost_report": CostReportRecord,
 }
