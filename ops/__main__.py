@@ -4,8 +4,12 @@ up      start api-server, scheduler, dag-processor and the model server on 127.0
         (when they are up already: restart any part whose process died, saying which and why)
 down    stop them (SIGTERM, then SIGKILL of each process group), saying what it found: each part alive,
         dead, or dead with orphans left in its group (killed); a pid now another program's is never signalled
-status  say whether each part is running and healthy (exit 0), some are not (exit 1), or none is (exit 3)
-run     run nightly_pipeline once through the scheduler (triggered via the REST API), print the summary
+status  say whether each part is running and healthy (exit 0), some are not (exit 1), or none is (exit 3);
+        then the data version, the champion and challenger (weights), the last run's outcome, its open
+        alerts and yesterday's cost
+run     run nightly_pipeline once through the scheduler (triggered via the REST API), print the summary;
+        meanwhile a part that dies is restarted (the api-server too), and so is a scheduler or dag-processor
+        that is alive but unhealthy (hung: no heartbeat) for --restart-hung-after seconds (60), saying so once
 clean-state  stop them and delete SLUICE_HOME, only if it carries the marker file .sluice-home
 """
 
@@ -22,7 +26,7 @@ from pathlib import Path
 import httpx
 
 from ops.airflow_env import ADMIN_USER, ensure_secrets
-from ops.services import AirflowServices, ApiClient
+from ops.services import AirflowServices, ApiClient, RunWatch
 from tasks.core.processes import ProcessGroupError
 from tasks.core.settings import HOME_MARKER, Settings
 
@@ -87,6 +91,18 @@ def cmd_down(settings: Settings) -> int:
 
 
 def cmd_status(settings: Settings) -> int:
+    """The services' state (the exit code: 0 running, 1 degraded, 3 down), then the pipeline's."""
+    code = _services_status(settings)
+    from ops.pipeline_state import read_state, state_lines
+
+    try:
+        print("\n" + "\n".join(state_lines(read_state(settings))))
+    except Exception as exc:  # noqa: BLE001 - the services' answer stands; say what could not be read
+        print(f"\npipeline: could not be read ({type(exc).__name__}: {exc})")
+    return code
+
+
+def _services_status(settings: Settings) -> int:
     recorded = _recorded(settings)
     if recorded is None:
         print("not running")
@@ -155,45 +171,39 @@ def cmd_clean_state(settings: Settings) -> int:
 
 
 def run_pipeline(
-    client: ApiClient, settings: Settings, conf: dict, timeout_s: float, services: AirflowServices | None = None
+    client: ApiClient,
+    settings: Settings,
+    conf: dict,
+    timeout_s: float,
+    services: AirflowServices | None = None,
+    hung_after_s: float | None = 60,
 ) -> tuple[str, str]:
+    """Trigger the nightly run and wait for it. With `services`, a part that dies meanwhile is restarted,
+    and a scheduler or dag-processor that is alive but unhealthy for `hung_after_s` too (RunWatch)."""
     client.wait_for_dag(DAG_ID)
     client.unpause(DAG_ID)
     run_id = client.trigger(DAG_ID, conf, run_id=f"make_run__{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}")
     print(f"[sluice] triggered {DAG_ID} run {run_id} via the REST API", flush=True)
     t0 = time.monotonic()
-
-    def on_unhealthy(problems: dict[str, str]) -> None:
-        # A part whose process died is restarted; one alive but unhealthy (hung) is named, with what to do.
-        restarted = services.heal(say=lambda line: print(line, flush=True)) if services else []
-        for part, why in problems.items():
-            if part not in restarted and part not in warned:
-                print(
-                    f"[sluice] {part} is unhealthy: {why}; the run waits for it "
-                    f"(`make down && make up` restarts everything)",
-                    file=sys.stderr,
-                    flush=True,
-                )
-        warned.clear()
-        warned.update(problems)
-
-    warned: set[str] = set()
+    # The health endpoint is read often enough to act within hung_after_s of its verdict.
+    health_every_s = min(10.0, max(1.0, hung_after_s / 3)) if hung_after_s else 10.0
     state = client.wait_for_run(
         DAG_ID,
         run_id,
         timeout_s,
         on_change=lambda task, st: print(f"[sluice] {time.monotonic() - t0:6.1f}s  {task:<24} {st}", flush=True),
-        on_unhealthy=on_unhealthy,
+        watch=RunWatch(services, hung_after_s) if services else None,
+        health_every_s=health_every_s,
     )
     return run_id, state
 
 
-def cmd_run(settings: Settings, conf: dict, timeout_s: float) -> int:
+def cmd_run(settings: Settings, conf: dict, timeout_s: float, hung_after_s: float | None = 60) -> int:
     recorded = _recorded(settings)
     try:
         if recorded and any(p.leader() == "alive" for p in recorded.parts.values()):
             recorded.heal(say=lambda line: print(line, flush=True))  # restarts a part that died, saying so
-            run_id, state = run_pipeline(recorded.client(), settings, conf, timeout_s, recorded)
+            run_id, state = run_pipeline(recorded.client(), settings, conf, timeout_s, recorded, hung_after_s)
         else:
             if recorded:
                 for line in recorded.stop():
@@ -203,7 +213,7 @@ def cmd_run(settings: Settings, conf: dict, timeout_s: float) -> int:
                 flush=True,
             )
             with AirflowServices(settings, nightly_schedule=False) as services:
-                run_id, state = run_pipeline(services.client(), settings, conf, timeout_s, services)
+                run_id, state = run_pipeline(services.client(), settings, conf, timeout_s, services, hung_after_s)
     except ProcessGroupError as exc:  # ServiceError too (a subclass)
         print(f"[sluice] {exc}", file=sys.stderr)
         return 1
@@ -232,11 +242,19 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("up", help="start the Airflow services on 127.0.0.1")
     sub.add_parser("down", help="stop them")
-    sub.add_parser("status", help="are they running?")
+    sub.add_parser("status", help="are they running? and the versions, last run, alerts, cost")
     sub.add_parser("clean-state", help=f"stop them and delete SLUICE_HOME (only with its {HOME_MARKER} marker)")
     run = sub.add_parser("run", help="run nightly_pipeline once, end to end, and print the summary")
     run.add_argument("--conf", default="{}", help="run Params as JSON, e.g. '{\"epochs\": 10}'")
     run.add_argument("--timeout", type=float, default=1800, help="seconds to wait for the run (default 1800)")
+    run.add_argument(
+        "--restart-hung-after",
+        type=float,
+        default=60,
+        metavar="SECONDS",
+        help="restart a scheduler or dag-processor that is alive but unhealthy (no heartbeat) this long "
+        "(default 60; 0: never, only say so)",
+    )
     args = parser.parse_args(argv)
     settings = Settings.from_env()
     if args.command == "clean-state":
@@ -248,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         return cmd_down(settings)
     if args.command == "status":
         return cmd_status(settings)
-    return cmd_run(settings, json.loads(args.conf), args.timeout)
+    return cmd_run(settings, json.loads(args.conf), args.timeout, args.restart_hung_after or None)
 
 
 if __name__ == "__main__":
