@@ -221,3 +221,19 @@ def test_readme_rest_calls_list_runs_read_a_log_and_the_asset_events(services):
             "model-v1",
         )
     )
+
+    # The registry's GTO tags followed the nightly runs and the rollback DAG: `gto show` (the real CLI) sees them.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    gto = str(Path(sys.executable).with_name("gto"))
+    registry = Registry(services.settings).root
+    shown = subprocess.run([gto, "show", "-r", str(registry), "--json"], capture_output=True, text=True, timeout=60)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["model"] == {
+        "version": "v2.0.0",
+        "stage": {"prod": "v1.0.0"},  # the canary stage left model-v2 when it was promoted
+        "registered": True,
+        "active": True,
+    }
