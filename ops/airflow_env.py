@@ -89,6 +89,7 @@ def airflow_env(settings: Settings, api_port: int, base: dict[str, str] | None =
             "AIRFLOW_HOME": str(home),
             "AIRFLOW_CONFIG": str(REPO_ROOT / "airflow.cfg"),
             "AIRFLOW__CORE__DAGS_FOLDER": str(REPO_ROOT / "dags"),
+            "AIRFLOW__CORE__PLUGINS_FOLDER": str(REPO_ROOT / "plugins"),  # the Sluice page (plugins/sluice_page.py)
             "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "passwords.json"),
             "AIRFLOW__LOGGING__BASE_LOG_FOLDER": str(home / "logs"),
             "AIRFLOW__LOGGING__DAG_PROCESSOR_CHILD_PROCESS_LOG_DIRECTORY": str(home / "logs" / "dag_processor"),
