@@ -27,8 +27,9 @@ from tasks.training.batching import seeded_permutation
 
 @dataclass(frozen=True)
 class FeatureStats:
-    """Row count, per-feature mean and standard deviation, and mean soft label, of the trainable
-    rows, accumulated one chunk at a time (float64 sums, so the order of chunks hardly matters)."""
+    """Row count, per-feature mean and standard deviation, and mean soft label (weighted by the rows'
+    loss weights when targets are `[n, 2]`: target, weight), of the trainable rows, accumulated one
+    chunk at a time (float64 sums, so the order of chunks hardly matters)."""
 
     rows: int
     mean: torch.Tensor
@@ -37,18 +38,21 @@ class FeatureStats:
 
     @staticmethod
     def of(chunks) -> "FeatureStats":
-        n, s, sq, ysum = 0, None, None, 0.0
+        n, s, sq, ysum, wsum = 0, None, None, 0.0, 0.0
         for x, y in chunks:
+            y64 = y.to(torch.float64)
+            target, weight = (y64[:, 0], y64[:, 1]) if y64.dim() == 2 else (y64, torch.ones_like(y64))
             x64 = x.to(torch.float64)
             s = x64.sum(0) if s is None else s + x64.sum(0)
             sq = x64.pow(2).sum(0) if sq is None else sq + x64.pow(2).sum(0)
             n += len(x)
-            ysum += float(y.to(torch.float64).sum())
+            ysum += float((target * weight).sum())
+            wsum += float(weight.sum())
         if not n:
             raise ValueError("no trainable rows")
         mean = s / n
         var = (sq - n * mean.pow(2)) / max(n - 1, 1)  # unbiased, like torch.std
-        return FeatureStats(n, mean.float(), var.clamp_min(0).sqrt().float(), ysum / n)
+        return FeatureStats(n, mean.float(), var.clamp_min(0).sqrt().float(), ysum / wsum if wsum > 0 else 0.0)
 
 
 class PartitionCache:
@@ -105,8 +109,20 @@ class EpochOrder:
         return groups
 
 
+def training_targets(df) -> np.ndarray:
+    """The loss's targets of labeled rows: `[n, 2]` float32 of (soft label, row weight).
+
+    `label_prob` is P(spam): the gold 0/1 on gold rows, the label model's probability on weak
+    ones; `label_weight` the row's weight in the noise-aware loss (partitions written before it
+    existed train every row at weight 1)."""
+    prob = df["label_prob"].to_numpy(np.float32)
+    weight = df["label_weight"].to_numpy(np.float32) if "label_weight" in df else np.ones(len(df), np.float32)
+    return np.stack([prob, weight], axis=1) if len(df) else np.zeros((0, 2), np.float32)
+
+
 class StreamingVersion:
-    """The trainable rows (label != -1) of a data version: features and soft targets."""
+    """The trainable rows (label != -1 and label_weight > 0) of a data version: features and
+    (soft target, weight) pairs."""
 
     def __init__(self, data_version: str, registry_url: str | None = None, cache_mb: float = 256, seed: int = 0):
         from tasks.core.settings import Settings
@@ -139,7 +155,9 @@ class StreamingVersion:
         with self.fs.open(self.paths[i], "rb") as f:
             df = pd.read_parquet(f)
         df = df[df["label"] != -1]
-        return (torch.from_numpy(self.featurize(df)), torch.from_numpy(df["label_prob"].to_numpy(np.float32)))
+        if "label_weight" in df:
+            df = df[df["label_weight"] > 0]  # rows that teach nothing (e.g. weak rows of a gold_only mix)
+        return torch.from_numpy(self.featurize(df)), torch.from_numpy(training_targets(df))
 
     def __len__(self) -> int:
         return self.stats.rows
@@ -149,7 +167,7 @@ class StreamingVersion:
         return len(self.stats.mean)
 
     def rows(self, epoch: int, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Features and targets at positions [start, stop) of `epoch`'s order."""
+        """Features and targets ([n, 2]: soft label, weight) at positions [start, stop) of `epoch`'s order."""
         if self._order is None or self._order.epoch != epoch:
             self._order = EpochOrder(self.counts, self.seed, epoch)
         xs, ys = [], []
@@ -158,5 +176,5 @@ class StreamingVersion:
             xs.append(x[idx])
             ys.append(y[idx])
         if not xs:
-            return torch.empty(0, self.n_features), torch.empty(0)
+            return torch.empty(0, self.n_features), torch.empty(0, 2)
         return torch.cat(xs), torch.cat(ys)

@@ -11,7 +11,6 @@ import contextlib
 import time
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
 
 from tasks.core.params import TrainParams
 from tasks.training.data import FeatureStats
@@ -29,12 +28,30 @@ def make_optimizer(model: torch.nn.Module, p: TrainParams) -> torch.optim.Optimi
     return torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
 
 
+class NoiseAwareBCE(torch.nn.Module):
+    """Summed BCE with logits on soft targets, each row weighted.
+
+    Targets are `[n]` (soft labels, weight 1 each) or `[n, 2]` (soft label, row weight): a gold
+    row is a hard 0/1 target of weight 1; a weak row's target is the label model's P(spam) and its
+    weight how much the weak labels are trusted (`weak_label.weak_weight`). The sum is returned
+    (callers scale it, so any split of a batch gives the same gradient)."""
+
+    def __init__(self, pos_weight: float):
+        super().__init__()
+        self.register_buffer("pos_weight", torch.tensor(pos_weight))
+
+    def forward(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        target, weight = (y[:, 0], y[:, 1]) if y.dim() == 2 else (y, None)
+        return torch.nn.functional.binary_cross_entropy_with_logits(
+            logits, target, weight=weight, reduction="sum", pos_weight=self.pos_weight
+        )
+
+
 def make_loss(spam_share: float) -> torch.nn.Module:
-    """Summed BCE on soft targets (callers scale the sum, so any split of a batch gives the same
-    gradient); labels are ~10% spam, so the spam side is weighted by the imbalance to keep the
-    0.5 threshold meaningful."""
+    """The noise-aware loss (`NoiseAwareBCE`); labels are ~10% spam, so the spam side is weighted
+    by the (row-weighted) imbalance to keep the 0.5 threshold meaningful."""
     spam_share = min(max(spam_share, 0.01), 0.99)
-    return torch.nn.BCEWithLogitsLoss(reduction="sum", pos_weight=torch.tensor((1 - spam_share) / spam_share))
+    return NoiseAwareBCE((1 - spam_share) / spam_share)
 
 
 def accumulate_gradients(
@@ -69,20 +86,20 @@ def accumulate_gradients(
 
 
 def fit_in_memory(x: torch.Tensor, y: torch.Tensor, p: TrainParams) -> tuple[SpamMLP, list[float]]:
-    """Train in this process on tensors (no registry, no checkpoints): plain mini-batch steps."""
+    """Train in this process on tensors (no registry, no checkpoints): plain mini-batch steps over a
+    seeded permutation each epoch (indexing, not a DataLoader: a benchmark fits hundreds of these).
+    `y` is `[n]` soft targets or `[n, 2]` (target, row weight), as the engine's stream gives."""
     stats = FeatureStats.of([(x, y)])
     model = make_model(stats, p)
     opt, loss_fn = make_optimizer(model, p), make_loss(stats.spam_share)
-    loader = DataLoader(
-        TensorDataset(x, y), batch_size=p.batch_size, shuffle=True, generator=torch.Generator().manual_seed(p.seed)
-    )
+    generator, n = torch.Generator().manual_seed(p.seed), len(x)
     losses = []
     for _ in range(p.epochs):
-        total, count = 0.0, 0
-        for xb, yb in loader:
+        total, order = 0.0, torch.randperm(n, generator=generator)
+        for start in range(0, n, p.batch_size):
+            idx = order[start : start + p.batch_size]
             opt.zero_grad(set_to_none=True)
-            total += accumulate_gradients(model, loss_fn, xb, yb, 1.0 / len(xb), p.micro_batch_size)[0]
+            total += accumulate_gradients(model, loss_fn, x[idx], y[idx], 1.0 / len(idx), p.micro_batch_size)[0]
             opt.step()
-            count += len(xb)
-        losses.append(total / count)
+        losses.append(total / n)
     return model.eval(), losses

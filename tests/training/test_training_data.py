@@ -129,3 +129,36 @@ def test_metrics_window_covers_every_step_since_the_last_line(tmp_path):
     grad_sq = line["grad_norm"] ** 2
     assert line["grad_var_across_ranks"] == pytest.approx(max(0.0, 4.0 - grad_sq))
     assert m.window == []  # the next window starts empty
+
+
+def test_streamed_targets_carry_each_rows_loss_weight(settings, emails, tmp_path):
+    """A partition with label sources: gold rows weigh 1, weak rows their weight, weight-0 rows are left
+    out; a partition from before label_weight existed trains every row at weight 1."""
+    import pandas as pd
+
+    from tasks.labeling.mix import training_labels
+
+    new = emails.iloc[:100].drop(columns=["spam"]).reset_index(drop=True)
+    weak = np.where(np.arange(100) % 10 == 0, np.nan, np.linspace(0.05, 0.95, 100))
+    gold = np.where(np.arange(100) % 4 == 0, emails["spam"].iloc[:100].to_numpy(float), np.nan)
+    labels = training_labels(weak, gold, "weak_plus_gold", 0.25)
+    for column in labels.columns:
+        new[column] = labels[column].to_numpy()
+    new_path, old_path = tmp_path / "new.parquet", labeled_partition(emails, tmp_path, "old", slice(100, 150))
+    new.to_parquet(new_path, index=False)
+    version = Registry(settings).snapshot({"batch-0001": new_path, "batch-0002": old_path}, {"rows_by_batch": {}})
+    data = StreamingVersion(version["data_version"], seed=0)
+    trains = labels["label_weight"] > 0
+    assert len(data) == int(trains.sum()) + 45  # the old partition: 50 rows, 5 unlabeled
+    _, y = data.rows(0, 0, len(data))
+    assert y.shape == (len(data), 2)
+    weights = sorted(set(y[:, 1].tolist()))
+    assert weights == [0.25, 1.0]  # weak at 0.25; gold and the old partition's rows at 1
+    assert int((y[:, 1] == 0.25).sum()) == int((labels["label_source"] == "weak").sum())
+    expected = float(
+        np.average(
+            np.r_[labels["label_prob"][trains], pd.read_parquet(old_path).query("label != -1")["label_prob"]],
+            weights=np.r_[labels["label_weight"][trains], np.ones(45)],
+        )
+    )
+    assert data.stats.spam_share == pytest.approx(expected, rel=1e-6)
