@@ -21,6 +21,7 @@ from tasks.core.records import (
     CanaryAnalysisRecord,
     CompressRecord,
     ContractRecord,
+    CostReportRecord,
     EvaluateRecord,
     QuarantineRecord,
     Record,
@@ -32,7 +33,7 @@ from tasks.core.records import (
     WeakLabelRecord,
 )
 from tasks.monitoring import cost
-from tasks.monitoring.store import CostLine, Metric, TaskUsage
+from tasks.monitoring.store import Alert, CostLine, Metric, TaskUsage
 
 # The engine's metrics line fields that are algorithm-layer metrics (runs/<id>/train/metrics.jsonl).
 TRAIN_ALGORITHM_FIELDS = (
@@ -78,6 +79,7 @@ class Fed:
     metrics: list[Metric] = field(default_factory=list)
     costs: list[CostLine] = field(default_factory=list)
     usages: dict[str, TaskUsage] = field(default_factory=dict)  # extra task rows: name -> usage
+    alerts: list[Alert] = field(default_factory=list)  # raised by the step itself (the daily cost jump)
 
 
 def _m(layer: str, info: RunInfo, name: str, value: Any, **kw: Any) -> Metric | None:
@@ -296,7 +298,14 @@ def _incident(name: str) -> Callable[[Record, RunInfo], Fed]:
     return fed
 
 
+def cost_report(rec: CostReportRecord, info: RunInfo) -> Fed:
+    """The alerts the daily report raised (a cost jump)."""
+    keep = ("rule", "severity", "message", "value", "threshold")
+    return Fed(alerts=[Alert(**{k: a.get(k) for k in keep}) for a in rec.alerts])
+
+
 FEEDS: dict[type[Record], Callable[[Any, RunInfo], Fed]] = {
+    CostReportRecord: cost_report,
     WeakLabelRecord: weak_label,
     ContractRecord: contract,
     SnapshotRecord: snapshot,
