@@ -1,0 +1,71 @@
+"""The search space and the first task's refusals: each a clear error naming what is wrong."""
+
+import pytest
+
+from tasks.core.params import ParamsError, TrainParams, parse_params
+from tasks.core.steps import StepContext
+from tasks.tuning.space import ChoiceSpec, RangeSpec, check_space, decode, suggest
+from tests.tuning.conftest import tiny_overrides
+
+
+@pytest.mark.parametrize(
+    "space, says",
+    [
+        ({"lr": {"low": 0.01, "high": 0.001}}, "tuning.space.lr.range: Value error, empty or inverted range"),
+        ({"lr": {"low": 0.01, "high": 0.01}}, "empty or inverted range: low 0.01 must be below high 0.01"),
+        ({"lr": {"low": 0.0, "high": 0.01, "log": True}}, "a log range must stay above 0"),
+        ({"learning_rate": {"low": 0.001, "high": 0.01}}, "unknown parameter 'learning_rate'; tunable:"),
+        ({"hidden": {"choices": []}}, "tuning.space.hidden.choices.choices"),
+        ({}, "tuning.space: Dictionary should have at least 1 item"),
+    ],
+)
+def test_bad_space_is_refused_naming_the_key(space, says):
+    with pytest.raises(ParamsError) as err:
+        parse_params({"tuning": {"space": space}})
+    assert says in str(err.value)
+    assert len(str(err.value).splitlines()) == 1  # one error, not one per union member
+
+
+@pytest.mark.parametrize(
+    "space, says",
+    [
+        ({"lr": RangeSpec(low=0.01, high=2.0)}, "lr: 2.0 is not a valid train.lr"),
+        ({"epochs": RangeSpec(low=1.5, high=4)}, "epochs: an integer range"),
+        ({"hidden": RangeSpec(low=1, high=4)}, "hidden: give `choices`"),
+        ({"batch_size": ChoiceSpec(choices=(0, 64))}, "batch_size: 0 is not a valid train.batch_size"),
+    ],
+)
+def test_values_train_would_refuse_are_caught(space, says):
+    with pytest.raises(ValueError, match=None) as err:
+        check_space(space, TrainParams())
+    assert says in str(err.value)
+
+
+def test_suggest_and_decode_round_trip():
+    import optuna
+
+    space = parse_params({}).tuning.space
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    trial = study.ask()
+    values = suggest(trial, space)
+    assert set(values) == set(space) and isinstance(values["hidden"], list)
+    assert decode(trial.params, space) == values
+    assert TrainParams().replace(**values)  # a valid train section
+
+
+def test_parallelism_above_the_dag_bound_is_refused():
+    with pytest.raises(ParamsError, match="tuning.parallelism: Value error, must be at most tuning.max_parallelism=4"):
+        parse_params({"tuning": {"parallelism": 5}})
+
+
+def test_ceiling_below_one_trial_is_refused_in_the_first_task(tuning_home):
+    from tasks.tune_plan import tune_plan
+
+    ctx = StepContext.create("plan-low", tuning_home, tiny_overrides(cost_ceiling=1e-9))
+    with pytest.raises(ParamsError, match=r"tuning cost_ceiling 1e-09 USD is below one trial's cost \(0\.0000"):
+        tune_plan(ctx, data_version="data-v1", study_name="low")
+    ctx = StepContext.create("plan-bad", tuning_home, tiny_overrides())
+    with pytest.raises(ParamsError, match="study name 'bad name!'"):
+        tune_plan(ctx, data_version="data-v1", study_name="bad name!")
+    with pytest.raises(Exception, match="data-v9"):
+        tune_plan(ctx, data_version="data-v9", study_name="ok")
