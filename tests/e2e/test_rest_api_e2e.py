@@ -9,6 +9,7 @@ import pytest
 from ops.services import AirflowServices, ServiceError
 from tasks.core.processes import group_alive
 from tasks.registry import Registry
+from tests.e2e import test_ui_sluice_page as ui
 
 pytestmark = pytest.mark.slow
 DAG = "nightly_pipeline"
@@ -237,3 +238,12 @@ def test_readme_rest_calls_list_runs_read_a_log_and_the_asset_events(services):
         "registered": True,
         "active": True,
     }
+
+
+# The Sluice page on these services, after the nightly runs above (one Airflow start for both modules).
+def test_sluice_page_api_needs_an_airflow_token(services):
+    ui.check_api_needs_an_airflow_token(services)
+
+
+def test_sluice_page_in_a_browser(services):
+    ui.check_page_in_a_browser(services)
