@@ -166,6 +166,10 @@ def _e(v: Any) -> str:
     return escape(str(v))
 
 
+def _usd(v: Any) -> str:
+    return "&ndash;" if v is None else f"{float(v):,.4f}"
+
+
 def render_page(data: dict[str, Any], root: str) -> str:
     """The page; `root` is where the app is mounted (links to reports and cards start there)."""
     base = escape(root.rstrip("/"), quote=True)
@@ -196,7 +200,7 @@ def render_page(data: dict[str, Any], root: str) -> str:
                     _e(r["data_version"]),
                     _e(r["registered"]),
                     _e(r["prod_model"]),
-                    _e(r.get("cost")),
+                    _usd(r.get("cost")),
                     _e(r.get("alerts")),
                     f'<a href="{base}/runs/{quote(r["folder"])}/{REPORT_NAME}">report</a>' if r["report"] else "none",
                 ]
@@ -265,7 +269,7 @@ def render_page(data: dict[str, Any], root: str) -> str:
     parts.append(
         _t(
             ["day", "billed", "idle accelerator (waste)", "labor avoided by weak labels"],
-            [[_e(c["day"]), _e(c["billed"]), _e(c["waste"]), _e(c["avoided"])] for c in data.get("costs") or []],
+            [[_e(c["day"]), _usd(c["billed"]), _usd(c["waste"]), _usd(c["avoided"])] for c in data.get("costs") or []],
             "costs",
         )
     )
