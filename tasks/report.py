@@ -13,6 +13,7 @@ from tasks.core.log import log
 from tasks.core.records import GateRecord, Record, ReportRecord
 from tasks.core.steps import StepContext, load_records, load_refusals, step
 from tasks.evaluation.quality import fmt_quality
+from tasks.monitoring.run_summary import monitoring_lines, run_monitoring
 from tasks.registry import Registry
 
 
@@ -240,6 +241,7 @@ def render_text(s: dict[str, Any]) -> str:
     lines.append(f"  prod model     {s['prod_model'] or '(none)'}")
     if s["quarantine"]:
         lines.append(f"  quarantine     {s['quarantine']['path']}")
+    lines += monitoring_lines(s.get("monitoring"))
     return "\n".join(lines) + "\n"
 
 
@@ -281,6 +283,7 @@ def report(ctx: StepContext, *, failed_steps: str = "") -> ReportRecord:
     summary = build_summary(
         ctx.run_id, load_records(run_dir), Registry(ctx.settings).state(), failed, load_refusals(run_dir)
     )
+    summary["monitoring"] = run_monitoring(ctx.settings, ctx.params, ctx.run_id)  # alerts and cost so far
     text = render_text(summary)
     atomic_write_json(run_dir / "summary.json", summary)
     atomic_write_bytes(run_dir / "summary.txt", text.encode())

@@ -33,10 +33,20 @@ def weak_label_record(rows: int = 500, abstained: int = 55) -> WeakLabelRecord:
         coverage=0.89,
         abstained_rows=abstained,
         chosen="majority_vote",
-        quality_dev={"majority_vote": {"roc_auc": 0.865, "f1": 0.455, "accuracy": 0.798}},
+        quality_dev={
+            "label_model": {"roc_auc": 0.852, "f1": 0.458, "accuracy": 0.885},
+            "majority_vote": {"roc_auc": 0.865, "f1": 0.455, "accuracy": 0.798},
+        },
         lf_table=[
-            {"lf": "lf_a", "coverage": 0.33, "overlaps": 0.33, "conflicts": 0.05, "dev_accuracy": 1.0},
-            {"lf": "lf_b", "coverage": 0.16, "overlaps": 0.15, "conflicts": 0.07, "dev_accuracy": None},
+            {"lf": "lf_a", "polarity": [0], "coverage": 0.33, "overlaps": 0.33, "conflicts": 0.05, "dev_accuracy": 1.0},
+            {
+                "lf": "lf_b",
+                "polarity": [1],
+                "coverage": 0.16,
+                "overlaps": 0.15,
+                "conflicts": 0.07,
+                "dev_accuracy": None,
+            },
         ],
     )
 
