@@ -46,8 +46,8 @@ def progress(
 
 
 class Progress:
-    """Logs `progress(...)` lines for a loop: the first update, then at most one every `every_s`
-    seconds, and always the last (the total reached).
+    """Logs `progress(...)` lines for a loop: the first update (unless `first=False`), then at most one
+    every `every_s` seconds, and always the last (the total reached).
 
         tracker = Progress("training", total=400)
         for step in ...: tracker.update(step + 1)
@@ -62,13 +62,15 @@ class Progress:
         unit: str = "step",
         every_s: float = 5.0,
         start: int = 0,
+        first: bool = True,
         clock: Callable[[], float] = time.monotonic,
         sink: Callable[[str], None] = log,
     ):
         self.what, self.total, self.unit, self.every_s, self.start = what, total, unit, every_s, start
         self.clock, self.sink = clock, sink
         self.started = clock()
-        self.last: float | None = None
+        # Without a first line, the interval runs from the start: a loop shorter than `every_s` logs its end only.
+        self.last: float | None = None if first else self.started
         self.finished = False
 
     def update(self, done: int) -> str | None:

@@ -77,7 +77,7 @@ def apply_lfs_dev(dev: pd.DataFrame, lfs: list[LabelingFunction]) -> np.ndarray:
 
 def apply_lfs(df: pd.DataFrame, lfs: list[LabelingFunction]) -> np.ndarray:
     """Label matrix L [n_rows, n_lfs]; an LF that raises fails loudly with its name."""
-    cols, tracker = [], Progress(f"labeling {len(df)} rows", len(lfs), unit="LF")
+    cols, tracker = [], Progress(f"labeling {len(df)} rows", len(lfs), unit="LF", first=False)
     for lf in lfs:
         try:
             cols.append(lf(df))

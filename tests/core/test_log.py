@@ -40,3 +40,12 @@ def test_tracker_logs_the_first_update_then_every_interval_and_always_the_last()
         "training: step 10/10 (100%), 0.625 steps/s, ETA 0 s",
     ]
     assert tracker.update(10) is None  # the last line once only
+
+
+def test_tracker_without_a_first_line_logs_a_short_loop_once_at_its_end():
+    now, lines = [0.0], []
+    tracker = Progress("labeling 500 rows", total=3, unit="LF", first=False, clock=lambda: now[0], sink=lines.append)
+    for done, t in enumerate([0.1, 0.2, 0.4], start=1):
+        now[0] = t
+        tracker.update(done)
+    assert lines == ["labeling 500 rows: LF 3/3 (100%), 7.5 LFs/s, ETA 0 s"]

@@ -1,6 +1,7 @@
 """The real services (api-server, scheduler, dag-processor) on loopback, driven over REST."""
 
 import json
+import re
 
 import httpx
 import psutil
@@ -126,8 +127,6 @@ def test_rollback_dag_over_rest(services):
 
 def readme_rest_calls() -> dict[str, str]:
     """The README's REST section as {comment line: the shell command under it}."""
-    import re
-
     from tasks.core.settings import REPO_ROOT
 
     text = (REPO_ROOT / "README.md").read_text()
@@ -174,10 +173,19 @@ def test_readme_rest_calls_list_runs_read_a_log_and_the_asset_events(services):
     assert "trained on" in log
     progress = [line for line in log.splitlines() if "training: step" in line]
     assert progress and "100%" in progress[-1] and "ETA" in progress[-1], log[-2000:]
-    labeling = client.request(
-        "GET", f"/dags/{DAG}/dagRuns/rest_e2e_1/taskInstances/weak_label/logs/1", headers={"Accept": "application/json"}
-    )
-    assert labeling.status_code == 200 and "LF " in labeling.text and "ETA" in labeling.text
+
+    def task_log(run_id: str, task: str) -> str:
+        r = client.request(
+            "GET", f"/dags/{DAG}/dagRuns/{run_id}/taskInstances/{task}/logs/1", headers={"Accept": "application/json"}
+        )
+        assert r.status_code == 200, r.text
+        return "\n".join(str(e.get("event", "")) for e in r.json()["content"])
+
+    # The other long tasks' progress lines: counts, a rate and an ETA (the second run went through the canary).
+    assert re.search(r"labeling 500 rows: LF (\d+)/\1 \(100%\), [0-9.,]+ LFs/s", task_log("rest_e2e_1", "weak_label"))
+    assert "compression search: candidate 1/" in task_log("rest_e2e_2", "compress")
+    canary = task_log("rest_e2e_2", "canary_analysis")
+    assert "canary model-v2 vs model-v1: weight step 2/2 (100%)" in canary and "replay to http" in canary
 
     # Asset events in Airflow's DB, with the versions as extra: snapshot and register of both runs.
     events = client.request("GET", "/assets/events", params={"source_dag_id": DAG, "order_by": "timestamp"}).json()
@@ -247,3 +255,40 @@ def test_sluice_page_api_needs_an_airflow_token(services):
 
 def test_sluice_page_in_a_browser(services):
     ui.check_page_in_a_browser(services)
+
+
+def test_tuning_dag_runs_parallel_trials_and_a_nightly_run_trains_with_its_overlay(services):
+    """The tuning DAG over REST on the embedded default: a study of 3 trials as mapped tasks, two at once
+    (LocalExecutor), the Pareto plot and a tuned-v1 overlay; then a nightly run with
+    params_overlay=latest trains with the chosen trial's values and its train record names tuned-v1."""
+    from datetime import datetime
+
+    from tasks.registry.tuning import TunedOverlays
+
+    client = services.client()
+    client.wait_for_dag("tuning")
+    for bad in ({"study_name": "no spaces allowed"}, {"parallelism": 99}, {"data_version": "../x"}):
+        r = client.request("POST", "/dags/tuning/dagRuns", json={"logical_date": None, "conf": bad})
+        assert r.status_code == 400, r.text
+    conf = {"data_version": "data-v1", "study_name": "e2e", "n_trials": 3, "parallelism": 2, "cost_ceiling": 1.0}
+    run_id = client.trigger("tuning", conf, run_id="tuning_e2e_1")
+    assert client.wait_for_run("tuning", run_id, timeout_s=600) == "success"
+    trials = [t for t in client.task_instances("tuning", run_id) if t["task_id"] == "tune_trial"]
+    assert sorted(t["map_index"] for t in trials) == [0, 1, 2] and {t["state"] for t in trials} == {"success"}
+    spans = sorted((datetime.fromisoformat(t["start_date"]), datetime.fromisoformat(t["end_date"])) for t in trials)
+    assert any(a[1] > b[0] for a, b in zip(spans, spans[1:])), f"no two trials ran at once: {spans}"
+
+    tuned = services.settings.layout.run_dir(run_id) / "tuning"
+    assert (tuned / "pareto.svg").read_text().startswith("<svg")
+    table = json.loads((tuned / "trials.json").read_text())
+    assert len(table) == 3 and all(r["cost"] and r["cost"] > 0 for r in table)
+    overlays = TunedOverlays(services.settings)
+    assert overlays.overlay_versions() == ["tuned-v1"]
+    info = overlays.overlay_info("tuned-v1")
+    assert info["study"] == "e2e" and info["data_version"] == "data-v1" and info["chosen"]["state"] == "COMPLETE"
+
+    nightly = client.trigger(DAG, {"epochs": 2, "params_overlay": "latest"}, run_id="rest_e2e_tuned")
+    assert client.wait_for_run(DAG, nightly, timeout_s=600) == "success"
+    train = json.loads((services.settings.layout.run_dir(nightly) / "steps" / "train.json").read_text())
+    assert train["params_overlay"] == "tuned-v1" and train["overlay_values"] == info["train"]
+    assert train["epochs"] == info["train"].get("epochs", 2)
