@@ -220,7 +220,7 @@ async def replay_async(
             if labels is not None:
                 feedback_tasks.append(asyncio.create_task(feedback(request_id, int(labels[j]))))
 
-        tasks, tracker = [], Progress(f"replay to {url}", count, unit="request")
+        tasks, tracker = [], Progress(f"replay to {url}", count, unit="request", first=False)
         for i in range(count):
             due = t0 + i / rate
             now = time.monotonic()
