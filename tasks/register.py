@@ -36,7 +36,8 @@ def register(
     lineage = {
         "data_version": train.data_version,
         "code_commit": commit,
-        "params_hash": ctx.params.digest(),
+        "params_hash": trained_params(ctx, train).digest(),
+        "params_overlay": train.params_overlay,  # the tuned overlay (tuned-vN) train applied, if any
         "parent_model": evaluate.champion_version,
         "metrics": {"torch": evaluate.challenger, "onnx_fp32": compress.fp32_test, "onnx_served": compress.test},
         "train": {
@@ -88,6 +89,15 @@ def write_card(ctx: StepContext, version: str) -> None:
     log(f"model card: {paths['html']}")
 
 
+def trained_params(ctx: StepContext, train: TrainRecord):
+    """The params the model was trained with: a tuned overlay's values in `train`, and the overlay named as
+    resolved (tuned-vN, or none), so a reproduction trains with the same values whatever is newest then."""
+    p = ctx.params.train
+    return ctx.params.replace(
+        train=p.replace(**(train.overlay_values or {}), params_overlay=train.params_overlay or "none")
+    )
+
+
 def reproduce_inputs(ctx: StepContext, train: TrainRecord, compress: CompressRecord, commit: str) -> dict[str, Any]:
     """Everything `python -m tasks.reproduce` needs to rebuild this model, not only hashes: the full
     resolved params (after overrides), the code, dataset plug-in and LF module, the data contracts'
@@ -98,8 +108,8 @@ def reproduce_inputs(ctx: StepContext, train: TrainRecord, compress: CompressRec
     dataset = ctx.params.dataset.module
     lf_module = data.get("lf_module") or ctx.params.weak_label.lf_module or load_dataset(dataset).LF_MODULE
     return {
-        "params": ctx.params.to_dict(),
-        "params_digest": ctx.params.digest(),
+        "params": trained_params(ctx, train).to_dict(),
+        "params_digest": trained_params(ctx, train).digest(),
         "code_commit": commit,
         "dataset": {
             "module": dataset,
