@@ -25,6 +25,8 @@ from typing import Any, Callable
 from tasks.core.files import atomic_write_text, read_json
 
 REPORT_NAME = "report.html"
+MAX_POINTS = 400  # per line chart
+BALANCE_VERSIONS = 20  # the label balance plot shows the newest data versions, this many
 BILLED_KINDS = ("compute", "storage", "labor")  # the ledger's kinds that are paid (tasks/monitoring/store.py)
 KINDS = (*BILLED_KINDS, "avoided", "waste")  # avoided: labor weak labels saved; waste: idle accelerator time
 COLOURS = ["#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#bbbbbb"]
@@ -138,6 +140,9 @@ def line_chart(
     def py(y: float) -> float:
         return top + plot_h - (y - y0) / (y1 - y0) * plot_h
 
+    if len(xs) > MAX_POINTS:  # a long run: every k-th point (the curve's shape, a bounded file)
+        k = math.ceil(len(xs) / MAX_POINTS)
+        xs, series = xs[::k], {n: vs[::k] for n, vs in series.items()}
     out = _svg_open(width, height, title)
     out += _axes(left, top, plot_w, plot_h, y0, y1, y_label)
     out.append(
@@ -307,7 +312,7 @@ def section_label_balance(inp: ReportInputs) -> str:
             "LF coverage": [s.get("coverage") for s in stats],
             "conflict rate": [s.get("conflict_rate") for s in stats],
         },
-        "label balance across data versions (the batch each version added)",
+        f"label balance across the newest {len(names)} data versions (the batch each version added)",
         y_max=1.0,
     )
     rows = [
@@ -581,6 +586,21 @@ def read_monitoring(settings: Any, run_id: str) -> dict[str, list[dict[str, Any]
     }
 
 
+def read_data_versions(reg: Any, versions: list[str]) -> list[dict[str, Any]]:
+    """The records of these (tagged) data versions, in one `git show` rather than one per version: the
+    registry keeps each as data/versions/<version>.json in the commit its tag names."""
+    if not versions:
+        return []
+    text = reg.git("show", *[f"{v}:data/versions/{v}.json" for v in versions])
+    decoder, out, pos = json.JSONDecoder(), [], 0
+    while len(out) < len(versions):
+        while text[pos].isspace():
+            pos += 1
+        obj, pos = decoder.raw_decode(text, pos)
+        out.append(obj)
+    return out
+
+
 def gather(settings: Any, run_id: str, summary: dict[str, Any]) -> ReportInputs:
     """Read what the report shows; an input that cannot be read is noted in `missing` with why."""
     from tasks.registry import Registry
@@ -599,8 +619,8 @@ def gather(settings: Any, run_id: str, summary: dict[str, Any]) -> ReportInputs:
 
     reg = Registry(settings)
     inp.registry_state = attempt("registry", reg.state) or {}
-    versions = attempt("data_versions", lambda: reg.tags("data")) or []
-    inp.data_versions = [d for d in (attempt(f"data:{v}", lambda v=v: reg.data_version_info(v)) for v in versions) if d]
+    versions = (attempt("data_versions", lambda: reg.tags("data")) or [])[-BALANCE_VERSIONS:]
+    inp.data_versions = attempt("data_versions", lambda: read_data_versions(reg, versions)) or []
     wanted = {summary.get("prod_model"), summary.get("registered"), inp.registry_state.get("prod_model")}
     challenger = ((inp.registry_state.get("serving") or {}).get("challenger") or {}).get("model_version")
     for v in sorted({w for w in (*wanted, challenger) if w}):
