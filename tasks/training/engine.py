@@ -45,6 +45,7 @@ from tasks.training.hierarchical import HierarchicalState, hierarchical_allreduc
 from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
 from tasks.training.model import save_model
 from tasks.training.outputs import CHECKPOINTS, OUTPUTS, OutputStore
+from tasks.training.peers import describe_loss, gather_hosts, is_collective_failure
 from tasks.training.spread import SpreadState, measured_hook
 from tasks.training.state import TrainState, rng_state, training_fingerprint
 from tasks.training.telemetry import TrainingMetrics
@@ -95,12 +96,14 @@ def init_process_group(device: torch.device, store_dir: str | Path | None = None
 
 @dataclass(frozen=True)
 class Ranks:
-    """This process's place in the job (torchrun's RANK, WORLD_SIZE, LOCAL_*)."""
+    """This process's place in the job (torchrun's RANK, WORLD_SIZE, LOCAL_*), and every rank's host
+    (`peers.my_host`: to name the lost ones when a collective fails)."""
 
     rank: int = 0
     world: int = 1
     local_rank: int = 0
     local_world: int = 1
+    hosts: tuple[str, ...] = ()
 
     @property
     def distributed(self) -> bool:
@@ -118,8 +121,28 @@ def join_process_group(device: torch.device, store_dir: str | Path | None, timeo
     init_process_group(device, store_dir, timeout_s)
     world = dist.get_world_size()
     return Ranks(
-        dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", "0")), int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        dist.get_rank(),
+        world,
+        int(os.environ.get("LOCAL_RANK", "0")),
+        int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+        gather_hosts(world),
     )
+
+
+@contextlib.contextmanager
+def naming_lost_peers(ranks: Ranks, state: TrainState, timeout_s: int):
+    """A collective that fails in the block (a dead peer's reset, a partition's timeout) becomes a
+    PeerLost naming the lost ranks and their hosts (`peers.describe_loss`), raised within the
+    collective timeout plus a short roll call; the launcher then re-rendezvouses or exits."""
+    try:
+        yield
+    except Exception as exc:
+        if not (ranks.distributed and is_collective_failure(exc)):
+            raise
+        grace_s = min(5.0, max(1.0, timeout_s / 4))
+        error = describe_loss(exc, ranks.rank, ranks.hosts, state.step + 1, timeout_s, grace_s)
+        log(str(error))
+        raise error from exc
 
 
 def read_init_model(init_from: str, registry_url: str | None) -> dict:
@@ -309,60 +332,62 @@ def run_training(
     t0 = time.time()
     tracker = Progress("training", total_steps, start=state.step) if ranks.master else None
 
-    while state.step < total_steps:
-        epoch, s = state.position(steps_per_epoch)
-        lo, hi = rank_slice(state.splits, ranks.rank)
-        xb, yb = (t.to(device, non_blocking=True) for t in data.rows(epoch, s * batch + lo, s * batch + hi))
-        logging = metrics.due(state.step, p.log_every)
-        before = [t.detach().clone() for t in model.parameters()] if logging else None
-        net.spread.start(logging)
-        started = time.perf_counter()
-        if on_micro_batch is not None:  # e.g. a benchmark's simulated slow rank: timed as compute
-            on_micro_batch(ranks.rank, len(xb))
-        state.optimizer.zero_grad(set_to_none=True)
-        # Scaled so that DDP's mean over ranks is the mean over the global batch, whatever the split.
-        loss_sum, ready = accumulate_gradients(
-            net.module, loss_fn, xb, yb, ranks.world / batch, p.micro_batch_size, net.no_sync, autocast
-        )
-        state.optimizer.step()
-        compute_s = ready - started  # this rank's own time (the last backward waits for the others)
-        stats = exchange_step_stats(
-            StepStats(loss_sum, stop.requested, compute_s / max(1, len(xb)), net.spread.local_sq), ranks, device
-        )
-        step_loss = sum(r.loss_sum for r in stats) / batch
-        epoch_done = state.finish_step(step_loss, batch, steps_per_epoch)
-        metrics.observe(step_loss)
-        if tracker is not None:  # 'training: step 120/400 (30%), 12.3 steps/s, ETA 23 s' in the task log
-            tracker.update(state.step)
-        if before is not None:
-            metrics.record(
-                state.step,
-                epoch,
-                step_loss,
-                model,
-                before,
-                state.splits,
-                batch,
-                compute_s,
-                local_grad_sq=[r.local_grad_sq for r in stats] if ranks.distributed else None,
+    with naming_lost_peers(ranks, state, dist_timeout_s):
+        while state.step < total_steps:
+            epoch, s = state.position(steps_per_epoch)
+            lo, hi = rank_slice(state.splits, ranks.rank)
+            xb, yb = (t.to(device, non_blocking=True) for t in data.rows(epoch, s * batch + lo, s * batch + hi))
+            logging = metrics.due(state.step, p.log_every)
+            before = [t.detach().clone() for t in model.parameters()] if logging else None
+            net.spread.start(logging)
+            started = time.perf_counter()
+            if on_micro_batch is not None:  # e.g. a benchmark's simulated slow rank: timed as compute
+                on_micro_batch(ranks.rank, len(xb))
+            state.optimizer.zero_grad(set_to_none=True)
+            # Scaled so that DDP's mean over ranks is the mean over the global batch, whatever the split.
+            loss_sum, ready = accumulate_gradients(
+                net.module, loss_fn, xb, yb, ranks.world / batch, p.micro_batch_size, net.no_sync, autocast
             )
-        if epoch_done and ranks.master and (state.step // steps_per_epoch) % max(1, p.epochs // 10) == 0:
-            log(f"epoch {state.step // steps_per_epoch}/{p.epochs} loss {state.losses[-1]:.4f} splits {state.splits}")
-        if p.balance_every and state.step % p.balance_every == 0 and ranks.distributed:
-            state.splits = rebalance(state.splits, [r.seconds_per_sample for r in stats], batch)
-        if any(r.stop for r in stats):
-            stop_with_checkpoint(state, checkpointer, ranks, device)
-        if (
-            epoch_done
-            and on_epoch is not None
-            and epoch_hook_stops(on_epoch, state, steps_per_epoch, model, ranks, device)
-        ):
-            stopped_at_epoch = state.step // steps_per_epoch
-            break
-        if state.step % p.checkpoint_every == 0 and state.step < total_steps:
-            blocked = time.perf_counter()
-            checkpoint(state, checkpointer, ranks, device, wait=sync_checkpoints)
-            blocked_s, saves = blocked_s + time.perf_counter() - blocked, saves + 1
+            state.optimizer.step()
+            compute_s = ready - started  # this rank's own time (the last backward waits for the others)
+            stats = exchange_step_stats(
+                StepStats(loss_sum, stop.requested, compute_s / max(1, len(xb)), net.spread.local_sq), ranks, device
+            )
+            step_loss = sum(r.loss_sum for r in stats) / batch
+            epoch_done = state.finish_step(step_loss, batch, steps_per_epoch)
+            metrics.observe(step_loss)
+            if tracker is not None:  # 'training: step 120/400 (30%), 12.3 steps/s, ETA 23 s' in the task log
+                tracker.update(state.step)
+            if before is not None:
+                metrics.record(
+                    state.step,
+                    epoch,
+                    step_loss,
+                    model,
+                    before,
+                    state.splits,
+                    batch,
+                    compute_s,
+                    local_grad_sq=[r.local_grad_sq for r in stats] if ranks.distributed else None,
+                )
+            if epoch_done and ranks.master and (state.step // steps_per_epoch) % max(1, p.epochs // 10) == 0:
+                done = state.step // steps_per_epoch
+                log(f"epoch {done}/{p.epochs} loss {state.losses[-1]:.4f} splits {state.splits}")
+            if p.balance_every and state.step % p.balance_every == 0 and ranks.distributed:
+                state.splits = rebalance(state.splits, [r.seconds_per_sample for r in stats], batch)
+            if any(r.stop for r in stats):
+                stop_with_checkpoint(state, checkpointer, ranks, device)
+            if (
+                epoch_done
+                and on_epoch is not None
+                and epoch_hook_stops(on_epoch, state, steps_per_epoch, model, ranks, device)
+            ):
+                stopped_at_epoch = state.step // steps_per_epoch
+                break
+            if state.step % p.checkpoint_every == 0 and state.step < total_steps:
+                blocked = time.perf_counter()
+                checkpoint(state, checkpointer, ranks, device, wait=sync_checkpoints)
+                blocked_s, saves = blocked_s + time.perf_counter() - blocked, saves + 1
     if checkpointer is not None:
         blocked = time.perf_counter()
         checkpointer.close()  # the last write is part of the run's time

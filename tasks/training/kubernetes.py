@@ -63,12 +63,19 @@ class KubernetesTraining:
     registry_secret: str = "sluice-registry"  # AWS_* credentials of the DVC remote
     registry_url: str = ""  # git URL of the registry, as the pods reach it
     s3_endpoint_url: str = ""  # an S3-compatible store's endpoint, as the pods reach it
+    socket_ifname: str = "eth0"  # the pod network's interface: gloo's and NCCL's sockets (M nodes)
+    dist_timeout_s: int = 300  # collectives' timeout (SLUICE_DIST_TIMEOUT_S in the pods): a lost peer fails the step
+    max_restarts: int = 3  # M nodes: torchrun re-rendezvouses this often when a peer node is lost
 
     def __post_init__(self) -> None:
         from tasks.core.settings import url_credentials_error
 
         if self.nodes < 1 or self.gpus_per_node < 1:
             raise ValueError(f"nodes ({self.nodes}) and gpus_per_node ({self.gpus_per_node}) must be >= 1")
+        if self.dist_timeout_s < 1 or self.max_restarts < 0:
+            raise ValueError(f"dist_timeout_s ({self.dist_timeout_s}) must be >= 1, max_restarts >= 0")
+        if not re.fullmatch(r"[A-Za-z0-9_.:-]{1,15}", self.socket_ifname):
+            raise ValueError(f"socket_ifname {self.socket_ifname!r} is not an interface name")
         for name in ("registry_url", "s3_endpoint_url"):  # they go into pod arguments and XCom
             why = url_credentials_error(getattr(self, name))
             if why:
@@ -89,6 +96,8 @@ class KubernetesTraining:
             ("SLUICE_K8S_GPUS_PER_NODE", "gpus_per_node", int),
             ("SLUICE_REGISTRY_URL", "registry_url", str),
             ("SLUICE_S3_ENDPOINT_URL", "s3_endpoint_url", str),
+            ("SLUICE_K8S_SOCKET_IFNAME", "socket_ifname", str),
+            ("SLUICE_DIST_TIMEOUT_S", "dist_timeout_s", int),
         ):
             if env.get(key):
                 kw[name] = cast(env[key])
@@ -154,6 +163,7 @@ def pod_command(cfg: KubernetesTraining, plan: dict[str, str]) -> list[str]:
             "torchrun",
             f"--nnodes={cfg.nodes}",
             f"--nproc-per-node={cfg.gpus_per_node}",
+            f"--max-restarts={cfg.max_restarts}",
             "--rdzv-backend=c10d",
             f"--rdzv-endpoint=job-{name}-0.{name}:{RDZV_PORT}",
             f"--rdzv-id={name}",
@@ -172,6 +182,18 @@ def pod_command(cfg: KubernetesTraining, plan: dict[str, str]) -> list[str]:
     ]
 
 
+def multinode_env(cfg: KubernetesTraining) -> dict[str, str]:
+    """What M-node pods add: gloo and NCCL on the pod network's interface (not a guess from the
+    hostname), and a fresh TCPStore per rendezvous round for the workers: with the launcher's shared
+    store, workers key their addresses by their own launcher's restart count, which differs between
+    a surviving pod and its replaced peer (the new pod counts from 0), so they would never meet."""
+    return {
+        "GLOO_SOCKET_IFNAME": cfg.socket_ifname,
+        "NCCL_SOCKET_IFNAME": cfg.socket_ifname,
+        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
+    }
+
+
 def _common(cfg: KubernetesTraining, plan: dict[str, str], kube_config_file: str | None):
     from kubernetes.client import models as k8s
 
@@ -186,7 +208,9 @@ def _common(cfg: KubernetesTraining, plan: dict[str, str], kube_config_file: str
         "XDG_CACHE_HOME": "/tmp/cache",
         "DVC_SITE_CACHE_DIR": "/tmp/dvc-site-cache",
         "TMPDIR": "/tmp",
+        "SLUICE_DIST_TIMEOUT_S": str(cfg.dist_timeout_s),
         **({"SLUICE_S3_ENDPOINT_URL": cfg.s3_endpoint_url} if cfg.s3_endpoint_url else {}),
+        **(multinode_env(cfg) if cfg.nodes > 1 else {}),
     }
     seccomp = k8s.V1SeccompProfile(type="RuntimeDefault")
     volumes = [
