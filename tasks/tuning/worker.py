@@ -49,7 +49,7 @@ class EpochReporter:
         try:
             self.trial.report(auc, epoch)
             if self.trial.should_prune():
-                self.pruned_by = "hyperband"
+                self.pruned_by = "pruner"  # Hyperband (the study's pruner)
         except (optuna.exceptions.UpdateFinishedTrialError, RuntimeError, ValueError):
             self.pruned_by = "trial_finished_elsewhere"  # failed by its heartbeat meanwhile: stop
         if self.pruned_by is None and self.budget_left is not None:

@@ -80,3 +80,50 @@ def test_overlay_registered_resolved_and_applied(settings):
         apply_overlay(settings, TrainParams(params_overlay="tuned-v7"))
     audit = [json.loads(x) for x in (settings.layout.registry / "audit.jsonl").read_text().splitlines()]
     assert [a["version"] for a in audit if a["action"] == "tuned_overlay"] == ["tuned-v1", "tuned-v2"]
+
+
+def test_epoch_reporter_prunes_by_the_pruner_and_by_the_cost_ceiling(tmp_path):
+    """The worker's epoch hook: reports each epoch's dev ROC AUC; the study's pruner or the ceiling stops it."""
+    import optuna
+    import torch
+
+    from tasks.tuning.worker import EpochReporter
+
+    x = torch.randn(40, 3)
+    y = (x[:, 0] > 0).long().numpy()
+    model = torch.nn.Linear(3, 1)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0, 0.0, 0.0]]))
+    net = lambda t: model(t).squeeze(-1)  # noqa: E731
+    net.eval = model.eval
+    net.train = model.train
+
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.ThresholdPruner(lower=2.0))
+    hook = EpochReporter(study.ask(), x, y, tmp_path, cost_per_hour=1.0, budget_left=None)
+    assert hook(1, net) is True  # ROC AUC 1.0 < 2.0: the pruner stops it
+    seen = json.loads((tmp_path / "trial.json").read_text())
+    assert seen["pruned_by"] == "pruner" and seen["epochs"][0]["dev_roc_auc"] == 1.0
+    assert study.trials[0].intermediate_values == {1: 1.0}
+
+    study = optuna.create_study(direction="maximize", pruner=optuna.pruners.NopPruner())
+    hook = EpochReporter(study.ask(), x, y, tmp_path, cost_per_hour=3600.0, budget_left=1e-6)
+    assert hook(1, net) is True and hook.pruned_by == "cost_ceiling"  # a second epoch would cross it
+    hook = EpochReporter(study.ask(), x, y, tmp_path, cost_per_hour=1.0, budget_left=100.0)
+    assert hook(1, net) is False and hook(2, net) is False
+
+
+def test_engine_epoch_hook_stops_training_where_it_says(tuning_home, tmp_path):
+    """The engine's on_epoch hook (one process, in this one): called after each epoch; True stops there."""
+    from tasks.training.engine import run_training
+
+    calls = []
+
+    def hook(epoch, model):
+        calls.append((epoch, type(model).__name__))
+        return epoch == 2
+
+    p = TrainParams(epochs=5, nproc=1, batch_size=64, warm_start=False)
+    result = run_training("data-v1", str(tmp_path / "out"), p, on_epoch=hook)
+    assert calls == [(1, "SpamMLP"), (2, "SpamMLP")]
+    assert result["stopped_at_epoch"] == 2 and len(result["losses"]) == 2
+    assert (tmp_path / "out" / "model.pt").exists()
