@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 from urllib.parse import quote
 
-from tasks.monitoring.html_report import REPORT_NAME, branch_of
+from tasks.monitoring.html_report import REPORT_NAME, branch_of, read_data_versions
 
 LIMIT = 20  # rows per table
 RUN_FOLDER = re.compile(r"^[A-Za-z0-9._~-]+$")  # what safe_run_id makes (tasks/core/settings.py)
@@ -81,8 +81,8 @@ def runs(runs_dir: Path, store_runs: dict[str, dict[str, Any]]) -> list[dict[str
 
 def data_versions(reg: Any, state: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
-    for v in reversed(reg.tags("data")[-LIMIT:]):
-        info = reg.data_version_info(v)
+    versions = reg.tags("data")[-LIMIT:]
+    for v, info in reversed(list(zip(versions, read_data_versions(reg, versions)))):
         out.append(
             {
                 "version": v,
