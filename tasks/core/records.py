@@ -297,6 +297,8 @@ class CostReportRecord(Record):
     """Alerts the report raised (a cost jump): rule, severity, message, value, threshold."""
     report_txt: str
     report_json: str
+    serving: dict[str, dict[str, Any]] = {}
+    """The day's serving per variant from the model server's prediction log (tasks/monitoring/serving_window.py)."""
 
 
 # The record type of each step's record file (runs/<run_id>/steps/<name>.json).
