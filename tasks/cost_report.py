@@ -40,6 +40,7 @@ def cost_report(ctx: StepContext, *, day: str | None = None) -> CostReportRecord
     from tasks.monitoring import alerts as alerting
     from tasks.monitoring import ledger
     from tasks.monitoring.cost import storage_lines
+    from tasks.monitoring.serving_window import day_summary, serving_lines
     from tasks.monitoring.store import STORAGE, MetricsStore, to_jsonable
 
     day = report_day(day)
@@ -50,10 +51,12 @@ def cost_report(ctx: StepContext, *, day: str | None = None) -> CostReportRecord
     rows, prev_rows = store.costs(day=day), store.costs(day=ledger.previous_day(day))
     rep = ledger.day_report(day, rows, prev_rows, prices.currency)
     rep["storage_bytes"], rep["notes"] = sizes, notes
+    rep["serving"] = day_summary(ctx.settings, ctx.params, day)
     jump = alerting.cost_jump(rep["total"], rep["previous_total"], rules.cost_jump_ratio, rules.min_cost_for_jump, day)
     raised = [to_jsonable(jump)] if jump else []
     rep["alerts"] = raised
-    text = ledger.format_report(rep, [a["message"] for a in raised]) + "".join(f"  note: {n}\n" for n in notes)
+    text = ledger.format_report(rep, [a["message"] for a in raised]) + serving_lines(rep["serving"])
+    text += "".join(f"  note: {n}\n" for n in notes)
     folder = ctx.settings.layout.reports
     folder.mkdir(parents=True, exist_ok=True)
     txt, js = folder / f"cost-{day}.txt", folder / f"cost-{day}.json"
@@ -75,6 +78,7 @@ def cost_report(ctx: StepContext, *, day: str | None = None) -> CostReportRecord
         alerts=raised,
         report_txt=str(txt),
         report_json=str(js),
+        serving=rep["serving"],
     )
 
 

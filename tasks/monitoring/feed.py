@@ -299,9 +299,26 @@ def _incident(name: str) -> Callable[[Record, RunInfo], Fed]:
 
 
 def cost_report(rec: CostReportRecord, info: RunInfo) -> Fed:
-    """The alerts the daily report raised (a cost jump)."""
+    """The day's ledger totals, its serving per variant (subject "day:<variant>"), the alerts it raised."""
     keep = ("rule", "severity", "message", "value", "threshold")
-    return Fed(alerts=[Alert(**{k: a.get(k) for k in keep}) for a in rec.alerts])
+    day = {"subject": f"day:{rec.day}"}
+    ms = _keep(
+        _m("business", info, "cost_day_total", rec.total, **day),
+        _m("business", info, "cost_day_waste", rec.waste, **day),
+        _m("business", info, "cost_day_avoided", rec.avoided, **day),
+    )
+    for variant, s in rec.serving.items():
+        mv = "/".join(s.get("model_versions") or []) or None
+        kw = {"subject": f"day:{variant}", "model_version": mv}
+        ms += _keep(
+            _m("business", info, "requests", s.get("requests"), **kw),
+            _m("business", info, "error_rate", s.get("error_rate"), **kw),
+            _m("business", info, "latency_p50_ms", s.get("p50_ms"), **kw),
+            _m("business", info, "latency_p99_ms", s.get("p99_ms"), **kw),
+            _m("business", info, "throughput_rps", s.get("requests_per_s"), **kw),
+            _m("business", info, "online_roc_auc", s.get("online_roc_auc"), **kw),
+        )
+    return Fed(ms, alerts=[Alert(**{k: a.get(k) for k in keep}) for a in rec.alerts])
 
 
 FEEDS: dict[type[Record], Callable[[Any, RunInfo], Fed]] = {

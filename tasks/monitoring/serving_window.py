@@ -1,0 +1,67 @@
+"""The business layer between runs: what the model server recorded over a window (its prediction log,
+`$SLUICE_HOME/serving/predictions.jsonl` and the rotated files, the same records the canary analysis
+judges), per variant: requests, errors, error rate, p50/p99 latency, mean throughput, online ROC AUC from
+feedback labels. The daily cost report records one UTC day of it (subject "day:<variant>")."""
+
+from __future__ import annotations
+
+from datetime import date, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+from tasks.serving.predlog import LOG_NAME
+
+
+def day_bounds(day: str) -> tuple[float, float]:
+    start = datetime.combine(date.fromisoformat(day), datetime.min.time(), tzinfo=timezone.utc)
+    return start.timestamp(), (start + timedelta(days=1)).timestamp()
+
+
+def serving_summary(log: Path, keep: int, start: float, end: float) -> dict[str, dict[str, Any]]:
+    """Per variant that served in [start, end): requests, errors, error_rate, p50_ms, p99_ms,
+    requests_per_s (over the window), labeled, online_roc_auc (None: too few labels of either class),
+    model_versions. Empty when nothing was served (or there is no log)."""
+    import numpy as np
+
+    from tasks.serving.canary import labeled_arms, read_serving_log, roc_auc, select_window, variant_stats
+
+    window = select_window(read_serving_log(log, keep), start, end)
+    stats = variant_stats(window)
+    _, arms = labeled_arms(window)
+    out = {}
+    for variant, s in stats.items():
+        if not s["requests"]:
+            continue
+        arm = arms[variant]
+        both = arm.labels.size and 0 < float(np.sum(arm.labels)) < arm.labels.size
+        out[variant] = {
+            "requests": s["requests"],
+            "errors": s["errors"],
+            "error_rate": s["error_rate"],
+            "p50_ms": s["p50_ms"],
+            "p99_ms": s["p99_ms"],
+            "requests_per_s": s["requests"] / max(end - start, 1e-9),
+            "labeled": int(arm.labels.size),
+            "online_roc_auc": roc_auc(arm.scores, arm.labels) if both else None,
+            "model_versions": s["model_versions"],
+        }
+    return out
+
+
+def day_summary(settings: Any, params: Any, day: str) -> dict[str, dict[str, Any]]:
+    return serving_summary(settings.home / "serving" / LOG_NAME, params.serving.prediction_log_keep, *day_bounds(day))
+
+
+def serving_lines(serving: dict[str, dict[str, Any]]) -> str:
+    """The report's serving lines, one per variant that served."""
+    if not serving:
+        return "  serving        nothing served (no prediction log records this day)\n"
+    out = []
+    for variant, s in serving.items():
+        auc = "n/a" if s["online_roc_auc"] is None else f"{s['online_roc_auc']:.3f}"
+        out.append(
+            f"  serving        {variant} {'/'.join(s['model_versions']) or '?'}: {s['requests']} requests, "
+            f"errors {s['error_rate']:.2%}, p50 {s['p50_ms']:.1f} ms, p99 {s['p99_ms']:.1f} ms, "
+            f"online ROC AUC {auc} ({s['labeled']} labeled)\n"
+        )
+    return "".join(out)

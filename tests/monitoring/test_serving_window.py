@@ -1,0 +1,51 @@
+"""The day's serving from the model server's prediction log (written by the server's own record
+builders): per variant in the daily report, kept as business metrics, and judged by the p99 rule."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+
+from tasks.core.steps import StepContext
+from tasks.cost_report import cost_report
+from tasks.monitoring.serving_window import serving_summary
+from tasks.monitoring.store import MetricsStore
+from tasks.serving.predlog import LOG_NAME, PredictionLog, error_record, feedback_records, prediction_records
+
+
+def write_log(path, n_champion=40, n_challenger=10, challenger_ms=120.0):
+    log = PredictionLog(path, max_bytes=10_000, keep=5)  # small: the records rotate across files
+    for i in range(n_champion):
+        label = i % 2
+        log.append(prediction_records(f"c{i}", [0.2 + 0.6 * label], "champion", "model-v1", 5.0 + i % 3, False, "/v1"))
+        log.append(feedback_records(f"c{i}", [label]))
+    for i in range(n_challenger):
+        log.append(prediction_records(f"h{i}", [0.5], "challenger", "model-v2", challenger_ms, False, "/v1"))
+    log.append([error_record("h-err", "challenger", "model-v2", 1.0, False, "/v1", "nan score")])
+    log.close()
+
+
+def test_serving_summary_per_variant(tmp_path):
+    path = tmp_path / LOG_NAME
+    write_log(path)
+    assert path.with_name(LOG_NAME + ".1").exists()  # rotated files are read too
+    s = serving_summary(path, 5, 0, 2e9)
+    assert s["champion"]["requests"] == 40 and s["champion"]["online_roc_auc"] == pytest.approx(1.0)
+    assert s["champion"]["labeled"] == 40 and s["champion"]["model_versions"] == ["model-v1"]
+    assert s["challenger"]["requests"] == 11 and s["challenger"]["errors"] == 1
+    assert s["challenger"]["p99_ms"] == pytest.approx(120.0) and s["challenger"]["online_roc_auc"] is None
+    assert serving_summary(path, 5, 0, 1) == {}  # nothing served in that window
+
+
+def test_the_daily_report_records_the_days_serving(settings):
+    write_log(settings.home / "serving" / LOG_NAME)
+    day = datetime.now(timezone.utc).date().isoformat()
+    rec = cost_report.run(StepContext.create("report-1", settings), lambda n: None, day=day)
+    assert rec.serving["champion"]["requests"] == 40
+    assert "serving        challenger model-v2: 11 requests, errors 9.09%" in open(rec.report_txt).read()
+    store = MetricsStore.open(settings)
+    p99 = {m["subject"]: m["value"] for m in store.metrics("report-1", name="latency_p99_ms")}
+    assert p99["day:challenger"] == pytest.approx(120.0)
+    (alert,) = [a for a in store.alerts("report-1") if a["rule"] == "p99_latency"]
+    assert "day:challenger" in alert["message"]
