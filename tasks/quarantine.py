@@ -2,7 +2,9 @@
 
 Nothing is deleted: quarantine/<batch_id>/ holds the original file and
 report.json / report.txt naming every failed expectation. The current data
-version is untouched. Re-admit with `python -m tasks.quarantine --readmit BATCH`.
+version is untouched. `python -m tasks.quarantine` lists the quarantined batches, one line
+each: its id, the gate that stopped it and its first cause. Re-admit with
+`python -m tasks.quarantine --readmit BATCH`.
 """
 
 from __future__ import annotations
@@ -152,7 +154,8 @@ def readmit(settings: Settings, batch_id: str) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """With --run-id: the step (the DAG's quarantine task); without: list, or re-admit a batch."""
+    """With --run-id: the step (the DAG's quarantine task); without: list (one line a batch: its id, the
+    gate that stopped it and its first cause), or re-admit a batch."""
     argv = sys.argv[1:] if argv is None else argv
     if any(a == "--run-id" or a.startswith("--run-id=") for a in argv):
         return quarantine.main(argv)
@@ -171,9 +174,25 @@ def main(argv: list[str] | None = None) -> int:
         print(f"re-admitted to {target}")
         return 0
     for report in sorted(settings.layout.quarantine.glob("*/report.json")):
-        r = json.loads(report.read_text())
-        print(f"{r['batch_id']}\t{r['gate']}\t{r.get('summary', '').splitlines()[0] if r.get('summary') else ''}")
+        print(listing_line(json.loads(report.read_text())))
     return 0
+
+
+def first_cause(report: dict) -> str:
+    """A quarantine report's first cause, one line: the contract's first failure (the file, then the schema,
+    then the columns), or the summary of a report without failures (ingest's, for a batch that crashed a step)."""
+    from tasks.contracts.suite import ContractResult
+
+    if report.get("failures") and "suite" in report:
+        result = ContractResult.from_dict(report)
+        more = len(result.failures) - 1
+        return result.first_cause() + (f" (+{more} more in report.txt)" if more else "")
+    return " ".join((report.get("summary") or "no cause recorded").split())
+
+
+def listing_line(report: dict) -> str:
+    """`python -m tasks.quarantine`'s line for one batch: its id, the gate that stopped it, its first cause."""
+    return f"{report.get('batch_id')}\t{report.get('gate')}\t{first_cause(report)}"
 
 
 if __name__ == "__main__":

@@ -29,6 +29,11 @@ class ContractError(ValueError):
 
 @dataclass
 class Failure:
+    """One failed expectation. `observed` is GX's observed value; for a per-row check (no observed value)
+    it is the share of offending rows in percent (`observed_percent`). `difference`: a schema check's
+    difference in words (schema.py). `share`: the observed statistic and its bounds are fractions of rows
+    (the mean of a 0/1 column), shown in percent. `column_missing`: the column is not in the data at all."""
+
     expectation: str
     column: str | None
     guards: str
@@ -39,18 +44,62 @@ class Failure:
     sample_rows: list[int] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+    difference: str | None = None
+    observed_percent: bool = False
+    share: bool = False
+    column_missing: bool = False
+    total_rows: int | None = None
 
     def describe(self) -> str:
+        """One line: what failed, observed against expected, every percentage with its % sign."""
         where = f" on column {self.column!r}" if self.column else ""
-        msg = f"{self.expectation}{where}: observed {self.observed!r}, expected {self.expected}"
+        if self.column_missing:
+            return f"{self.expectation}{where}: the column is not in the data: not checked (guards: {self.guards})"
+        if self.difference:
+            return f"{self.expectation}: {self.difference} (guards: {self.guards})"
+        if self.expectation.startswith("file_"):
+            return f"{self.expectation}: {self.observed} (guards: {self.guards})"
+        msg = f"{self.expectation}{where}: "
         if self.unexpected_count:
+            of = f" of {self.total_rows}" if self.total_rows else ""
+            shown = self.observed_percent and self.observed is not None
+            share = f" ({percent(self.observed, 'percent')})" if shown else ""
             msg += (
-                f"; {self.unexpected_count} offending rows, e.g. values {self.sample_values[:5]}"
+                f"{self.unexpected_count}{of} rows offend{share}, e.g. values {self.sample_values[:5]}"
                 f" at rows {self.sample_rows[:5]}"
             )
+        elif self.observed_percent:
+            msg += f"observed {percent(self.observed, 'percent')} of rows offending"
+        else:
+            msg += f"observed {percent(self.observed) if self.share else repr(self.observed)}"
+        expected = _expected_in_words(self.expected, self.share)
+        if expected:
+            msg += f"; expected {expected}"
         if self.error:
             msg += f"; error: {self.error}"
         return f"{msg} (guards: {self.guards})"
+
+
+def percent(value: Any, given_as: str = "fraction") -> str:
+    """`value` as a percentage with its unit: 0.125 (a fraction) or 12.5 (given_as="percent") -> '12.5%'."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return repr(value)
+    pct = value * 100 if given_as == "fraction" else value
+    return f"{pct:.4g}%"
+
+
+def _expected_in_words(expected: dict[str, Any], share: bool) -> str:
+    """The expectation's arguments, bounds and `mostly` (a fraction of rows) in percent where they are shares."""
+    shown = dict(expected)
+    parts = []
+    if share and ("min_value" in shown or "max_value" in shown):
+        lo, hi = shown.pop("min_value", None), shown.pop("max_value", None)
+        parts.append(f"between {percent(lo) if lo is not None else '-'} and {percent(hi) if hi is not None else '-'}")
+    if "mostly" in shown:
+        parts.append(f"mostly (at least {percent(shown.pop('mostly'))} of rows)")
+    if shown:
+        parts.append(str(shown))
+    return ", ".join(parts)
 
 
 @dataclass
@@ -71,8 +120,30 @@ class ContractResult:
         if self.success:
             return f"contract {self.suite} passed: {self.evaluated} expectations on {self.rows} rows{skipped}"
         lines = [f"contract {self.suite} FAILED: {len(self.failures)} of {self.evaluated} expectations"]
-        lines += [f"  - {f.describe()}" for f in self.failures]
+        lines += [f"  - {f.describe()}" for f in self.failures if not f.column_missing]
+        # Checks on a column that is not there: one line per column, not one per expectation.
+        missing: dict[str, list[str]] = {}
+        for f in self.failures:
+            if f.column_missing:
+                missing.setdefault(f.column or "", []).append(f.expectation)
+        lines += [
+            f"  - column {column!r} is not in the data, so {len(names)} expectation(s) on it were not checked: "
+            + ", ".join(names)
+            for column, names in missing.items()
+        ]
         return "\n".join(lines)
+
+    def first_cause(self) -> str:
+        """The failure a person reads first (the file, then the schema, then the columns), one line."""
+        return self.failures[0].describe() if self.failures else self.summary()
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "ContractResult":
+        """A saved report (to_dict) read back; fields a newer version added take their defaults."""
+        known = set(Failure.__dataclass_fields__)
+        failures = [Failure(**{k: v for k, v in f.items() if k in known}) for f in d.get("failures", [])]
+        fields = set(cls.__dataclass_fields__) - {"failures"}
+        return cls(**{k: v for k, v in d.items() if k in fields}, failures=failures)
 
 
 def suite_path(name: str) -> Path:
@@ -184,10 +255,11 @@ def validate_frame(df: pd.DataFrame, name: str, reference: pd.DataFrame | None =
         kwargs = {k: v for k, v in cfg.kwargs.items() if k != "batch_id"}
         res = r.result or {}
         exc = r.exception_info or {}
+        column = kwargs.get("column")
         failures.append(
             Failure(
                 expectation=cfg.type,
-                column=kwargs.get("column"),
+                column=column,
                 guards=guards.get(_key(cfg.type, kwargs), ""),
                 observed=json_safe(res.get("observed_value", res.get("unexpected_percent"))),
                 expected={k: v for k, v in kwargs.items() if k != "column"},
@@ -196,6 +268,11 @@ def validate_frame(df: pd.DataFrame, name: str, reference: pd.DataFrame | None =
                 sample_rows=json_safe(res.get("partial_unexpected_index_list", []))[:10],
                 rows=_sample_rows(df, res.get("partial_unexpected_index_list", [])),
                 error=exc.get("exception_message") if exc.get("raised_exception") else None,
+                difference=schema_failure_difference(cfg.type, kwargs, res.get("observed_value"), df, reference),
+                observed_percent="observed_value" not in res and res.get("unexpected_percent") is not None,
+                share=cfg.type in _SHARE_STATISTICS and column in df.columns and is_zero_one(df[column]),
+                column_missing=column is not None and column not in df.columns,
+                total_rows=res.get("element_count") or len(df),
             )
         )
     failures.sort(key=lambda f: (f.column or "", f.expectation))  # GX returns results unordered
@@ -208,6 +285,36 @@ def validate_frame(df: pd.DataFrame, name: str, reference: pd.DataFrame | None =
         rows=len(df),
         skipped=skipped,
     )
+
+
+# Expectations on a column's statistic: when the column holds only 0 and 1, the statistic is a share of rows.
+_SHARE_STATISTICS = {"expect_column_mean_to_be_between"}
+
+
+def is_zero_one(column: pd.Series) -> bool:
+    """Whether every non-null value is 0 or 1 (so its mean is a share of rows)."""
+    values = column.dropna()
+    return len(values) > 0 and bool(values.isin([0, 1]).all())
+
+
+def schema_failure_difference(
+    etype: str, kwargs: dict[str, Any], observed: Any, df: pd.DataFrame, reference: pd.DataFrame | None
+) -> str | None:
+    """For a failed schema expectation, the difference in words (schema.py); None for any other."""
+    from tasks.contracts.schema import column_order_difference, describe_difference, schema_difference
+
+    actual = [str(c) for c in df.columns]
+    if etype == "expect_table_columns_to_match_set":
+        diff = schema_difference(actual, kwargs.get("column_set") or [], df, reference)
+        if not kwargs.get("exact_match", True):
+            diff["unexpected"] = []  # extra columns are allowed
+        return describe_difference(diff) or None
+    if etype == "expect_table_columns_to_match_ordered_list":
+        expected = kwargs.get("column_list") or []
+        return describe_difference(schema_difference(actual, expected, df, reference)) or column_order_difference(
+            actual, expected
+        )
+    return None
 
 
 def _sample_rows(df: pd.DataFrame, index: list, n: int = 5) -> list[dict[str, Any]]:
