@@ -95,3 +95,57 @@ def test_the_smtp_providers_notifier_loads_from_params(tmp_path):
     f.write_text("monitoring:\n  notifiers:\n    - class_path: 'not a path'\n")
     with pytest.raises(ParamsError, match="monitoring.notifiers.0.class_path"):
         load_params(f)
+
+
+@pytest.mark.slow
+def test_alerts_go_out_by_email_through_the_smtp_providers_notifier(settings, tmp_path):
+    """The SMTP provider's SmtpNotifier, configured in params, sends the alert to a real SMTP server on
+    loopback; the step runs as a user runs it (its CLI, in a child process, the connection from an
+    Airflow connection variable)."""
+    import os
+    import subprocess
+    import sys
+
+    from tasks.core.settings import REPO_ROOT
+    from tests.monitoring.smtp_sink import SmtpSink
+
+    with SmtpSink() as sink:
+        params = tmp_path / "params.yaml"
+        notifier = {
+            "class_path": "airflow.providers.smtp.notifications.smtp.SmtpNotifier",
+            "kwargs": {
+                "to": "ops@example.com",
+                "from_email": "sluice@example.com",
+                "smtp_conn_id": "sluice_smtp",
+                "subject": "Sluice alerts in {{ sluice_run_id }}",
+                "html_content": "<pre>{{ sluice_alerts_text }}</pre>",
+            },
+        }
+        params.write_text(json.dumps({"monitoring": {"notifiers": [notifier]}}))
+        conn = {"conn_type": "smtp", "host": "127.0.0.1", "port": sink.port}
+        conn["extra"] = {"disable_tls": True, "disable_ssl": True, "retry_limit": 0, "timeout": 10}
+        env = {
+            **os.environ,
+            "SLUICE_HOME": str(settings.home),
+            "SLUICE_PARAMS": str(params),
+            "AIRFLOW_CONN_SLUICE_SMTP": json.dumps(conn),
+            "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        }
+        code = "from tests.monitoring.steps_for_tests import canary_work as s; raise SystemExit(s.main())"
+        proc = subprocess.run(
+            [sys.executable, "-c", code, "--run-id", "run-mail", "--p99", "80"],
+            env=env,
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "alert delivery" not in proc.stderr, proc.stderr[-3000:]
+        (mail,) = sink.messages
+    import email
+
+    msg = email.message_from_string(mail)
+    assert msg["Subject"] == "Sluice alerts in run-mail" and msg["To"] == "ops@example.com"
+    body = "".join(p.get_payload(decode=True).decode() for p in msg.walk() if p.get_content_type() == "text/html")
+    assert "WARNING p99_latency [canary_analysis]: p99 latency 80.0 ms" in body
