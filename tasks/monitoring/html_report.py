@@ -347,25 +347,49 @@ def section_training(inp: ReportInputs) -> str:
 
 
 def section_utilization(inp: ReportInputs) -> str:
+    """Per task: the one-per-task figures (means, maxima, peaks) as a table, the mean and max CPU as bars;
+    the sampled series (percentages) of the two most sampled tasks as curves; a metric recorded without a
+    value (no GPU) as its reason, once."""
     if inp.monitoring is None:
         raise Missing(f"not available: {inp.missing.get('monitoring', 'the metrics store could not be read')}")
     hw = inp.monitoring.get("hardware") or []
     if not hw:
         raise Missing("not available: the metrics store holds no hardware rows for this run")
-    by_name: dict[str, list[dict[str, Any]]] = {}
+    notes = sorted(
+        {
+            f"{r.get('name')}: {r.get('subject') or 'no value'}"
+            for r in hw
+            if r.get("value") is None or str(r.get("subject") or "").startswith("not available")
+        }
+    )
+    per_task: dict[str, dict[str, list[float]]] = {}
     for r in hw:
-        key = f"{r.get('task') or '?'}: {r.get('name')}" + (f" ({r['subject']})" if r.get("subject") else "")
-        by_name.setdefault(key, []).append(r)
-    charts, rows = [], []
-    for name, rs in sorted(by_name.items()):
-        vals = [float(r["value"]) for r in rs if isinstance(r.get("value"), (int, float))]
-        if not vals:
-            rows.append([name, len(rs), "not available", None, None])
-            continue
-        rows.append([name, len(rs), min(vals), sum(vals) / len(vals), max(vals)])
-        if len(vals) > 2:
-            charts.append(line_chart([float(i) for i in range(len(vals))], {name: vals}, name, "sample"))
-    return "".join(charts[:6]) + table(["task: metric", "samples", "min", "mean", "max"], rows)
+        if r.get("value") is not None:
+            per_task.setdefault(str(r.get("task")), {}).setdefault(str(r.get("name")), []).append(float(r["value"]))
+    once = sorted({n for t in per_task.values() for n, vs in t.items() if len(vs) == 1})
+    sampled = sorted({n for t in per_task.values() for n, vs in t.items() if len(vs) > 1 and "percent" in n})
+    tasks = sorted(per_task, key=lambda t: -max((len(v) for v in per_task[t].values()), default=0))
+    parts = [f'<p class="missing">{escape(n)}</p>' for n in notes]
+    if {"cpu_percent_mean", "cpu_percent_max"} & set(once):
+        parts.append(
+            bar_chart(
+                tasks,
+                {
+                    n: [(per_task[t].get(n) or [None])[0] for t in tasks]
+                    for n in ("cpu_percent_mean", "cpu_percent_max")
+                },
+                "CPU utilization per task (% of one core, summed over its processes)",
+                "%",
+            )
+        )
+    for t in tasks[:2]:
+        series = {n: per_task[t][n] for n in sampled if len(per_task[t].get(n, [])) > 1}
+        if series:
+            n = max(len(v) for v in series.values())
+            parts.append(line_chart([float(i) for i in range(n)], series, f"{t}: sampled utilization", "sample"))
+    if once:
+        parts.append(table(["task", *once], [[t, *[(per_task[t].get(n) or [None])[0] for n in once]] for t in tasks]))
+    return "".join(parts)
 
 
 def section_compression(inp: ReportInputs) -> str:
@@ -476,19 +500,35 @@ def section_costs(inp: ReportInputs) -> str:
         + "; ".join(f"{escape(k)} {v:.4f} USD" for k, v in totals.items() if v or k in BILLED_KINDS)
         + f" &middot; billed total <b>{sum(totals[k] for k in BILLED_KINDS):.4f} USD</b></p>"
     )
-    rows = [
-        [
-            c.get("task"),
-            c.get("kind"),
-            c.get("item"),
-            c.get("quantity"),
-            c.get("unit"),
-            c.get("unit_price"),
-            c.get("amount"),
-        ]
-        for c in costs
-    ]
-    parts.append(table(["task", "kind", "item", "quantity", "unit", "unit price", "amount (USD)"], rows))
+    per_task = {t: {k: 0.0 for k in KINDS} for t in sorted({str(c.get("task") or "?") for c in costs})}
+    for c in costs:
+        row, kind = per_task[str(c.get("task") or "?")], c.get("kind", "compute")
+        row[kind] = row.get(kind, 0.0) + float(c.get("amount") or 0.0)
+    parts.append(
+        table(
+            ["task", *KINDS, "billed"],
+            [[t, *[v[k] for k in KINDS], sum(v[k] for k in BILLED_KINDS)] for t, v in per_task.items()],
+        )
+    )
+    priced = [c for c in costs if c.get("kind") != "compute"]  # labor, storage, avoided, waste: how each was priced
+    if priced:
+        parts.append(
+            table(
+                ["task", "kind", "item", "quantity", "unit", "unit price", "amount (USD)"],
+                [
+                    [
+                        c.get("task"),
+                        c.get("kind"),
+                        c.get("item"),
+                        c.get("quantity"),
+                        c.get("unit"),
+                        c.get("unit_price"),
+                        c.get("amount"),
+                    ]
+                    for c in priced
+                ],
+            )  # fmt: skip
+        )
     return "".join(parts)
 
 

@@ -108,7 +108,8 @@ def deployed(tmp_path_factory):
             "train",
             usage=TaskUsage(started=t0, ended=t0 + timedelta(seconds=30), seconds=30, cpus=2, memory_gb=1),
             metrics=[Metric("hardware", "cpu_percent", v, step=i) for i, v in enumerate((40.0, 55.0, 61.0))]
-            + [Metric("hardware", "gpu_utilization", None)],
+            + [Metric("hardware", "cpu_percent_mean", 52.0), Metric("hardware", "cpu_percent_max", 61.0)]
+            + [Metric("hardware", "gpu_available", None, subject="not available: NVML Shared Library Not Found")],
             costs=[
                 CostLine("compute", "cpu_hour", 2 * 30 / 3600, "cpu-hour", 0.05, 0.000833, "2026-11-30"),
                 CostLine("waste", "idle_gpu_hour", 0.0, "gpu-hour", 2.5, 0.0, "2026-11-30"),
@@ -142,8 +143,10 @@ def test_report_of_a_deployed_run_shows_every_section(deployed):
     assert len(re.findall(r"<polyline points=\"([^\"]+)\"", html)[0].split()) == 3
     # The store: the alert, the utilization rows (a metric without a value is "not available"), the costs.
     assert "ALERT warning loss_spike" in html
-    assert "<td>train: cpu_percent</td><td>3</td><td>40</td>" in html
-    assert "<td>train: gpu_utilization</td><td>1</td><td>not available</td>" in html
+    assert "gpu_available: not available: NVML Shared Library Not Found" in html
+    assert "<title>train cpu_percent_max: 61</title>" in html and "train: sampled utilization" in html
+    assert "<th>task</th><th>cpu_percent_max</th><th>cpu_percent_mean</th>" in html
+    assert "<td>train</td><td>61</td><td>52</td>" in html
     assert "billed total <b>0.0008 USD</b>" in html
     # Compression: the compress step's own plot, inline as a data URI, and its table; the canary's steps.
     assert 'src="data:image/svg+xml;base64,' in html and "<td>fp16</td><td>5716</td>" in html
