@@ -155,7 +155,7 @@ def task_alerts(
         grad_variance_explosion(_series(metrics, "grad_var_across_ranks"), rules.grad_variance_ratio),
     ]
     if usage.gpus:
-        found.append(utilization_floor(gpu_utilizations(samples), rules.util_floor, "GPU"))
+        found.append(utilization_floor(gpu_utilizations(samples, int(usage.gpus)), rules.util_floor, "GPU"))
     engine_util = [v / 100 for _, v in _series(metrics, "rank0_gpu_util", "hardware")]
     if engine_util and not samples_saw_gpu(samples):  # pods: the engine's own reading of its GPU
         found.append(utilization_floor(engine_util, rules.util_floor, "GPU (rank 0)"))

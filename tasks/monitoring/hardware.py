@@ -261,9 +261,11 @@ def used_gpus(samples: list[Sample]) -> int:
     return len({g.index for s in samples for g in s.gpus if g.ours})
 
 
-def gpu_utilizations(samples: list[Sample]) -> list[float]:
-    """Utilization (0..1) of each used device at each sample: what idle time is judged on."""
-    used = {g.index for s in samples for g in s.gpus if g.ours}
+def gpu_utilizations(samples: list[Sample], devices: int = 0) -> list[float]:
+    """Utilization (0..1) of each used device at each sample: what idle time is judged on. When NVML
+    shows none of the task's processes (a container whose PIDs NVML does not see) but the task ran on
+    `devices` GPUs, devices 0..devices-1 (where cuda:LOCAL_RANK lands) stand in."""
+    used = {g.index for s in samples for g in s.gpus if g.ours} or set(range(int(devices)))
     return [g.util_percent / 100 for s in samples for g in s.gpus if g.index in used]
 
 

@@ -98,7 +98,8 @@ def record_step(ctx: "StepContext", task: str, dag_id: str | None, watch: Watch,
     metrics = hardware_metrics(samples, reason, names) + fed.metrics
     floor = ctx.params.monitoring.alerts.util_floor
     costs = cost.price_usage(usage, ctx.params.cost) + fed.costs
-    costs += cost.waste_lines(usage, cost.idle_fraction(gpu_utilizations(samples), floor), ctx.params.cost)
+    idle = cost.idle_fraction(gpu_utilizations(samples, int(usage.gpus)), floor)
+    costs += cost.waste_lines(usage, idle, ctx.params.cost)
     store = MetricsStore.open(ctx.settings)
     raised = alerting.task_alerts(ctx.params.monitoring.alerts, store, ctx.run_id, task, metrics, usage, samples)
     raised += fed.alerts
