@@ -1,9 +1,15 @@
 """The demo feed: a dataset's labeled source replayed as nightly landing batches.
 
 Split once, deterministically: a gold dev set and a gold test set (labels kept,
-never trained on), and the rest replayed as unlabeled nightly landing batches in
-time order. The feed delivers the next batch into landing/ when nothing is waiting.
-For the bundled `emails` dataset the source is OpenIntro's `email` set.
+never trained on), and the rest replayed as unlabeled nightly landing batches. The
+feed delivers the next batch into landing/ when nothing is waiting. For the bundled
+`emails` dataset the source is OpenIntro's `email` set.
+
+The replay's order is the plug-in's `replay_order` (docs/datasets.md):
+    "time"     by TIME_COLUMN, then ID_COLUMN (the default when the plug-in has a TIME_COLUMN)
+    "source"   the order load_source() returns (the default when TIME_COLUMN is None)
+    "shuffle"  a shuffle seeded by params.yaml demo.seed: for a source sorted by class, whose
+               batches would otherwise each hold one class
 """
 
 from __future__ import annotations
@@ -17,23 +23,47 @@ from tasks.core.files import atomic_write_bytes, atomic_write_json, atomic_write
 from tasks.core.log import log
 from tasks.core.params import DemoParams
 from tasks.core.settings import StateLayout
-from tasks.datasets import load_dataset
+from tasks.datasets import DatasetError, load_dataset
+
+REPLAY_ORDERS = ("time", "source", "shuffle")
+
+
+def replay_order(ds: ModuleType) -> str:
+    """The order the plug-in asks for (`replay_order`), or its default: "time" with a TIME_COLUMN, else "source"."""
+    time_column = getattr(ds, "TIME_COLUMN", None)
+    order = getattr(ds, "replay_order", None) or ("time" if time_column else "source")
+    if order not in REPLAY_ORDERS:
+        raise DatasetError(
+            f"dataset {ds.NAME}: replay_order {order!r} is not one of {', '.join(map(repr, REPLAY_ORDERS))}"
+        )
+    if order == "time" and not time_column:
+        raise DatasetError(f"dataset {ds.NAME}: replay_order 'time' needs a TIME_COLUMN (it has none)")
+    return order
 
 
 def split_demo(
     df: pd.DataFrame, p: DemoParams, ds: ModuleType | None = None
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[pd.DataFrame]]:
-    """-> (gold dev, gold test, unlabeled batches in time order). Stratified on the gold label."""
+    """-> (gold dev, gold test, unlabeled batches in replay order). Stratified on the gold label."""
+    import numpy as np
     from sklearn.model_selection import train_test_split
 
     ds = ds or load_dataset()
+    order = replay_order(ds)
     gold = ds.GOLD_COLUMN
+    df = df.reset_index(drop=True)  # the index is the source order from here on
     rest, test = train_test_split(df, test_size=p.test_fraction, stratify=df[gold], random_state=p.seed)
     rest, dev = train_test_split(
         rest, test_size=p.dev_fraction / (1 - p.test_fraction), stratify=rest[gold], random_state=p.seed
     )
-    key = [ds.TIME_COLUMN, ds.ID_COLUMN]
-    stream = rest.sort_values(key, kind="stable").drop(columns=[gold])
+    key = [c for c in (ds.TIME_COLUMN, ds.ID_COLUMN) if c]
+    if order == "time":
+        stream = rest.sort_values(key, kind="stable")
+    else:
+        stream = rest.sort_index()  # source order
+        if order == "shuffle":
+            stream = stream.iloc[np.random.default_rng(p.seed).permutation(len(stream))]
+    stream = stream.drop(columns=[gold])
     batches = [stream.iloc[i : i + p.batch_size].reset_index(drop=True) for i in range(0, len(stream), p.batch_size)]
     return dev.sort_values(key).reset_index(drop=True), test.sort_values(key).reset_index(drop=True), batches
 
@@ -65,13 +95,17 @@ class DemoFeed:
 
     def _split_key(self) -> dict:
         p = self.params
-        return {
+        key = {
             "dataset": self.ds.NAME,
             "dev_fraction": p.dev_fraction,
             "test_fraction": p.test_fraction,
             "seed": p.seed,
             "batch_size": p.batch_size,
         }
+        order = replay_order(self.ds)
+        if order != "time":  # recorded when not the first default, so splits recorded before it still match
+            key["replay_order"] = order
+        return key
 
     def _check_same_split(self) -> None:
         """Changing the split after batches were delivered would leak gold rows into training."""
