@@ -121,6 +121,7 @@ class HardwareSampler:
     """
 
     every_s: float = 1.0
+    tree_every_s: float = 5.0  # listing the tree scans all of /proc (most of a sample's cost): not every time
     pid: int = field(default_factory=os.getpid)
     use_nvml: bool = True
     samples: list[Sample] = field(default_factory=list)
@@ -130,6 +131,8 @@ class HardwareSampler:
     def __post_init__(self) -> None:
         self._root = psutil.Process(self.pid)
         self._procs: dict[int, psutil.Process] = {}
+        self._listed_at = float("-inf")
+        self._started_at = time.monotonic()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._nvml: Nvml | None = None
@@ -143,6 +146,7 @@ class HardwareSampler:
                 self.nvml_reason = self._nvml.reason
         else:
             self.nvml_reason = "NVML sampling turned off"
+        self._started_at = time.monotonic()
         self._sample()  # primes each process's CPU counter; the thread's samples measure from here
         self._thread = threading.Thread(target=self._loop, name="sluice-hardware-sampler", daemon=True)
         self._thread.start()
@@ -166,6 +170,14 @@ class HardwareSampler:
         return bool(self.gpu_names)
 
     def _tree(self) -> list[psutil.Process]:
+        """The root and its descendants: listed at every sample during the first `tree_every_s` (when a
+        task starts its workers), then every `tree_every_s`, and at stop; in between, the processes
+        last listed (one that exited is skipped when read)."""
+        now = time.monotonic()
+        settled = now - self._started_at >= self.tree_every_s
+        if settled and now - self._listed_at < self.tree_every_s and not self._stop.is_set():
+            return list(self._procs.values())
+        self._listed_at = now
         try:
             procs = [self._root, *self._root.children(recursive=True)]
         except psutil.Error:
