@@ -17,6 +17,8 @@ process is not, and is never signalled.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -39,6 +41,16 @@ COMPONENTS = {
     "dag-processor": ["dag-processor"],
 }
 PARTS = (*COMPONENTS, "model-server")
+# What says each part is healthy: a key of Airflow's /api/v2/monitor/health (the API answering it at all
+# and its database for the api-server), or the model server's own endpoint.
+HEALTH_KEYS = {
+    "api-server": "metadatabase",
+    "scheduler": "scheduler",
+    "dag-processor": "dag_processor",
+    "model-server": "model_server",
+}
+# Parts the health endpoint judges by their heartbeat: one alive but without a heartbeat is hung.
+HEARTBEAT_PARTS = ("scheduler", "dag-processor")
 
 
 class ServiceError(ProcessGroupError):
@@ -212,8 +224,9 @@ class AirflowServices:
                 self.parts[name] = Part(name, part.pid, part.start, info[3])
         self._write_state()
 
-    def _write_state(self) -> None:
+    def _write_state(self, stopping: bool = False) -> None:
         state = {
+            "stopping": stopping,
             "port": self.port,
             "serve_port": self.serve_port,
             "nightly_schedule": self.nightly_schedule,
@@ -235,6 +248,17 @@ class AirflowServices:
         svc.parts = {n: Part.from_json(n, d) for n, d in parts.items()}
         svc.retired = [Part.from_json(d["name"], d) for d in state.get("retired", [])]
         return svc
+
+    def refresh(self) -> bool:
+        """Take the parts as services.json now records them (another command may have restarted one).
+        False when nothing is recorded or the record is being stopped (`make down`): nothing to heal then."""
+        state = self.recorded(self.settings)
+        if state is None or state.get("stopping"):
+            return False
+        recorded = self.attach(self.settings, state)
+        for field in ("port", "serve_port", "env", "nightly_schedule", "parts", "retired"):
+            setattr(self, field, getattr(recorded, field))
+        return True
 
     def endpoint_health(self) -> dict[str, str]:
         """What the services say of themselves: {part: problem} for each part whose endpoint is not healthy."""
@@ -264,16 +288,25 @@ class AirflowServices:
                 problems.setdefault(name, f"alive, but {why}")
         return problems
 
-    def heal(self, timeout_s: float = 120, say: Callable[[str], None] = print) -> list[str]:
-        """Restart every part whose process is dead (or whose pid now names another process), saying which and
-        why; a live part that reports itself unhealthy is named, not killed. Returns the parts restarted."""
-        dead = {}
+    def heal(
+        self, timeout_s: float = 120, say: Callable[[str], None] = print, hung: dict[str, str] | None = None
+    ) -> list[str]:
+        """Restart every part whose process is dead (or whose pid now names another process), and each part
+        named in `hung` ({part: why}: alive, but the health endpoint has called it unhealthy for too long),
+        saying which and why. A hung part's own process is killed (SIGKILL: a hung process handles nothing);
+        its group's other members (a scheduler's LocalExecutor workers) are left to finish, recorded, so
+        `make down` stops them. Waits until the restarted parts are healthy; returns them."""
+        restart = {}
         for name, part in self.parts.items():
             state, orphans = part.survey()
             if state != "alive":
-                dead[name] = (part, state, orphans)
-        for name, (part, state, orphans) in dead.items():
-            why = part.describe(state, orphans).split(": ", 1)[1]
+                restart[name] = (part, part.describe(state, orphans).split(": ", 1)[1], orphans)
+            elif name in (hung or {}):
+                restart[name] = (part, f"alive but hung ({hung[name]})", None)
+        for name, (part, why, orphans) in restart.items():
+            if orphans is None:  # hung: kill its own process, then it is a dead leader like any other
+                self._kill_leader(part)
+                orphans = part.survey()[1]
             if orphans and name == "scheduler":
                 # Its LocalExecutor workers may be running a task that still reports to the API: left to
                 # finish, and recorded, so `make down` stops them.
@@ -284,24 +317,41 @@ class AirflowServices:
                     stop_groups({f"{name}'s orphans": part.pid}, grace_s=5)
                 say(f"[sluice] {name} is {why}: restarting it")
             self._spawn(name)
-        if dead:
+        if restart:
             self._write_state()
-            self._wait_healthy(timeout_s)
+            self._wait_healthy(timeout_s, parts=list(restart))
             self._record_identities()
-            say(f"[sluice] restarted: {', '.join(dead)}")
-        return list(dead)
+            say(f"[sluice] restarted: {', '.join(restart)}")
+        return list(restart)
 
-    def _wait_healthy(self, timeout_s: float) -> None:
+    @staticmethod
+    def _kill_leader(part: Part, timeout_s: float = 10) -> None:
+        """SIGKILL `part`'s own process (not its group) and wait until it is gone; never a pid not ours."""
+        if part.leader() != "alive":
+            return
+        try:
+            os.kill(part.pid, signal.SIGKILL)  # also ends a stopped (SIGSTOP) process
+        except ProcessLookupError:
+            return
+        try:
+            wait_until(lambda: part.leader() != "alive", timeout_s=timeout_s, interval_s=0.1, what=f"{part.name} gone")
+        except TimeoutError as exc:
+            raise ServiceError(str(exc)) from None
+
+    def _wait_healthy(self, timeout_s: float, parts: list[str] | None = None) -> None:
+        """Wait until `parts` (default: all) are alive and healthy; others may be unhealthy meanwhile."""
+        parts = list(self.parts) if parts is None else parts
+
         def healthy() -> dict | None:
-            dead = [n for n, p in self.parts.items() if p.leader(cmdline=False) != "alive"]
+            dead = [n for n in parts if self.parts[n].leader(cmdline=False) != "alive"]
             if dead:
                 raise ServiceError(f"{dead} exited at start: see {self.home / 'logs' / 'services'}")
             health = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=2).json()
             status = {k: v.get("status") for k, v in health.items() if isinstance(v, dict)}
-            status["model_server"] = (
-                "healthy" if httpx.get(f"{self.serve_url}/v2/health/live", timeout=2).status_code == 200 else "not live"
-            )
-            wanted = ("metadatabase", "scheduler", "dag_processor", "model_server")
+            if "model-server" in parts:
+                live = httpx.get(f"{self.serve_url}/v2/health/live", timeout=2).status_code == 200
+                status["model_server"] = "healthy" if live else "not live"
+            wanted = [HEALTH_KEYS[n] for n in parts]
             return status if all(status.get(k, "healthy") == "healthy" for k in wanted) else None
 
         try:
@@ -316,7 +366,10 @@ class AirflowServices:
             raise ServiceError(str(exc)) from None
 
     def stop(self) -> list[str]:
-        """Stop every part (and the orphans of any that died); returns what was found, one line a part."""
+        """Stop every part (and the orphans of any that died); returns what was found, one line a part.
+        The record says `stopping` first, so a waiting `make run` does not restart what is being stopped."""
+        if self.state_file.exists():
+            self._write_state(stopping=True)
         found = stop_parts(list(self.parts.values()) + self.retired)
         self.parts, self.retired = {}, []
         self.state_file.unlink(missing_ok=True)
@@ -358,6 +411,54 @@ def health_problems(health: dict) -> dict[str, str]:
                 f" (last heartbeat {beat})" if beat else ""
             )
     return problems
+
+
+class RunWatch:
+    """What `make run` does while its run goes on, called by `ApiClient.wait_for_run` (as `watch`) with the
+    problems the health endpoint names, or {"api-server": why} while the API does not answer.
+
+    A part whose process died is restarted (the api-server included: the polling goes on once it is back).
+    A scheduler or dag-processor alive but unhealthy (no heartbeat: hung) is named once, and restarted when
+    the endpoint has called it unhealthy for `hung_after_s` (None: never, only named). Nothing is restarted
+    while services.json is gone or says `stopping` (`make down` ran): the run then ends with its one-line
+    lost-API error."""
+
+    def __init__(
+        self,
+        services: AirflowServices,
+        hung_after_s: float | None = 60,
+        say: Callable[[str], None] = lambda line: print(line, flush=True),
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.services, self.hung_after_s, self.say, self.clock = services, hung_after_s, say, clock
+        self.unhealthy_since: dict[str, float] = {}
+        self.warned: set[str] = set()
+
+    def __call__(self, problems: dict[str, str]) -> list[str]:
+        if not self.services.refresh():
+            return []
+        now, hung = self.clock(), {}
+        for part in HEARTBEAT_PARTS:
+            recorded = self.services.parts.get(part)
+            if part in problems and recorded is not None and recorded.leader() == "alive":
+                since = self.unhealthy_since.setdefault(part, now)
+                if self.hung_after_s is not None and now - since >= self.hung_after_s:
+                    hung[part] = f"{problems[part]}, for {now - since:.0f}s"
+            else:
+                self.unhealthy_since.pop(part, None)
+        restarted = self.services.heal(say=self.say, hung=hung)
+        for part in restarted:
+            self.unhealthy_since.pop(part, None)
+        for part, why in problems.items():
+            if part in restarted or part in self.warned:
+                continue
+            if part in self.unhealthy_since and self.hung_after_s is not None:
+                then = f"restarting it if it stays so for {self.hung_after_s:.0f}s"
+            else:
+                then = "the run waits for it (`make down && make up` restarts everything)"
+            print(f"[sluice] {part} is unhealthy: {why}; {then}", file=sys.stderr, flush=True)
+        self.warned = set(problems) - set(restarted)
+        return restarted
 
 
 @dataclass
@@ -429,13 +530,16 @@ class ApiClient:
         on_unhealthy: Callable[[dict[str, str]], None] | None = None,
         health_every_s: float = 10,
         unreachable_s: float = 15,
+        watch: Callable[[dict[str, str]], list[str]] | None = None,
     ) -> str:
         """Poll until the run ends; report each task state change. Returns the run's final state.
 
         Every `health_every_s` the health endpoint is read too: a scheduler or dag-processor it calls
-        unhealthy (no heartbeat for 30 s: dead or hung) is passed to `on_unhealthy` (which may restart it),
-        or, without one, named once on stderr with what to do. An API unreachable for `unreachable_s`
-        (the services were stopped) is a ServiceError saying so."""
+        unhealthy (no heartbeat for 30 s: dead or hung) is passed to `on_unhealthy`, or, without one or
+        `watch`, named once on stderr with what to do. `watch` (what `make run` passes) is called at each of
+        those reads with the problems found, none included, and while the API does not answer (with
+        {"api-server": why}); it returns the parts it restarted. An API unreachable for `unreachable_s` and
+        not restarted by `watch` (the services were stopped) is a ServiceError saying so."""
         seen: dict[str, str] = {}
         deadline = time.monotonic() + timeout_s
         next_health = time.monotonic() + health_every_s
@@ -454,10 +558,12 @@ class ApiClient:
                 if time.monotonic() >= next_health:
                     next_health = time.monotonic() + health_every_s
                     problems = self.health()
+                    if watch:
+                        watch(problems)
                     if problems and on_unhealthy:
                         on_unhealthy(problems)
                     for part, why in problems.items():
-                        if not on_unhealthy and part not in warned:
+                        if not (on_unhealthy or watch) and part not in warned:
                             print(
                                 f"[sluice] waiting for run {run_id}, but {part} is unhealthy: {why}. "
                                 f"`make up` restarts a dead part; the run goes on once it is back",
@@ -468,6 +574,9 @@ class ApiClient:
                 unreachable_since = None
             except httpx.TransportError as exc:
                 unreachable_since = unreachable_since or time.monotonic()
+                if watch and watch({"api-server": f"its API does not answer ({type(exc).__name__})"}):
+                    unreachable_since = None  # restarted: poll on
+                    continue
                 if time.monotonic() - unreachable_since >= unreachable_s:
                     raise ServiceError(
                         f"lost the Airflow API at {self.base_url} while waiting for run {run_id} "

@@ -168,3 +168,62 @@ def test_health_endpoint_problems_name_the_part():
     assert health_problems(healthy) == {}
     dead = {**healthy, "scheduler": {"status": "unhealthy", "latest_scheduler_heartbeat": "t0"}}
     assert health_problems(dead) == {"scheduler": "the health endpoint says scheduler is unhealthy (last heartbeat t0)"}
+
+
+@pytest.mark.slow
+def test_ops_run_restarts_a_hung_scheduler_and_a_dead_api_server_and_the_run_completes(tmp_path, monkeypatch):
+    """`python -m ops run` while the scheduler is hung (SIGSTOP: alive, no heartbeat) and the api-server is
+    SIGKILLed: the api-server is restarted and the polling goes on; the scheduler, once the health endpoint
+    has called it unhealthy for --restart-hung-after seconds, is killed and restarted, said once; the run
+    then completes. A landing with no batch (demo feed off) keeps the run short: ingest, no_batch, report."""
+    from tasks.core.settings import Settings
+
+    monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("SLUICE_DEMO_FEED", "0")
+    # The endpoint calls a scheduler unhealthy 12 s after its last heartbeat (Airflow's default: 30 s).
+    monkeypatch.setenv("AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD", "12")
+    settings = Settings.from_env()
+    settings.layout.ensure()
+    svc = AirflowServices(settings, nightly_schedule=False).start()
+    hung, api = svc.parts["scheduler"], svc.parts["api-server"]
+    log = tmp_path / "ops-run.log"
+    run = None
+    try:
+        svc.client().wait_for_dag("nightly_pipeline")
+        os.kill(hung.pid, signal.SIGSTOP)
+        with open(log, "w") as out:
+            run = subprocess.Popen(
+                [sys.executable, "-m", "ops", "run", "--restart-hung-after", "6", "--timeout", "300"],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+        wait_until(lambda: "[sluice] triggered nightly_pipeline" in log.read_text(), timeout_s=60, what="the trigger")
+        os.kill(api.pid, signal.SIGKILL)  # while the run is polled
+        run.wait(timeout=240)
+        said = log.read_text()
+        assert run.returncode == 0, said
+        assert f"[sluice] api-server is dead (pid {api.pid} " in said, said  # gone, or reaped and its pid reused
+        assert said.count("[sluice] scheduler is alive but hung (the health endpoint says scheduler is unhealthy") == 1
+        assert said.count("[sluice] restarted: scheduler") == 1, said
+        assert "DAG run make_run__" in said and said.rstrip().endswith(": success"), said
+        now = AirflowServices.attach(settings)
+        assert hung.leader() == "dead" and now.parts["scheduler"].pid != hung.pid
+        assert now.parts["api-server"].pid != api.pid and now.check() == {}
+    finally:
+        if run is not None and run.poll() is None:
+            run.kill()
+            run.wait()
+        try:
+            os.kill(hung.pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+        if AirflowServices.recorded(settings):
+            recorded = AirflowServices.attach(settings)
+            # The hung scheduler's idle workers ignore SIGTERM: killed at once rather than after make down's grace.
+            stop_parts(recorded.retired, grace_s=1)
+            recorded.retired = []
+            print("\n".join(recorded.stop()))  # what make down does, in-process
+        svc.stop()
+    assert not any(group_members(p.pid) for p in (hung, api)), "a service or orphan outlived the test"
+    assert not any(group_members(p.pid) for p in now.parts.values())
