@@ -230,6 +230,7 @@ class MetricsStore:
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA busy_timeout=30000")
+            db.execute("PRAGMA synchronous=NORMAL")  # WAL: consistent after a crash, one fsync per checkpoint
             yield db
         finally:
             db.close()
