@@ -45,6 +45,7 @@ BENCHMARKS = {
     "bench.serving": ["serve_cold_start_s", "serve_vs_raw_ort", "serve_p99_ms"],
     "bench.canary": ["swap_failed_requests", "canary_detect_requests"],
     "bench.reproduce": ["reproduce_identical"],
+    "bench.monitoring_overhead": ["monitoring_overhead"],
     "bench.report_build": ["report_build_s"],
     "bench.tuning": ["tuning_cost_to_target", "tuning_pruned_fraction", "tuning_trials_to_match_random60"],
 }
