@@ -180,8 +180,8 @@ def test_ops_run_restarts_a_hung_scheduler_and_a_dead_api_server_and_the_run_com
 
     monkeypatch.setenv("SLUICE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("SLUICE_DEMO_FEED", "0")
-    # The endpoint calls a scheduler unhealthy 12 s after its last heartbeat (Airflow's default: 30 s).
-    monkeypatch.setenv("AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD", "12")
+    # The endpoint calls a scheduler unhealthy 15 s after its last heartbeat (Airflow's default: 30 s).
+    monkeypatch.setenv("AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_THRESHOLD", "15")
     settings = Settings.from_env()
     settings.layout.ensure()
     svc = AirflowServices(settings, nightly_schedule=False).start()
@@ -193,14 +193,14 @@ def test_ops_run_restarts_a_hung_scheduler_and_a_dead_api_server_and_the_run_com
         os.kill(hung.pid, signal.SIGSTOP)
         with open(log, "w") as out:
             run = subprocess.Popen(
-                [sys.executable, "-m", "ops", "run", "--restart-hung-after", "6", "--timeout", "300"],
+                [sys.executable, "-m", "ops", "run", "--restart-hung-after", "6", "--timeout", "290"],
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 text=True,
             )
-        wait_until(lambda: "[sluice] triggered nightly_pipeline" in log.read_text(), timeout_s=60, what="the trigger")
+        wait_until(lambda: "[sluice] triggered nightly_pipeline" in log.read_text(), timeout_s=120, what="the trigger")
         os.kill(api.pid, signal.SIGKILL)  # while the run is polled
-        run.wait(timeout=240)
+        run.wait(timeout=300)
         said = log.read_text()
         assert run.returncode == 0, said
         assert f"[sluice] api-server is dead (pid {api.pid} " in said, said  # gone, or reaped and its pid reused
@@ -227,3 +227,25 @@ def test_ops_run_restarts_a_hung_scheduler_and_a_dead_api_server_and_the_run_com
         svc.stop()
     assert not any(group_members(p.pid) for p in (hung, api)), "a service or orphan outlived the test"
     assert not any(group_members(p.pid) for p in now.parts.values())
+
+
+def test_make_run_restarts_nothing_while_make_down_is_stopping_the_services(tmp_path):
+    """`make down` marks services.json `stopping` before it signals anything: a `make run` that sees its parts
+    die meanwhile restarts none of them (it ends with the lost-API line instead)."""
+    from ops.services import RunWatch
+    from tasks.core.settings import Settings
+
+    settings = Settings.from_env({"SLUICE_HOME": str(tmp_path / "home")})
+    settings.layout.ensure()
+    gone = _sleeper()
+    gone.kill()
+    gone.wait()
+    svc = AirflowServices(settings)
+    # A dead part under a name heal cannot start (KeyError): were the guard gone, the test fails, spawning nothing.
+    svc.parts = {"sleeper": Part("sleeper", gone.pid)}
+    svc._write_state(stopping=True)
+    watch = RunWatch(AirflowServices.attach(settings), hung_after_s=0.0)
+    assert watch({"api-server": "its API does not answer (ConnectError)"}) == []
+    assert AirflowServices.recorded(settings)["parts"]["sleeper"]["pid"] == gone.pid  # nothing was restarted
+    svc.state_file.unlink()  # make down finished: nothing recorded, nothing restarted either
+    assert watch({"scheduler": "unhealthy"}) == []
