@@ -194,7 +194,7 @@ class RepoBase:
         (self.root / "audit.jsonl").touch()
         self.git("add", "-A")
         self.git("commit", "-q", "-m", "registry: initialize")
-        log(f"registry initialized at {self.root} (DVC remote {self.remote})")
+        log(f"registry initialized at {self.root} (DVC remote {redact(self.remote)})")
 
     # ---- recovery ---------------------------------------------------------------
     def recover(self) -> None:
