@@ -33,7 +33,7 @@ from tasks.core.wait import wait_until
 from tasks.training.kubernetes import job_name
 
 RUN_ID = "multinode"
-SHAPED_MBIT = 200
+SHAPED_MBIT = 100
 RESTART_PAUSE_S = 3.0
 RESUMED = re.compile(r"^(\d+\.\d+) \[sluice\] resumed from ckpt-\d+\.pt at step (\d+)")
 PEER_LOST = re.compile(r"^(\d+\.\d+) \[sluice\] rank (\d+) on .*: a collective failed at step (\d+)")

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import io
 import json
 import os
+import re
 import signal
 import time
 from dataclasses import dataclass
@@ -39,7 +41,7 @@ from tasks.core.params import TrainParams
 from tasks.core.settings import Settings
 from tasks.core.versions import is_model_version
 from tasks.training.batching import equal_splits, rank_slice, rebalance
-from tasks.training.checkpoint import AsyncCheckpointer, latest_valid_checkpoint
+from tasks.training.checkpoint import AsyncCheckpointer, latest_valid_checkpoint, load_checkpoint_bytes
 from tasks.training.data import StreamingVersion
 from tasks.training.hierarchical import HierarchicalState, hierarchical_allreduce_hook
 from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
@@ -49,6 +51,8 @@ from tasks.training.peers import describe_loss, gather_hosts, is_collective_fail
 from tasks.training.spread import SpreadState, measured_hook
 from tasks.training.state import TrainState, rng_state, training_fingerprint
 from tasks.training.telemetry import TrainingMetrics
+
+_STEP = re.compile(r"\d+")  # a checkpoint file's step (ckpt-000040.pt)
 
 # Called each step with (rank, rows of this rank's micro-batch) just before its forward-backward;
 # its time counts as this rank's compute, as load balancing measures it (benchmarks slow ranks this way).
@@ -187,6 +191,7 @@ def resume_or_warm_start(
         if ranks.master:
             log(f"ignoring {found[0].name}: it belongs to another data version, other params or world size")
         found = None
+    found = agree_on_checkpoint(found, store.local / CHECKPOINTS, ranks)
     if found:
         state.load_dict(found[1], ranks.rank, device)
         if ranks.master:
@@ -196,6 +201,31 @@ def resume_or_warm_start(
     if warm and ranks.master:
         log(f"warm start from {warm}")
     return warm
+
+
+def agree_on_checkpoint(found: tuple[Path, dict] | None, folder: Path, ranks: Ranks) -> tuple[Path, dict] | None:
+    """Every rank resumes from the same step: the oldest of the ranks' newest checkpoints (-1: none,
+    a fresh start for all). Nodes' disks can differ: a checkpoint written on rank 0's node but not yet
+    published when that node was cut off or lost is on that disk only, and a replaced pod has only
+    the published ones."""
+    if not ranks.distributed:
+        return found
+    mine = int(_STEP.search(found[0].name).group()) if found else -1
+    steps: list[int] = [mine] * ranks.world
+    dist.all_gather_object(steps, mine)
+    target = min(steps)
+    if target == mine:
+        return found
+    if ranks.master:
+        log(f"ranks' newest checkpoints differ (steps {steps}): every rank resumes from step {max(target, 0)}")
+    if target < 0:
+        return None
+    path = folder / f"ckpt-{target:06d}.pt"
+    data = path.read_bytes() if path.exists() else b""
+    digest = path.with_suffix(".sha256")
+    if not data or not digest.exists() or digest.read_text().strip() != hashlib.sha256(data).hexdigest():
+        raise RuntimeError(f"rank {ranks.rank}: the agreed checkpoint {path.name} is missing or fails its checksum")
+    return path, load_checkpoint_bytes(data)
 
 
 @dataclass

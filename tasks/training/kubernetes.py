@@ -3,7 +3,12 @@
 - one node, N GPUs: a KubernetesPodOperator running `torchrun --standalone`;
 - M nodes: a KubernetesJobOperator with an Indexed Job of M pods and a headless
   Service (created as a setup task, deleted as a teardown); pods rendezvous (c10d)
-  at index 0, `job-<name>-0.<service>`.
+  at index 0, `job-<name>-0.<service>`. Their torchrun may restart its workers
+  (`max_restarts`): when a peer pod is lost, the survivors re-rendezvous and wait for its
+  replacement; gloo and NCCL use the pod network's interface (`socket_ifname`), collectives
+  time out after `dist_timeout_s` (a cut-off peer fails the step instead of hanging it), and
+  the workers get a fresh store each round (TORCH_DISABLE_SHARE_RDZV_TCP_STORE). Shown on a
+  network of namespaced hosts by tests/cluster/ (bench/cluster.py).
 
 In nightly_pipeline: `plan_train` (run time: the data version, the prod model to
 warm-start from, params.yaml, where outputs go) -> the pod or job, whose templated
