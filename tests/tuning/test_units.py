@@ -127,3 +127,19 @@ def test_engine_epoch_hook_stops_training_where_it_says(tuning_home, tmp_path):
     assert calls == [(1, "SpamMLP"), (2, "SpamMLP")]
     assert result["stopped_at_epoch"] == 2 and len(result["losses"]) == 2
     assert (tmp_path / "out" / "model.pt").exists()
+
+
+def test_lineage_params_are_the_ones_trained_with(settings):
+    """register records the overlay's values and the resolved overlay, so params and hash match the training."""
+    from tasks.core.steps import StepContext
+    from tasks.register import trained_params
+    from tests.steps.records import train_record
+
+    ctx = StepContext.create("run-l", settings, {"train": {"params_overlay": "latest"}})
+    plain = trained_params(ctx, train_record())
+    assert plain.train.params_overlay == "none" and plain.train.lr == ctx.params.train.lr
+    tuned = trained_params(ctx, train_record(params_overlay="tuned-v2", overlay_values={"lr": 0.02, "hidden": [8]}))
+    assert (tuned.train.params_overlay, tuned.train.lr, tuned.train.hidden) == ("tuned-v2", 0.02, (8,))
+    assert tuned.digest() != plain.digest() and tuned.model_dump()["evaluate"] == ctx.params.model_dump()["evaluate"]
+    none = StepContext.create("run-n", settings)  # params.yaml's default: no overlay, the hash is unchanged
+    assert trained_params(none, train_record()).digest() == none.params.digest()
