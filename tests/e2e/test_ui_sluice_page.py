@@ -134,6 +134,8 @@ def check_page_in_a_browser(services, runs: tuple[str, str] = ("rest_e2e_1", "re
 
     from tasks.registry import Registry
 
+    assert Path(CHROMIUM).is_file(), f"{CHROMIUM} is missing: `apt-get install -y chromium` (.ci/run installs it)"
+
     state = Registry(services.settings).state()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "sluice-page.png"
