@@ -21,6 +21,7 @@ print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["local", "kubernetes"])
 def test_tuning_dag_maps_bounded_trials_between_plan_and_report(backend, settings, monkeypatch):
     monkeypatch.setenv("SLUICE_TRAIN_BACKEND", backend)

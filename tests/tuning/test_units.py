@@ -112,6 +112,7 @@ def test_epoch_reporter_prunes_by_the_pruner_and_by_the_cost_ceiling(tmp_path):
     assert hook(1, net) is False and hook(2, net) is False
 
 
+@pytest.mark.slow
 def test_engine_epoch_hook_stops_training_where_it_says(tuning_home, tmp_path):
     """The engine's on_epoch hook (one process, in this one): called after each epoch; True stops there."""
     from tasks.training.engine import run_training
