@@ -9,5 +9,5 @@ cost.py            prices applied: compute, storage, labor, labor avoided, idle-
 ledger.py          the ledger per task, run and day; the daily report's content
 serving_window.py  a day of the model server's prediction log (the business layer between runs)
 run_summary.py     the run summary's alerts and cost lines
-html_report.py, model_card.py, plugins/   the HTML run report, model cards and the Airflow UI page
+html_report.py     the HTML run report; model_card.py: model cards
 """
