@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -139,20 +140,28 @@ def check_page_in_a_browser(services, runs: tuple[str, str] = ("rest_e2e_1", "re
     state = Registry(services.settings).state()
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "sluice-page.png"
+    stages, t0 = [], time.monotonic()
+
+    def stage(name: str) -> None:
+        stages.append(f"{name} {time.monotonic() - t0:.1f} s")
+
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.set_default_timeout(60_000)
-            page.goto(f"{services.base_url}/plugin/sluice")
-            page.wait_for_url("**/auth/login**")  # Airflow's own login page, not ours
+            stage("chromium up")
+            page.goto(f"{services.base_url}/plugin/sluice", wait_until="domcontentloaded")
+            page.wait_for_url("**/auth/login**", wait_until="domcontentloaded")  # Airflow's own login page
             page.fill("input[name=username]", "admin")
             page.fill("input[name=password]", services.client().password)
+            stage("login page")
             page.click("button[type=submit]")
-            page.wait_for_url("**/plugin/sluice")
+            page.wait_for_url("**/plugin/sluice", wait_until="domcontentloaded")
             frame = page.frame_locator("iframe[title=Sluice]")
             models = frame.locator("#model-versions")
             models.wait_for()
+            stage("Sluice page")
             text = models.inner_text()
             assert "model-v1\tprod" in text and "model-v2" in text, text
             data = frame.locator("#data-versions").inner_text()
@@ -165,7 +174,8 @@ def check_page_in_a_browser(services, runs: tuple[str, str] = ("rest_e2e_1", "re
             frame.locator("#outcome").wait_for()
             assert frame.locator("#outcome").inner_text() == "deployed model-v1"
             assert frame.locator("#branch").inner_text() == "promote"
+            stage("report")
         finally:
             browser.close()
-    print(f"Sluice page screenshot: {shot}")
+    print(f"Sluice page screenshot: {shot} (browser: {', '.join(stages)})")
     return shot
