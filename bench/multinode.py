@@ -208,10 +208,9 @@ def run() -> list[Record]:
         shaped = times[(SHAPED_MBIT, "hierarchical")] / times[(SHAPED_MBIT, "flat")]
         unshaped = times[(None, "hierarchical")] / times[(None, "flat")]
 
-        loss_version = seed_registry(cluster, rows=600, parts=2)
-        interval = 20
-        p = train_params(epochs=20, batch_size=64, checkpoint_every=interval, hidden=(32, 16))
-        job = Job(cluster, RUN_ID, loss_version, p, nodes=2, nproc=2, dist_timeout_s=30).start_all()
+        interval = 20  # the node loss: the small model on the same data, 16 steps an epoch
+        p = train_params(epochs=10, batch_size=64, checkpoint_every=interval, hidden=(32, 16))
+        job = Job(cluster, RUN_ID, step_version, p, nodes=2, nproc=2, dist_timeout_s=30).start_all()
         loss = lose_node(job, node=1, after_checkpoint=interval)
         codes = job.wait(timeout_s=300, restart_failed=True)
         if codes != [0, 0]:

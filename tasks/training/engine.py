@@ -249,6 +249,12 @@ def wrap_for_ddp(model: torch.nn.Module, p: TrainParams, device: torch.device, r
     ddp = DistributedDataParallel(
         model, forward_sync_buffers=False, device_ids=[device.index] if device.type == "cuda" else None
     )
+    # The bucket layout decides the order in which a ring sums each element (bit-level results with
+    # more than 2 ranks). DDP rebuilds it after the first step in the order gradients became ready, so
+    # a resumed run's first step would use a layout the uninterrupted run used only at step 1: fix
+    # the layout now, as static_graph does, so every start reduces alike (resume stays bit-identical).
+    ddp.reducer._push_all_rebuilt_params()
+    ddp.reducer._rebuild_buckets()
     if p.allreduce == "hierarchical":
         spread.inner, spread.inner_state = hierarchical_allreduce_hook, HierarchicalState.build(ranks.local_world)
     ddp.register_comm_hook(spread, measured_hook)
