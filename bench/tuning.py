@@ -1,6 +1,6 @@
 """Cost-aware tuning (issue 16): Sluice's tuner (TPE + Hyperband pruning) against random search.
 
-Three figures, each the mean over seeds (SLUICE_BENCH_TUNING_SEEDS, default 5):
+Three figures, each the mean over seeds (5 by default):
 
 - tuning_cost_to_target: the ledger cost Sluice's tuner spends (trials in order) until a completed trial
   reaches AUC* - 0.002, over what random search without pruning spends to reach the same; AUC* is the
@@ -22,13 +22,12 @@ CPU seconds its training used on one CPU (CPU time, not wall time: six jobs shar
 details also give the cost ratio with a fixed per-trial start-up of `tuning.trial_seconds_estimate`
 added to every trial, as a torchrun trial pays (pruning cannot save that part).
 
-SLUICE_BENCH_TUNING_SEEDS / SLUICE_BENCH_TUNING_TRIALS (Sluice's tuner's trials, default 30) reduce
-the run; the figures print the setting used.
+`python -m bench.tuning --seeds N --trials T [--out details.json]` runs a reduced setting (defaults:
+5 seeds, 30 trials of Sluice's tuner); the records' details give the setting used.
 """
 
 from __future__ import annotations
 
-import os
 import time
 from dataclasses import dataclass, field
 
@@ -198,7 +197,7 @@ def one_seed(seed: int, n_tuner: int, data, prices, overhead_s: float) -> dict:
     }
 
 
-def run() -> list[Record]:
+def run(seeds: int = 5, n_tuner: int = 30) -> list[Record]:
     import statistics
 
     import torch
@@ -206,8 +205,6 @@ def run() -> list[Record]:
     from tasks.core.params import load_params
 
     torch.set_num_threads(1)
-    seeds = int(os.environ.get("SLUICE_BENCH_TUNING_SEEDS", "5"))
-    n_tuner = int(os.environ.get("SLUICE_BENCH_TUNING_TRIALS", "30"))
     params = load_params()
     data = demo_data()
     t0 = time.time()
@@ -246,6 +243,18 @@ def run() -> list[Record]:
 
 
 if __name__ == "__main__":
-    for rec in run():
+    import argparse
+    import json
+
+    parser = argparse.ArgumentParser(description="The tuning benchmarks alone (python -m bench runs them all).")
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--trials", type=int, default=30, help="trials of Sluice's tuner per seed")
+    parser.add_argument("--out", help="write the records with their details (per seed) to this JSON file")
+    args = parser.parse_args()
+    records = run(args.seeds, args.trials)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump([r.to_dict() for r in records], f, indent=2)
+    for rec in records:
         extra = f"  (AUC loss {rec.details['auc_loss']:+.4f})" if "auc_loss" in rec.details else ""
         print(f"{rec.name:<34}{rec.value:.3f}  goal {rec.goal}  {'pass' if rec.passed else 'MISS'}{extra}")
