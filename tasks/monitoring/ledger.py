@@ -128,6 +128,9 @@ def format_report(rep: dict[str, Any], alerts: Iterable[str] = ()) -> str:
         prev, change = rep["previous_total"], rep["change"]
         pct = f" ({change / prev:+.0%})" if prev else ""
         lines.append(f"  previous day   {rep['previous_day']}: {cur} {prev:.4f}; change {change:+.4f}{pct}")
+    if rep.get("storage_bytes"):
+        stores = ", ".join(f"{name} {n / 2**20:,.1f} MB" for name, n in sorted(rep["storage_bytes"].items()))
+        lines.append(f"  storage        {stores} ({cur} {k['storage']:.6f} for the day)")
     lines.append(f"  waste          {cur} {rep['waste']:.4f} of idle accelerator time")
     for w in rep["waste_items"][:5]:
         lines.append(f"                 {w['task']} in {w['run_id']}: {w['gpu_hours']:.3f} GPU h, {w['amount']:.4f}")
