@@ -10,7 +10,8 @@ Rules (0 turns one off):
     grad_variance_explosion  gradient variance across ranks > grad_variance_ratio x its median over the run
     utilization_floor        mean accelerator utilization of a task that used one < util_floor
     p99_latency              a canary step's p99 latency (either variant) > p99_budget_ms
-    online_accuracy_drop     the served model's online ROC AUC this far under the previous run's
+    online_accuracy_drop     the served model's online ROC AUC this far under the previous run's (the canary's
+                             served variant; the daily report's champion against the day before's)
     cost_jump                a day's billed cost > cost_jump_ratio x the previous day's (the daily report)
 """
 
@@ -167,6 +168,14 @@ def task_alerts(
         before = _previous_value(store, run_id, history)
         found.append(
             online_accuracy_drop(served[-1].value, before, rules.online_auc_drop, served[-1].model_version or "")
+        )
+    # The daily report's serving: the champion's online ROC AUC over the day against the day before's.
+    daily = [m for m in metrics if m.name == "online_roc_auc" and m.subject == "day:champion" and m.value is not None]
+    if daily:
+        history = store.metric_history("online_roc_auc", "business", subject="day:champion")
+        before = _previous_value(store, run_id, history)
+        found.append(
+            online_accuracy_drop(daily[-1].value, before, rules.online_auc_drop, daily[-1].model_version or "")
         )
     return [a for a in found if a is not None]
 

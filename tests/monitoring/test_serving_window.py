@@ -49,3 +49,20 @@ def test_the_daily_report_records_the_days_serving(settings):
     assert p99["day:challenger"] == pytest.approx(120.0)
     (alert,) = [a for a in store.alerts("report-1") if a["rule"] == "p99_latency"]
     assert "day:challenger" in alert["message"]
+
+
+def test_a_days_online_accuracy_drop_against_the_previous_report(settings):
+    log = settings.home / "serving" / LOG_NAME
+    day = datetime.now(timezone.utc).date().isoformat()
+    write_log(log)  # the champion separates the classes: online ROC AUC 1.0
+    cost_report.run(StepContext.create("report-1", settings), lambda n: None, day=day)
+    for p in log.parent.iterdir():
+        p.unlink()
+    flat = PredictionLog(log, max_bytes=1_000_000, keep=5)
+    for i in range(40):  # the same score whatever the label: online ROC AUC 0.5
+        flat.append(prediction_records(f"d{i}", [0.5], "champion", "model-v1", 5.0, False, "/v1"))
+        flat.append(feedback_records(f"d{i}", [i % 2]))
+    flat.close()
+    cost_report.run(StepContext.create("report-2", settings), lambda n: None, day=day)
+    (drop,) = [a for a in MetricsStore.open(settings).alerts("report-2") if a["rule"] == "online_accuracy_drop"]
+    assert drop["severity"] == "critical" and "0.500, 0.500 under the previous run's 1.000" in drop["message"]
