@@ -88,7 +88,7 @@ def test_nightly_pipeline_wiring(dagbag):
     assert t["promote"]["down"] == ["report"] and t["rollback_canary"]["down"] == ["report"]
     assert t["report"]["trigger_rule"] == "all_done" and t["run_failed"]["trigger_rule"] == "one_failed"
     assert t["run_failed"]["down"] == [] and t["report"]["down"] == []
-    assert dagbag["dags"]["nightly_pipeline"]["params"] == ["batch", "epochs"]
+    assert dagbag["dags"]["nightly_pipeline"]["params"] == ["batch", "epochs", "params_overlay"]
 
 
 def test_rollback_dag(dagbag):
