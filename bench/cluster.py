@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -260,11 +261,12 @@ class Cluster:
 
     # ---- what listens where ------------------------------------------------------------------
 
-    def listeners(self, ns: str | None = None) -> list[str]:
-        """Local addresses of listening TCP and bound UDP sockets in `ns` (None: the root namespace)."""
-        argv = ["ss", "-H", "-l", "-n", "-t", "-u"]
+    def listeners(self, ns: str | None = None) -> list[tuple[str, set[int]]]:
+        """(local address, owner pids) of listening TCP and bound UDP sockets in `ns` (None: the
+        root namespace)."""
+        argv = ["ss", "-H", "-l", "-n", "-t", "-u", "-p"]
         out = sh(*(["ip", "netns", "exec", ns, *argv] if ns else argv)).stdout
-        return [line.split()[4] for line in out.splitlines() if line.strip()]
+        return [(line.split()[4], {int(p) for p in re.findall(r"pid=(\d+)", line)}) for line in out.splitlines()]
 
     # ---- cleanup -----------------------------------------------------------------------------
 

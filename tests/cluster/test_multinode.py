@@ -11,9 +11,6 @@ collective timeout), and must still end bit-identical to the uninterrupted run.
 
 from __future__ import annotations
 
-import re
-import subprocess
-
 import pytest
 import torch
 
@@ -62,12 +59,6 @@ def finish(job: Job, timeout_s: float = 300, restart_failed: bool = False) -> No
     assert codes == [0] * len(job.pods), f"pods exited {codes}:\n{job.logs()[-4000:]}"
 
 
-def listeners_with_pids(ns: str | None) -> list[tuple[str, set[int]]]:
-    argv = ["ss", "-H", "-l", "-n", "-t", "-u", "-p"]
-    out = subprocess.run(["ip", "netns", "exec", ns, *argv] if ns else argv, capture_output=True, text=True).stdout
-    return [(line.split()[4], {int(p) for p in re.findall(r"pid=(\d+)", line)}) for line in out.splitlines()]
-
-
 @pytest.fixture(scope="module")
 def reference(cluster, version, tmp_path_factory):
     """The three undisturbed runs' weights, and what listened where while the 2 x 2 flat run trained."""
@@ -78,7 +69,7 @@ def reference(cluster, version, tmp_path_factory):
     found["1x4"] = weights(one, out / "1x4")
     flat = Job(cluster, RUN_ID, version, params(), nodes=2, nproc=2, out_root="s3://sluice-registry/flat").start_all()
     wait_for_checkpoint(flat, INTERVAL)  # training is under way: every socket is open
-    found["listeners"] = {ns: listeners_with_pids(ns) for ns in [None, *cluster.namespaces]}
+    found["listeners"] = {ns: cluster.listeners(ns) for ns in [None, *cluster.namespaces]}
     found["cluster_pids"] = {pid for h in cluster.hosts for pid in cluster.pids(h)}
     finish(flat)
     found["2x2 flat"] = weights(flat, out / "flat")
