@@ -1,7 +1,9 @@
-"""weak_label: labeling functions + Snorkel's LabelModel (vs majority vote) on a staged batch.
+"""weak_label: labeling functions + Snorkel's LabelModel (vs majority vote) on a staged batch,
+mixed with the gold labels that exist for the batch's rows.
 
-Writes runs/<run_id>/labeled.parquet (raw columns + label + label_prob) and an LF
-analysis table; the gold dev set scores both label sources every run.
+Writes runs/<run_id>/labeled.parquet (raw columns + label, label_prob, label_source, label_weight:
+tasks/labeling/mix.py) and an LF analysis table; the gold dev set scores both label sources every
+run and, out of fold, chooses how much the weak rows weigh (tasks/labeling/weak_weight.py).
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from tasks.datasets import load_dataset
 from tasks.labeling.drift import drift_flags, labeling_stats
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
+from tasks.labeling.mix import hold_out, label_counts, replayed_gold, training_labels
+from tasks.labeling.weak_weight import WeightChoice, choose_weak_weight
 from tasks.registry import Registry
 
 
@@ -49,9 +53,23 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     for flag in drift:
         log(f"DRIFT vs {previous}: {flag}")
 
+    test_ids = pd.read_parquet(layout.gold / "test.parquet", columns=[ds.ID_COLUMN])[ds.ID_COLUMN]
+    held_out = batch[ds.ID_COLUMN].isin(set(test_ids)).to_numpy()  # the gold test set is never trained on
+    if held_out.any():
+        log(f"{int(held_out.sum())} batch row(s) are in the gold test set: kept out of training (weight 0)")
+    gold = np.full(len(batch), np.nan)
+    if p.mix != "weak_only" and p.gold_budget > 0:
+        gold = replayed_gold(batch, ds, p.gold_budget, p.seed, held_out)
+    choice = weak_weight_for(batch[~held_out], gold[~held_out], dev, y_dev, module.make_lfs, ds.featurize, ctx)
+    labels = hold_out(training_labels(out.prob, gold, p.mix, choice.weight), held_out)
+    counts = label_counts(labels)
+    log(
+        f"training labels ({p.mix}): {counts['gold']['rows']} gold, {counts['weak']['training_rows']} weak at "
+        f"weight {choice.weight:g} ({choice.reason}), {counts['none']['rows']} unlabeled"
+    )
     labeled = batch.copy()
-    labeled["label"] = out.label.astype(np.int64)
-    labeled["label_prob"] = out.prob
+    for column in labels.columns:
+        labeled[column] = labels[column].to_numpy()
     path = run_dir / "labeled.parquet"
     atomic_write_parquet(path, labeled)
     atomic_write_json(run_dir / "lf_analysis.json", out.lf_table)
@@ -76,7 +94,39 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
         chosen=out.chosen,
         quality_dev=q,
         lf_table=out.lf_table,
+        mix=p.mix,
+        gold_budget=p.gold_budget,
+        weak_weight=choice.weight,
+        weak_weight_choice={"fold_auc": choice.fold_auc, "folds": choice.folds, "reason": choice.reason},
+        label_counts=counts,
     )
+
+
+def weak_weight_for(batch, gold, dev, y_dev, make_lfs, featurize, ctx: StepContext) -> WeightChoice:
+    """weak_label.weak_weight, or with `auto` the weight chosen on gold dev folds: the labeling rebuilt
+    from the other folds, the end model trained on the batch's gold rows plus its weak rows, judged
+    on the held-out dev fold (the dev set itself is never trained on by the nightly model)."""
+    p = ctx.params.weak_label
+    if p.mix == "gold_only":
+        return WeightChoice(0.0, reason="mix gold_only")
+    if p.weak_weight != "auto":
+        return WeightChoice(float(p.weak_weight), reason="weak_label.weak_weight")
+    if p.mix == "weak_only":
+        return WeightChoice(1.0, reason="mix weak_only")
+    has_gold = ~np.isnan(gold)
+    fixed = (batch[has_gold], gold[has_gold].astype(int)) if has_gold.any() else None
+    choice = choose_weak_weight(
+        dev,
+        y_dev,
+        batch[~has_gold],
+        make_lfs,
+        featurize,
+        p,
+        train_on_judge_folds=False,
+        fixed_gold=fixed,
+    )
+    log(f"weak weight {choice.weight:g} on {choice.folds} gold dev folds: ROC AUC by weight {choice.fold_auc}")
+    return choice
 
 
 if __name__ == "__main__":

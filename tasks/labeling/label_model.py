@@ -67,7 +67,7 @@ def label_batch(
         n_epochs=p.label_model_epochs,
         lr=p.label_model_lr,
         seed=p.seed,
-        class_balance=[1 - prior, prior],
+        class_balance=[1 - prior, prior] if p.class_balance_prior else None,  # None: Snorkel's uniform prior
         progress_bar=False,
     )
     mv = MajorityLabelVoter(cardinality=2)

@@ -20,6 +20,8 @@ CASES = [
     (email_lfs.lf_short_plain_text, row(num_char=0.4, format=0), SPAM),
     (email_lfs.lf_urgent_subject, row(urgent_subj=1), SPAM),
     (email_lfs.lf_no_sender, row(**{"from": 0}), SPAM),
+    (email_lfs.lf_no_numbers_cold, row(number="none"), SPAM),
+    (email_lfs.lf_few_lines_cold, row(line_breaks=12), SPAM),
 ]
 
 
@@ -30,7 +32,24 @@ def test_each_lf_fires_on_its_evidence_and_abstains_otherwise(lf, fires, vote):
 
 
 def test_every_lf_is_covered_by_a_case():
-    assert {c[0].name for c in CASES} == {lf.name for lf in email_lfs.LFS}
+    assert {c[0].name for c in CASES} == {lf.name for lf in email_lfs.LFS + email_lfs.DEV_REFINED_LFS}
+
+
+def test_refined_spam_rules_need_a_cold_sender():
+    """The dev-refined rules hold back on a known correspondent, a reply or a group mail."""
+    for contact in ({"sent_email": 1}, {"re_subj": 1}):
+        assert email_lfs.lf_no_numbers_cold(pd.DataFrame([row(number="none", **contact)]))[0] == ABSTAIN
+    for contact in ({"sent_email": 1}, {"re_subj": 1}, {"to_multiple": 1}):
+        assert email_lfs.lf_few_lines_cold(pd.DataFrame([row(line_breaks=12, **contact)]))[0] == ABSTAIN
+
+
+def test_too_little_gold_leaves_the_classifier_lf_out(emails):
+    from tasks.labeling.email_lfs import make_lfs
+
+    dev = pd.concat([emails[emails["spam"] == 1].iloc[:3], emails[emails["spam"] == 0].iloc[:50]])
+    y = dev["spam"].to_numpy()
+    assert np.bincount(y)[1] < email_lfs.MODEL_FOLDS  # a tiny gold budget: too few spam to vote out of fold
+    assert all(lf.name != "lf_dev_classifier" for lf in make_lfs(dev, y))
 
 
 def test_short_plain_text_needs_no_prior_contact():
@@ -92,7 +111,9 @@ def test_model_lf_votes_out_of_fold_on_dev_and_confidently_elsewhere(emails):
     assert set(np.unique(votes)) <= {ABSTAIN, HAM, SPAM} and (votes == ABSTAIN).any() and (votes != ABSTAIN).any()
     assert MODEL_HAM_AT < 0.5 < MODEL_SPAM_AT
     lfs = make_lfs(dev, y_dev)
-    assert len(lfs) == 11 and lfs[-1].name == "lf_dev_classifier"
+    rules = len(email_lfs.LFS) + (len(email_lfs.DEV_REFINED_LFS) if email_lfs.USE_REFINED else 0)
+    assert len(lfs) == rules + 1 and lfs[-1].name == "lf_dev_classifier"
+    assert len(make_lfs(dev, y_dev, refined=False)) == len(email_lfs.LFS) + 1
     assert (apply_lfs_dev(dev, lfs)[:, -1] == lf.dev_votes).all()
 
 

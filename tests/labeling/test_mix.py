@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tasks.core.params import load_params
-from tasks.labeling.mix import gold_budget_mask, label_counts, replayed_gold, training_labels
+from tasks.labeling.mix import gold_budget_mask, hold_out, label_counts, replayed_gold, training_labels
 from tasks.training.loop import fit_in_memory, make_loss
 
 NAN = np.nan
@@ -50,23 +50,30 @@ def test_gold_budget_draws_are_seeded_per_row_not_per_batch():
     assert not gold_budget_mask(ids, 0.0, 7).any() and gold_budget_mask(ids, 1.0, 7).all()
 
 
-def test_gold_is_replayed_from_the_source_and_the_test_set_is_refused(emails):
+def test_gold_is_replayed_from_the_source_never_for_the_test_set(emails):
     from tasks.core.params import DemoParams
     from tasks.datasets import load_dataset
     from tasks.datasets.demo_feed import split_demo
 
     ds = load_dataset("tasks.datasets.emails")
     dev, test, batches = split_demo(emails, DemoParams(), ds)
+    test_ids = set(test[ds.ID_COLUMN])
+    assert not any(b[ds.ID_COLUMN].isin(test_ids).any() for b in batches)  # the demo feed never replays them
     batch = batches[0]
-    gold = replayed_gold(batch, ds, 0.2, 7, test[ds.ID_COLUMN])
+    gold = replayed_gold(batch, ds, 0.2, 7, np.zeros(len(batch), bool))
     has = ~np.isnan(gold)
     assert 0.1 < has.mean() < 0.3
     truth = emails.set_index(ds.ID_COLUMN).loc[batch.loc[has, ds.ID_COLUMN], ds.GOLD_COLUMN].to_numpy()
     assert (gold[has] == truth).all()
-    # A batch carrying a test row never gets gold labels to train on: refused, naming the row.
-    leaky = pd.concat([batch, test.drop(columns=[ds.GOLD_COLUMN]).iloc[:1]], ignore_index=True)
-    with pytest.raises(ValueError, match="in the gold test set"):
-        replayed_gold(leaky, ds, 0.2, 7, test[ds.ID_COLUMN])
+    # A landing batch carrying test rows: even at a budget of every row, they get no gold label, and
+    # hold_out keeps them out of training altogether (weight 0), whatever the LFs said.
+    leaky = pd.concat([batch, test.drop(columns=[ds.GOLD_COLUMN]).iloc[:30]], ignore_index=True)
+    held = leaky[ds.ID_COLUMN].isin(test_ids).to_numpy()
+    gold = replayed_gold(leaky, ds, 1.0, 7, held)
+    assert held.sum() == 30 and np.isnan(gold[held]).all() and not np.isnan(gold[~held]).any()
+    labels = hold_out(training_labels(np.full(len(leaky), 0.8), gold, "weak_plus_gold", 1.0), held)
+    assert (labels.loc[held, "label_weight"] == 0).all() and (labels.loc[held, "label_source"] == "none").all()
+    assert (labels.loc[~held, "label_source"] == "gold").all()
 
 
 def test_noise_aware_loss_weights_rows_and_equals_plain_bce_at_weight_one():
