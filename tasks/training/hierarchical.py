@@ -45,34 +45,14 @@ class HierarchicalState:
         return state
 
 
-PIPELINE_CHUNKS = 4  # a bucket is cut in this many pieces, so the node-local and inter-node phases overlap
-
-
 def hierarchical_allreduce_hook(state: HierarchicalState, bucket) -> torch.futures.Future[torch.Tensor]:
-    """DDP comm hook: reduce in the node, allreduce among leaders, broadcast in the node, average.
-
-    Pipelined over PIPELINE_CHUNKS pieces of the bucket: while the leaders allreduce piece i across
-    nodes, the node reduces piece i+1 and broadcasts piece i-1 (the node's group and the leaders'
-    group are separate process groups, so their collectives run at the same time). Every rank
-    issues the node group's collectives in the same order: all reduces, then all broadcasts."""
+    """DDP comm hook: reduce in the node, allreduce among leaders, broadcast in the node, average."""
     tensor = bucket.buffer()
-    chunks = [c for c in tensor.chunk(PIPELINE_CHUNKS) if c.numel()]
-    reduces = [dist.reduce(c, dst=state.leader, group=state.intra_group, async_op=True) for c in chunks]
+    dist.reduce(tensor, dst=state.leader, group=state.intra_group)
     if state.is_leader:
-        allreduces = []
-        for c, work in zip(chunks, reduces):
-            work.wait()
-            state.internode_bytes += c.numel() * c.element_size()
-            allreduces.append(dist.all_reduce(c, group=state.leader_group, async_op=True))
-        waits = allreduces
-    else:
-        waits = reduces
-    broadcasts = []
-    for c, work in zip(chunks, waits):
-        work.wait()
-        broadcasts.append(dist.broadcast(c, src=state.leader, group=state.intra_group, async_op=True))
-    for work in broadcasts:
-        work.wait()
+        state.internode_bytes += tensor.numel() * tensor.element_size()
+        dist.all_reduce(tensor, group=state.leader_group)
+    dist.broadcast(tensor, src=state.leader, group=state.intra_group)
     tensor.div_(dist.get_world_size())
     state.calls += 1
     fut: torch.futures.Future = torch.futures.Future()
