@@ -120,6 +120,7 @@ class Cluster:
 
     def start(self) -> "Cluster":
         atexit.register(self.close)
+        sweep_stale()
         try:
             sh("ip", "netns", "add", self.switch)
             sh("ip", "-n", self.switch, "link", "add", "br0", "type", "bridge")
@@ -305,6 +306,31 @@ class Cluster:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+STALE = re.compile(r"^sl(\d+)-(sw|st|n\d+)$")
+
+
+def sweep_stale() -> list[str]:
+    """Delete the namespaces (and their processes, /etc/netns files) of clusters whose process is
+    gone: one killed with SIGKILL could not clean up. Names carry the owner's pid (mod 100000); a
+    live process with that pid keeps its namespaces (the safe side of a collision)."""
+    swept = []
+    for ns in sorted(_existing()):
+        m = STALE.match(ns)
+        if not m or int(m.group(1)) == os.getpid() % 100000 or Path(f"/proc/{m.group(1)}").exists():
+            continue
+        for pid in (int(p) for p in sh("ip", "netns", "pids", ns, check=False).stdout.split()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        sh("ip", "netns", "del", ns, check=False)
+        shutil.rmtree(Path("/etc/netns") / ns, ignore_errors=True)
+        swept.append(ns)
+    if swept:
+        print(f"[cluster] deleted stale namespaces {swept}", file=sys.stderr)
+    return swept
 
 
 def _existing() -> set[str]:
