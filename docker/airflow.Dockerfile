@@ -43,6 +43,8 @@ RUN pip install --no-cache-dir \
 # DAGs are baked in where the chart's default dags folder points ($AIRFLOW_HOME/dags);
 # the chart's dags.persistence and dags.gitSync stay off (k8s/values.yaml).
 COPY --chown=airflow:0 dags /opt/airflow/dags
+# The Sluice page (an Airflow UI plugin) where the chart's plugins folder points ($AIRFLOW_HOME/plugins).
+COPY --chown=airflow:0 plugins /opt/airflow/plugins
 
 # airflow.cfg is not copied: in production the chart writes Airflow's configuration.
 # Lineage: the image has no .git, so the build names the commit (docker/README.md).
