@@ -61,6 +61,7 @@ def test_labeled_contract(raw_batch):
     rng = np.random.default_rng(0)
     df["label"] = np.where(rng.random(len(df)) < 0.1, 1, 0)
     df["label_prob"] = df["label"].astype(float)
+    df["label_source"], df["label_weight"] = "weak", 1.0
     assert validate_frame(contract_view(df), "labeled").success
     all_abstain = df.assign(label=-1, label_prob=np.nan)
     r = validate_frame(contract_view(all_abstain), "labeled")
@@ -120,6 +121,8 @@ def _labeled(raw_batch, spam_share=0.1, seed=0):
     df.loc[df.index[::10], "label"] = -1
     df["label_prob"] = df["label"].clip(lower=0).astype(float)
     df.loc[df["label"] == -1, "label_prob"] = np.nan
+    df["label_source"] = np.where(df["label"] == -1, "none", "weak")
+    df["label_weight"] = np.where(df["label"] == -1, 0.0, 1.0)
     return df
 
 
