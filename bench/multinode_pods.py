@@ -232,4 +232,3 @@ class Job:
 
     def metrics(self, dest: Path) -> dict:
         return json.loads((self.outputs(dest, "train_metrics.json") / "train_metrics.json").read_text())
-
