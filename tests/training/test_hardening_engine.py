@@ -150,13 +150,20 @@ def test_the_launcher_gets_the_allowlisted_environment(tmp_path, monkeypatch):
 
 
 def test_kubernetes_pods_do_not_pin_nccl_to_loopback():
-    """Across nodes NCCL must use the pod network: the loopback pin is the local backend's only
-    (the pods' environment is built in kubernetes.py, not by worker_env)."""
+    """Across nodes gloo and NCCL must use the pod network: the loopback pin is the local backend's
+    only (the pods' environment is built in kubernetes.py, not by worker_env)."""
     import inspect
 
+    from tasks.core.params import load_params
     from tasks.training import kubernetes
 
-    assert "SOCKET_IFNAME" not in inspect.getsource(kubernetes)
+    for nodes in (1, 2):
+        manifest = kubernetes.render_manifests(
+            "scheduled__2026-12-01", "data-v1", load_params().train, kubernetes.KubernetesTraining(nodes=nodes)
+        )[0]
+        spec = manifest["spec"]["template"]["spec"] if manifest["kind"] == "Job" else manifest["spec"]
+        env = {e["name"]: e.get("value") for e in spec["containers"][0]["env"]}
+        assert "lo" not in (env.get("GLOO_SOCKET_IFNAME"), env.get("NCCL_SOCKET_IFNAME")), env
     assert "worker_env" not in inspect.getsource(kubernetes)
 
 
