@@ -231,6 +231,9 @@ def cmd_run(settings: Settings, conf: dict, timeout_s: float, hung_after_s: floa
         if summary.exists()
         else f"(no summary written: see the task logs under {settings.layout.airflow_home / 'logs'})"
     )
+    html = summary.with_name("report.html")
+    if html.exists():
+        print(f"run report     {html}")
     print(f"DAG run {run_id}: {state}")
     return 0 if state == "success" else 1
 

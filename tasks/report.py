@@ -152,8 +152,8 @@ def training_label_lines(lab: dict[str, Any]) -> list[str]:
         return []
     gold, weak, none = counts["gold"], counts["weak"], counts["none"]
     line = (
-        f"  train labels   {lab['mix']}: {gold['training_rows']} gold (budget {lab['gold_budget']:.0%}), "
-        f"{weak['training_rows']} weak at weight {lab['weak_weight']:g}, {none['rows']} unlabeled"
+        f"  train labels   {lab['mix']}: {gold['training_rows']:.0f} gold (budget {lab['gold_budget']:.0%}), "
+        f"{weak['training_rows']:.0f} weak at weight {lab['weak_weight']:g}, {none['rows']:.0f} unlabeled"
     )
     total = gold["weight"] + weak["weight"]
     if total:
