@@ -300,6 +300,8 @@ class AlertParams(Section):
     """A logged loss above this x the median of the lines before it."""
     grad_variance_ratio: float = Field(10.0, ge=0)
     """Gradient variance across ranks above this x its median over the run (an explosion)."""
+    sustain_lines: int = Field(3, ge=1, le=100)
+    """Consecutive metrics lines the two training rules must hold for (one minibatch's reading is noisy)."""
     util_floor: Unit = 0.3
     """Accelerator utilization under this is idle: an alert when a task's mean is under it, and waste in the ledger."""
     p99_budget_ms: float = Field(50.0, ge=0)

@@ -6,8 +6,8 @@ provider's SmtpNotifier, Slack's SlackNotifier, your own), called as Airflow cal
 dicts), `sluice_alerts_text`, `sluice_run_id` and `sluice_task`.
 
 Rules (0 turns one off):
-    loss_spike               a logged loss > loss_spike_ratio x the median of the lines before it (>= 3)
-    grad_variance_explosion  gradient variance across ranks > grad_variance_ratio x its median over the run
+    loss_spike               the loss > loss_spike_ratio x the median of the lines before it, for sustain_lines lines
+    grad_variance_explosion  gradient variance across ranks > grad_variance_ratio x its median, for sustain_lines lines
     utilization_floor        mean accelerator utilization of a task that used one < util_floor
     p99_latency              a canary step's p99 latency (either variant) > p99_budget_ms
     online_accuracy_drop     the served model's online ROC AUC this far under the previous run's (the canary's
@@ -18,6 +18,7 @@ Rules (0 turns one off):
 from __future__ import annotations
 
 import importlib
+import math
 from statistics import median
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -29,44 +30,55 @@ if TYPE_CHECKING:
     from tasks.core.steps import StepContext
 
 
-def loss_spike(losses: list[tuple[int, float]], ratio: float) -> Alert | None:
-    """The worst loss over `ratio` x the median of the losses logged before it (by step)."""
+def _finite(v: float) -> float:
+    """A non-finite reading (a diverged loss is NaN or inf) counts as the largest possible."""
+    return v if math.isfinite(v) else math.inf
+
+
+def loss_spike(losses: list[tuple[int, float]], ratio: float, sustain: int = 3) -> Alert | None:
+    """The worst rise of the loss over `ratio` x the median of the lines logged before it, held for
+    `sustain` consecutive lines (one minibatch's loss is noisy: a single high line on the demo's
+    64-row batches reads up to 8x the median in a healthy run; three in a row read at most 1.2x)."""
     if not ratio:
         return None
+    ordered = sorted(losses)
+    values = [_finite(v) for _, v in ordered]
     worst = None
-    values = [v for _, v in sorted(losses)]
-    steps = [s for s, _ in sorted(losses)]
-    for i in range(3, len(values)):
+    for i in range(3, len(values) - sustain + 1):
         base = median(values[:i])
-        if base > 0 and values[i] > ratio * base and (worst is None or values[i] / base > worst[2]):
-            worst = (steps[i], values[i], values[i] / base, base)
+        held = min(values[i : i + sustain])
+        if 0 < base < math.inf and held > ratio * base and (worst is None or held / base > worst[2]):
+            worst = (ordered[i][0], held, held / base, base)
     if worst is None:
         return None
     step, value, times, base = worst
     return Alert(
         "loss_spike",
         "warning",
-        f"loss {value:.4g} at step {step} is {times:.1f} x the median {base:.4g} of the lines before it "
-        f"(limit {ratio:g} x)",
+        f"loss held at {value:.4g} or more for {sustain} lines from step {step}: {times:.1f} x the median "
+        f"{base:.4g} of the lines before it (limit {ratio:g} x)",
         value,
         ratio * base,
     )
 
 
-def grad_variance_explosion(variances: list[tuple[int, float]], ratio: float) -> Alert | None:
-    """The largest gradient variance across ranks over `ratio` x the run's median."""
-    if not ratio or len(variances) < 3:
+def grad_variance_explosion(variances: list[tuple[int, float]], ratio: float, sustain: int = 3) -> Alert | None:
+    """Gradient variance across ranks over `ratio` x the run's median for `sustain` consecutive lines
+    (a single line's variance of two ranks' small slices is noisy: up to 88x the median in a healthy run)."""
+    if not ratio or len(variances) < max(3, sustain):
         return None
-    base = median(v for _, v in variances)
-    step, value = max(variances, key=lambda sv: sv[1])
-    if base <= 0 or value <= ratio * base:
+    ordered = sorted(variances)
+    values = [_finite(v) for _, v in ordered]
+    base = median(values)
+    held, i = max((min(values[j : j + sustain]), j) for j in range(len(values) - sustain + 1))
+    if not 0 < base < math.inf or held <= ratio * base:
         return None
     return Alert(
         "grad_variance_explosion",
         "warning",
-        f"gradient variance across ranks {value:.4g} at step {step} is {value / base:.1f} x the run's median "
-        f"{base:.4g} (limit {ratio:g} x)",
-        value,
+        f"gradient variance across ranks held at {held:.4g} or more for {sustain} lines from step {ordered[i][0]}: "
+        f"{held / base:.1f} x the run's median {base:.4g} (limit {ratio:g} x)",
+        held,
         ratio * base,
     )
 
@@ -152,8 +164,10 @@ def task_alerts(
     from tasks.monitoring.hardware import gpu_utilizations
 
     found: list[Alert | None] = [
-        loss_spike(_series(metrics, "loss"), rules.loss_spike_ratio),
-        grad_variance_explosion(_series(metrics, "grad_var_across_ranks"), rules.grad_variance_ratio),
+        loss_spike(_series(metrics, "loss"), rules.loss_spike_ratio, rules.sustain_lines),
+        grad_variance_explosion(
+            _series(metrics, "grad_var_across_ranks"), rules.grad_variance_ratio, rules.sustain_lines
+        ),
     ]
     if usage.gpus:
         found.append(utilization_floor(gpu_utilizations(samples, int(usage.gpus)), rules.util_floor, "GPU"))

@@ -17,16 +17,28 @@ from tests.monitoring.steps_for_tests import canary_work
 def test_loss_spike_against_the_median_before_it():
     steady = [(s, 0.5 - s / 1000) for s in range(10, 110, 10)]
     assert alerts.loss_spike(steady, 3.0) is None
-    spiked = steady + [(110, 2.0)]
+    spiked = steady + [(110, 2.0), (120, 1.9), (130, float("nan"))]  # diverging: NaN counts as the largest
     a = alerts.loss_spike(spiked, 3.0)
-    assert a.rule == "loss_spike" and a.value == 2.0 and "step 110" in a.message
+    assert a.rule == "loss_spike" and a.value == 1.9 and "from step 110" in a.message
     assert alerts.loss_spike(spiked, 0) is None  # 0 turns the rule off
+
+
+def test_one_noisy_line_is_not_a_spike():
+    """A healthy warm-started demo run's loss lines (real figures): one minibatch read 8x the median."""
+    noisy = [0.097, 0.03, 0.223, 0.025, 0.167, 0.072, 0.159, 0.005, 0.118, 0.02, 0.035, 0.021, 0.21, 0.02, 0.03]
+    lines = [(10 * (i + 1), v) for i, v in enumerate(noisy)]
+    assert alerts.loss_spike(lines, 3.0, sustain=1) is not None  # the single-line rule fires on noise
+    assert alerts.loss_spike(lines, 3.0) is None
+    variances = [(s, 0.006) for s in range(10, 200, 10)] + [(200, 0.53), (210, 0.006), (220, 0.007)]
+    assert alerts.grad_variance_explosion(variances, 10, sustain=1) is not None
+    assert alerts.grad_variance_explosion(variances, 10) is None
 
 
 def test_grad_variance_explosion_utilization_p99_accuracy_and_cost():
     assert alerts.grad_variance_explosion([(1, 0.01), (2, 0.012), (3, 0.011)], 10) is None
-    a = alerts.grad_variance_explosion([(1, 0.01), (2, 0.012), (3, 0.011), (4, 0.5)], 10)
-    assert a and "step 4" in a.message
+    exploding = [(1, 0.01), (2, 0.012), (3, 0.011), (4, 0.01), (5, 0.012), (6, 0.5), (7, 0.6), (8, 0.9)]
+    a = alerts.grad_variance_explosion(exploding, 10)
+    assert a and "from step 6" in a.message
     assert alerts.utilization_floor([0.9, 0.8], 0.3) is None
     u = alerts.utilization_floor([0.05, 0.1, 0.9], 0.5)
     assert u and u.value == pytest.approx(0.35) and "67% of samples idle" in u.message
