@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tasks.core.files import atomic_write_text, read_json
+from tasks.monitoring.feed import train_lines
 
 REPORT_NAME = "report.html"
 MAX_POINTS = 400  # per line chart
@@ -601,17 +602,6 @@ def render_report(inp: ReportInputs) -> str:
 
 
 # ---- I/O --------------------------------------------------------------------------------------------------
-def read_train_metrics(path: Path) -> list[dict[str, Any]]:
-    """The engine's metrics lines; a torn last line (a killed run) is skipped."""
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
-
-
 def read_monitoring(settings: Any, run_id: str) -> dict[str, list[dict[str, Any]]]:
     """This run's alerts, costs and hardware metrics from the metrics store (tasks/monitoring/store.py)."""
     try:
@@ -672,7 +662,7 @@ def gather(settings: Any, run_id: str, summary: dict[str, Any]) -> ReportInputs:
                 inp.model_cards[v] = card
     metrics = run_dir / "train" / "metrics.jsonl"
     if metrics.is_file():
-        inp.train_metrics = attempt("train_metrics", lambda: read_train_metrics(metrics)) or []
+        inp.train_metrics = attempt("train_metrics", lambda: train_lines(metrics)) or []
     else:
         inp.missing["train_metrics"] = f"no training metrics in this run folder ({metrics.name} absent)"
     c = summary.get("compression") or {}
