@@ -94,6 +94,9 @@ class WeakLabelParams(Section):
     auto: chosen on gold dev folds (tasks/labeling/weak_weight.py), 0 when weak labels do not help."""
     class_balance_prior: StrictBool = True
     """The label model's class balance from the gold dev labels (false: Snorkel's uniform prior)."""
+    self_train: StrictBool = False
+    """Self-training of the end model (tasks/labeling/self_training.py): pseudo-labels for the rows every
+    LF abstained on; on only where it beats weak plus gold beyond the splits' spread (README "Labels saved")."""
 
 
 class TrainParams(Section):
