@@ -12,7 +12,10 @@ four ways and scored by ROC AUC on the test set:
 - weak plus gold, k%: the k% gold rows (hard targets, weight 1) and the weak labels of the other
   rows (soft targets at the weak weight chosen on folds of the k% gold by the fast judge model of
   tasks/labeling/weak_weight.py, 0 when weak labels do not beat gold alone there), as the pipeline trains;
-- gold only, k%: the k% gold rows alone.
+- gold only, k%: the k% gold rows alone;
+- self-training, k% (K in SELF_TRAIN_KS): weak plus gold, then the end model's confident predictions
+  on the rows every LF abstained on added as soft pseudo-labels and the model refit
+  (tasks/labeling/self_training.py); also judged out of fold on the k% gold (the fast judge model).
 
 Records, per dataset (the emails demo; the tests/toy plug-in with the suffix `_toy`):
 `weak_plus_gold_kK`, `gold_only_kK`, `weak_vs_gold_kK` = arm / full gold for K in KS (means over
@@ -38,17 +41,20 @@ from tasks.datasets import load_dataset
 from tasks.evaluation.quality import classification_metrics
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
-from tasks.labeling.weak_weight import choose_weak_weight, fit_and_score, gold_targets, weak_targets
+from tasks.labeling.self_training import judge_self_training, self_train
+from tasks.labeling.weak_weight import choose_weak_weight, fit_and_predict, fit_and_score, gold_targets, weak_targets
 
 KS = (1, 2, 3, 5, 7, 10, 15, 20, 30)
 TARGET = 0.95
 EMAILS, TOY = "tasks.datasets.emails", "tests.toy.dataset"
 ABLATION_KS = (5, 10)
+SELF_TRAIN_KS = (2, 5, 10)
 
 
 def names(suffix: str = "") -> list[str]:
     """The records one dataset's run produces (bench/__main__.py registers them)."""
     per_k = [f"{kind}_k{k}{suffix}" for kind in ("weak_plus_gold", "gold_only", "weak_vs_gold") for k in KS]
+    per_k += [f"self_train_k{k}{suffix}" for k in SELF_TRAIN_KS]
     return per_k + [f"label_savings_at_95{suffix}", f"weak_gold_margin_min{suffix}"]
 
 
@@ -97,13 +103,26 @@ def _ablation(gold, y, pool, y_pool, lf_module, wp) -> dict[str, tuple[float, fl
     return out
 
 
+def _auc(y: np.ndarray, prob: np.ndarray) -> float:
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(y, prob))
+
+
 def run(splits: int = 5, dataset: str = EMAILS, suffix: str = "", ks: tuple[int, ...] = KS) -> list[Record]:
     return records(measure(range(splits), dataset, ks), suffix=suffix, ks=ks)
 
 
-def measure(split_ids, dataset: str = EMAILS, ks: tuple[int, ...] = KS, lf_options: dict | None = None) -> dict:
+def measure(
+    split_ids,
+    dataset: str = EMAILS,
+    ks: tuple[int, ...] = KS,
+    lf_options: dict | None = None,
+    with_ablation: bool = True,
+) -> dict:
     """The raw figures of the given splits (JSON-safe): `records` merges any number of these, so
-    the splits can also run as separate processes (`python -m bench.weak_vs_gold --splits 0 1`)."""
+    the splits can also run as separate processes (`python -m bench.weak_vs_gold --splits 0 1`).
+    `with_ablation` False skips the labeling-choice ablation (a quicker run of the arms alone)."""
     from sklearn.model_selection import train_test_split
 
     params = load_params()
@@ -137,12 +156,31 @@ def measure(split_ids, dataset: str = EMAILS, ks: tuple[int, ...] = KS, lf_optio
             gold_only = fit_and_score(x_gold, gold_targets(y), x_test, y_test, tp)
             weak_only = fit_and_score(x_weak, weak_targets(out.prob, 1.0), x_test, y_test, tp)
             choice = choose_weak_weight(gold, y, pool, make_lfs, featurize, wp, train_on_judge_folds=True)
+            x_abstained = featurize(pool)[~covered]  # the rows self-training pseudo-labels
+            first = None  # the weak plus gold fit's P(spam) on [abstained rows; test rows]
             if choice.weight == 0:
                 mixed = gold_only  # the same rows and targets: the same deterministic fit
+                x, t = x_gold, gold_targets(y)
             else:
                 x = np.concatenate([x_gold, x_weak])
                 t = np.concatenate([gold_targets(y), weak_targets(out.prob, choice.weight)])
-                mixed = fit_and_score(x, t, x_test, y_test, tp)
+                first = fit_and_predict(x, t, np.concatenate([x_abstained, x_test]), tp)
+                mixed = _auc(y_test, first[len(x_abstained) :])
+            if k in SELF_TRAIN_KS:
+                st = self_train(x, t, x_abstained, x_test, functools.partial(fit_and_predict, tp=tp), first=first)
+                judged = judge_self_training(
+                    gold, y, pool, make_lfs, featurize, wp, choice.weight, train_on_judge_folds=True
+                )
+                ratios.setdefault(f"self_train_k{k}", []).append(_auc(y_test, st.scores) / full)
+                details.setdefault(f"self_train_auc_k{k}", []).append(_auc(y_test, st.scores))
+                details.setdefault(f"self_train_added_k{k}", []).append(st.added)
+                details.setdefault(f"self_train_fold_auc_k{k}", []).append(judged.fold_auc)
+                print(
+                    f"[bench] {ds.NAME} split {s} k={k}%: self-training {_auc(y_test, st.scores):.3f} "
+                    f"({st.added[-1] if st.added else 0} pseudo-labels of {len(x_abstained)} abstained rows; "
+                    f"out-of-fold {judged.fold_auc or judged.reason})",
+                    flush=True,
+                )
             for arm, auc in (("weak_plus_gold", mixed), ("gold_only", gold_only), ("weak_vs_gold", weak_only)):
                 ratios[f"{arm}_k{k}"].append(auc / full)
                 details.setdefault(f"{arm}_auc_k{k}", []).append(auc)
@@ -156,7 +194,7 @@ def measure(split_ids, dataset: str = EMAILS, ks: tuple[int, ...] = KS, lf_optio
                 f"  ({out.chosen}, coverage {covered.mean():.1%}, {time.time() - t0:.0f} s)",
                 flush=True,
             )
-            if dataset == EMAILS and k in ABLATION_KS:
+            if with_ablation and dataset == EMAILS and k in ABLATION_KS:
                 y_pool = rest.loc[pool.index, gold_col].to_numpy().astype(int)
                 for name, aucs in _ablation(gold, y, pool, y_pool, lf_module, wp).items():
                     ablation.setdefault(f"k{k}: {name}", []).append(list(aucs))
@@ -180,6 +218,26 @@ def records(*parts: dict, suffix: str = "", ks: tuple[int, ...] = KS) -> list[Re
     }
     out = []
     for k in ks:
+        if f"self_train_k{k}" in ratios:
+            mix = mean[f"weak_plus_gold_k{k}"]
+            folds = [f for f in details[f"self_train_fold_auc_k{k}"] if f]
+            out.append(
+                Record(
+                    f"self_train_k{k}{suffix}",
+                    mean[f"self_train_k{k}"],
+                    "ratio",
+                    f">= {mix:.3f}",  # weak plus gold; kept only where it beats it beyond the splits' spread
+                    {
+                        "per_split": ratios[f"self_train_k{k}"],
+                        "weak_plus_gold_per_split": ratios[f"weak_plus_gold_k{k}"],
+                        "gain_per_split": [
+                            round(a - b, 4) for a, b in zip(ratios[f"self_train_k{k}"], ratios[f"weak_plus_gold_k{k}"])
+                        ],
+                        "added": details[f"self_train_added_k{k}"],
+                        "fold_gain": [round(f["on"] - f["off"], 4) for f in folds],
+                    },
+                )
+            )
         per_k = {key: v for key, v in details.items() if key.endswith(f"_k{k}")}
         gold = mean[f"gold_only_k{k}"]
         out.append(
@@ -237,14 +295,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--merge", nargs="*", help="raw JSON files to merge into records")
     parser.add_argument("--suffix", default="")
     parser.add_argument("--lf-options", default="{}", help="JSON keywords for make_lfs (an LF-development variant)")
+    parser.add_argument("--no-ablation", action="store_true", help="skip the labeling-choice ablation")
     args = parser.parse_args(argv)
     if args.splits is not None:
-        raw = measure(args.splits, args.dataset, tuple(args.ks), json.loads(args.lf_options))
+        raw = measure(args.splits, args.dataset, tuple(args.ks), json.loads(args.lf_options), not args.no_ablation)
         with open(args.out, "w") as f:
             json.dump(raw, f)
     if args.merge:
         parts = [json.load(open(path)) for path in args.merge]
-        recs = records(*parts, suffix=args.suffix)
+        recs = records(*parts, suffix=args.suffix, ks=tuple(args.ks))
         for r in recs:
             print(f"{r.name:<28}{r.value:>10.3f}  {r.goal:<10}{'pass' if r.passed else 'MISS'}")
         print(json.dumps([r.to_dict() for r in recs], default=str))
