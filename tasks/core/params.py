@@ -94,20 +94,6 @@ class WeakLabelParams(Section):
     auto: chosen on gold dev folds (tasks/labeling/weak_weight.py), 0 when weak labels do not help."""
     class_balance_prior: StrictBool = True
     """The label model's class balance from the gold dev labels (false: Snorkel's uniform prior)."""
-    self_train: StrictBool = False
-    """Self-training of the end model (tasks/labeling/self_training.py): pseudo-labels for the rows every
-    LF abstained on. Measured within the splits' spread of weak plus gold (README "Labels saved"), so
-    the pipeline does not apply it: true is refused rather than silently ignored."""
-
-    @field_validator("self_train")
-    @classmethod
-    def _self_train_not_wired(cls, v: bool) -> bool:
-        if v:
-            raise ValueError(
-                "self-training is not applied by the pipeline: it did not beat weak plus gold beyond the "
-                'splits\' spread (README "Labels saved"); use bench/weak_vs_gold.py to measure it'
-            )
-        return v
 
 
 class TrainParams(Section):

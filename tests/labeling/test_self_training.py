@@ -112,10 +112,3 @@ def test_judged_out_of_fold_on_gold_with_the_labeling_rebuilt_per_fold():
         gold.iloc[:20], gold["y"].to_numpy()[:20], pool, make_lfs, featurize, wp, 1.0, train_on_judge_folds=True
     )
     assert few.gain is None and "too few to judge" in few.reason
-
-
-def test_the_pipeline_refuses_self_training_it_does_not_apply():
-    wp = load_params().weak_label
-    assert wp.self_train is False
-    with pytest.raises(ValueError, match="self-training is not applied by the pipeline"):
-        wp.replace(self_train=True)
