@@ -102,11 +102,9 @@ def nightly_pipeline():
     def ingest(**context):
         from airflow.sdk.exceptions import AirflowFailException
 
-        # The run's conf is merged into `params`; the DAG's own declaration says which keys exist.
-        declared = sorted(context["dag"].params)
-        unknown = sorted(set(context["dag_run"].conf or {}) - set(declared))
-        if unknown:  # a typo such as {"epoch": 5} would otherwise run silently with the defaults
-            raise AirflowFailException(f"unknown run conf key(s) {unknown}; known: {declared}")
+        from tasks.core.steps import refuse_unknown_conf
+
+        refuse_unknown_conf(context)  # the run's conf is merged into `params`: only declared keys
         try:
             r = _run("tasks.ingest", context, batch=context["params"]["batch"])
         except (FileNotFoundError, ValueError) as exc:  # a bad `batch` param: retrying cannot help

@@ -100,10 +100,9 @@ def tuning():
     def tune_plan(**context):
         from airflow.sdk.exceptions import AirflowFailException
 
-        declared = sorted(context["dag"].params)
-        unknown = sorted(set(context["dag_run"].conf or {}) - set(declared))
-        if unknown:
-            raise AirflowFailException(f"unknown run conf key(s) {unknown}; known: {declared}")
+        from tasks.core.steps import refuse_unknown_conf
+
+        refuse_unknown_conf(context)
         p = context["params"]
         try:
             rec = _run("tasks.tune_plan", context, data_version=p["data_version"], study_name=p["study_name"])

@@ -204,6 +204,17 @@ def parse_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def refuse_unknown_conf(context: dict[str, Any]) -> None:
+    """Fail a DAG run whose conf names a key the DAG does not declare as a Param: a typo such as
+    {"epoch": 5} would otherwise run silently with the defaults. Called by each DAG's first task."""
+    declared = sorted(context["dag"].params)
+    unknown = sorted(set(context["dag_run"].conf or {}) - set(declared))
+    if unknown:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        raise AirflowFailException(f"unknown run conf key(s) {unknown}; known: {declared}")
+
+
 def run_airflow_task(
     ref: str, context: dict[str, Any], overrides: dict[str, dict[str, Any]] | None = None, **options: Any
 ) -> Record:

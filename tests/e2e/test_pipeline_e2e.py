@@ -130,7 +130,8 @@ def test_unknown_conf_key_fails_the_first_task_naming_it(airflow_home):
     settings = airflow_home
     run_id, state, proc = dags_test(settings, {"epoch": 5})  # a typo of "epochs"
     assert state == "failed" and task_states(settings, run_id)["ingest"] == "failed"
-    assert "unknown run conf key(s) ['epoch']; known: ['batch', 'epochs']" in proc.stdout + proc.stderr
+    expected = "unknown run conf key(s) ['epoch']; known: ['batch', 'epochs', 'params_overlay']"
+    assert expected in proc.stdout + proc.stderr
     assert summary(settings, run_id)["outcome"] == "FAILED at ingest"
 
 
