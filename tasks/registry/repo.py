@@ -200,7 +200,7 @@ class RepoBase:
     def recover(self) -> None:
         """Finish or undo what a killed transaction left: a version whose tag was made (its commit
         point) is completed; anything short of that is discarded. Then re-link tracked data."""
-        self._clear_stale_git_locks()
+        self._clear_stale_locks()
         head = self.git("rev-parse", "HEAD")
         rolled_forward = False
         for tag in self.git("tag", "--no-merged", "HEAD").splitlines():
@@ -220,7 +220,7 @@ class RepoBase:
         if rolled_forward:
             self._push()
 
-    def _clear_stale_git_locks(self) -> None:
+    def _clear_stale_locks(self) -> None:
         """A git command killed mid-way leaves its lock file (index.lock, a ref's .lock) behind, and
         every later git command refuses to run. We hold the registry's exclusive lock, so no git
         process of ours is alive: such files are stale."""
@@ -230,6 +230,13 @@ class RepoBase:
         for lock in candidates:
             if lock.exists():
                 log(f"registry: removing {lock.relative_to(self.root)} left by a killed git command")
+                lock.unlink()
+        # DVC's lock on the paths it is working on: a `dvc add` killed while rewriting it leaves it
+        # empty or cut short, and every later DVC command fails with RWLockFileCorruptedError. No DVC
+        # operation of ours is alive either, so whatever it records is stale.
+        for lock in (self.root / ".dvc" / "tmp" / "rwlock", self.root / ".dvc" / "tmp" / "rwlock.lock"):
+            if lock.exists():
+                log(f"registry: removing {lock.relative_to(self.root)} left by a killed DVC command")
                 lock.unlink()
 
     # ---- commits and the remotes ------------------------------------------------

@@ -263,6 +263,19 @@ def test_stale_git_lock_of_a_killed_command_is_cleared(settings, tmp_path):
     assert not (reg.root / ".git" / "index.lock").exists()
 
 
+def test_dvc_rwlock_cut_short_by_a_killed_command_is_cleared(settings, tmp_path):
+    """A `dvc add` SIGKILLed while rewriting .dvc/tmp/rwlock leaves it empty: DVC then refuses every
+    command (RWLockFileCorruptedError). Seen in CI in test_killed_snapshots_leave_old_or_new_state."""
+    reg = Registry(settings)
+    p1, df1 = partition(tmp_path, "b1", seed=1)
+    reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
+    (reg.root / ".dvc" / "tmp").mkdir(exist_ok=True)
+    (reg.root / ".dvc" / "tmp" / "rwlock").write_text("")
+    p2, df2 = partition(tmp_path, "b2", seed=2)
+    assert reg.snapshot({"batch-0002": p2}, {"rows_by_batch": {"batch-0002": len(df2)}})["data_version"] == "data-v2"
+    pd.testing.assert_frame_equal(reg.read_data_version("data-v2"), pd.concat([df1, df2], ignore_index=True))
+
+
 def test_a_rollback_reports_every_problem_at_once(settings):
     from tasks.registry import RegistryError
 
