@@ -22,9 +22,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.core.params import WeakLabelParams
-from tasks.labeling.label_model import label_batch
-from tasks.labeling.lf import apply_lfs, apply_lfs_dev
-from tasks.labeling.weak_weight import FOLDS, MIN_GOLD_PER_CLASS, gold_targets, proxy_fit_predict, weak_targets
+from tasks.labeling.weak_weight import FOLDS, MIN_GOLD_PER_CLASS, fold_training_set, gold_folds, proxy_fit_predict
 
 THRESHOLD = 0.9
 WEIGHT = 0.5
@@ -115,29 +113,19 @@ def judge_self_training(
     self-training on the pool rows every LF abstained on (the same folds as `choose_weak_weight`:
     per fold, the LFs and label model learn from the in-fold gold only)."""
     from sklearn.metrics import roc_auc_score
-    from sklearn.model_selection import StratifiedKFold
 
     y_judge = np.asarray(y_judge).astype(int)
     smallest = int(np.bincount(y_judge, minlength=2).min())
     if smallest < MIN_GOLD_PER_CLASS:
         return SelfTrainJudgement(reason=f"{smallest} gold row(s) of a class: too few to judge")
     x_judge, x_pool = featurize(judge), featurize(pool)
+    no_rows = np.zeros((0, x_pool.shape[1]), np.float32), np.zeros((0, 2), np.float32)
     oof = {arm: np.full(len(judge), 0.5) for arm in ("off", "on")}
     added = []
-    split = StratifiedKFold(folds, shuffle=True, random_state=wp.seed).split(x_judge, y_judge)
-    for in_fold, out_fold in split:
-        dev, y_dev = judge.iloc[in_fold], y_judge[in_fold]
-        lfs = make_lfs(dev, y_dev)
-        weak = label_batch(apply_lfs(pool, lfs), apply_lfs_dev(dev, lfs), y_dev, lfs, wp).prob
+    for in_fold, out_fold, weak in gold_folds(judge, y_judge, pool, make_lfs, wp, folds):
         covered = ~np.isnan(weak)
-        parts_x, parts_t = [np.zeros((0, x_pool.shape[1]), np.float32)], [np.zeros((0, 2), np.float32)]
-        if weak_weight > 0:
-            parts_x.append(x_pool[covered])
-            parts_t.append(weak_targets(weak, weak_weight))
-        if train_on_judge_folds:
-            parts_x.append(x_judge[in_fold])
-            parts_t.append(gold_targets(y_dev))
-        x, t = np.concatenate(parts_x), np.concatenate(parts_t)
+        gold_in = (x_judge[in_fold], y_judge[in_fold]) if train_on_judge_folds else None
+        x, t = fold_training_set(*no_rows, x_pool, weak, weak_weight, gold_in)
         if not (t[:, 1] > 0).any():
             continue  # nothing to train on: a coin (0.5) both ways
         first = fit_predict(x, t, np.concatenate([x_pool[~covered], x_judge[out_fold]]))

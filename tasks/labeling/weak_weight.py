@@ -19,7 +19,7 @@ the end model also trains on, in fold).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import pandas as pd
@@ -101,6 +101,42 @@ def weak_targets(prob: np.ndarray, weight: float) -> np.ndarray:
     return np.stack([prob.astype(np.float32), np.full(len(prob), weight, np.float32)], axis=1)
 
 
+def gold_folds(
+    judge: pd.DataFrame, y_judge: np.ndarray, pool: pd.DataFrame, make_lfs: Callable, wp: WeakLabelParams, folds: int
+) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(in-fold rows, out-of-fold rows, the pool's weak P(spam)) for each of `folds` stratified folds of
+    the judging gold rows, the labeling (LFs that learn from gold, the label model) rebuilt from the
+    in-fold rows only: no out-of-fold row helped make the weak labels it is judged against."""
+    from sklearn.model_selection import StratifiedKFold
+
+    y_judge = np.asarray(y_judge).astype(int)
+    split = StratifiedKFold(folds, shuffle=True, random_state=wp.seed).split(np.zeros((len(y_judge), 1)), y_judge)
+    for in_fold, out_fold in split:
+        dev, y_dev = judge.iloc[in_fold], y_judge[in_fold]
+        lfs = make_lfs(dev, y_dev)
+        yield in_fold, out_fold, label_batch(apply_lfs(pool, lfs), apply_lfs_dev(dev, lfs), y_dev, lfs, wp).prob
+
+
+def fold_training_set(
+    base_x: np.ndarray,
+    base_t: np.ndarray,
+    x_pool: np.ndarray,
+    weak: np.ndarray,
+    weak_weight: float,
+    gold: tuple[np.ndarray, np.ndarray] | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """A fold's training rows and (target, weight): `base` rows, the pool's covered rows at the weak
+    weight (none at 0), and the in-fold gold rows when they train too."""
+    parts_x, parts_t = [base_x], [base_t]
+    if weak_weight > 0:
+        parts_x.append(x_pool[~np.isnan(weak)])
+        parts_t.append(weak_targets(weak, weak_weight))
+    if gold is not None:
+        parts_x.append(gold[0])
+        parts_t.append(gold_targets(gold[1]))
+    return np.concatenate(parts_x), np.concatenate(parts_t)
+
+
 def choose_weak_weight(
     judge: pd.DataFrame,
     y_judge: np.ndarray,
@@ -119,7 +155,6 @@ def choose_weak_weight(
     gold rows the end model always trains on; `train_on_judge_folds`: the in-fold judging rows
     train it too (the benchmark, where the k% gold rows are the only gold)."""
     from sklearn.metrics import roc_auc_score
-    from sklearn.model_selection import StratifiedKFold
 
     y_judge = np.asarray(y_judge).astype(int)
     smallest = int(np.bincount(y_judge, minlength=2).min())
@@ -131,21 +166,10 @@ def choose_weak_weight(
     fixed_x = featurize(fixed_gold[0]) if fixed_gold is not None else np.zeros((0, x_pool.shape[1]), np.float32)
     fixed_t = gold_targets(fixed_gold[1]) if fixed_gold is not None else np.zeros((0, 2), np.float32)
     oof = {w: np.full(len(judge), 0.5) for w in candidates}  # out-of-fold P(spam) per candidate
-    split = StratifiedKFold(folds, shuffle=True, random_state=wp.seed).split(x_judge, y_judge)
-    for in_fold, out_fold in split:
-        dev, y_dev = judge.iloc[in_fold], y_judge[in_fold]
-        lfs = make_lfs(dev, y_dev)
-        weak = label_batch(apply_lfs(pool, lfs), apply_lfs_dev(dev, lfs), y_dev, lfs, wp).prob
-        covered = ~np.isnan(weak)
+    for in_fold, out_fold, weak in gold_folds(judge, y_judge, pool, make_lfs, wp, folds):
+        gold_in = (x_judge[in_fold], y_judge[in_fold]) if train_on_judge_folds else None
         for w in candidates:
-            parts_x, parts_t = [fixed_x], [fixed_t]
-            if w > 0:
-                parts_x.append(x_pool[covered])
-                parts_t.append(weak_targets(weak, w))
-            if train_on_judge_folds:
-                parts_x.append(x_judge[in_fold])
-                parts_t.append(gold_targets(y_dev))
-            x, t = np.concatenate(parts_x), np.concatenate(parts_t)
+            x, t = fold_training_set(fixed_x, fixed_t, x_pool, weak, w, gold_in)
             if (t[:, 1] > 0).any():  # else nothing to train on: a coin (0.5)
                 oof[w][out_fold] = proxy_fit_predict(x, t, x_judge[out_fold])
     # One ROC AUC over the pooled out-of-fold scores: steadier than a mean of small folds' AUCs.
