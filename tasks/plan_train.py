@@ -12,17 +12,12 @@ from tasks.core.steps import StepContext, step
 
 @step
 def plan_train(ctx: StepContext, snapshot: SnapshotRecord) -> TrainPlanRecord:
-    import json
-
-    from tasks.core.params import TrainParams
     from tasks.training.kubernetes import plan_training
-    from tasks.training.local import params_json
     from tasks.tuning.overlay import apply_overlay
 
-    plan = plan_training(ctx.run_id, ctx.settings, snapshot.data_version, ctx.params.train.epochs)
     # train.params_overlay: the tuned-vN resolved now, its values in the pods' params (the record names it).
-    p, _, _ = apply_overlay(ctx.settings, TrainParams.model_validate(json.loads(plan["params"])))
-    return TrainPlanRecord(**{**plan, "params": params_json(p)})
+    p, _, _ = apply_overlay(ctx.settings, ctx.params.train)
+    return TrainPlanRecord(**plan_training(ctx.run_id, ctx.settings, snapshot.data_version, p))
 
 
 if __name__ == "__main__":

@@ -12,17 +12,15 @@ import json
 from pathlib import Path
 
 from tasks.core.files import read_json
-from tasks.core.params import TrainParams
 from tasks.core.records import SnapshotRecord, TrainPlanRecord, TrainRecord
-from tasks.core.settings import Settings
 from tasks.core.steps import StepContext, step
 from tasks.core.versions import is_data_version
-from tasks.registry import Registry
 
 
 @step(help={"data_version": "train on this version (default: the one this run's snapshot made)"})
 def train(ctx: StepContext, snapshot: SnapshotRecord | None = None, *, data_version: str | None = None) -> TrainRecord:
     from tasks.training.local import run_torchrun
+    from tasks.training.warm_start import warm_start_version
     from tasks.tuning.overlay import apply_overlay
 
     version = data_version or (snapshot.data_version if snapshot else None)
@@ -34,12 +32,6 @@ def train(ctx: StepContext, snapshot: SnapshotRecord | None = None, *, data_vers
     p, overlay, values = apply_overlay(ctx.settings, ctx.params.train)  # train.params_overlay: a tuned-vN
     run_torchrun(version, out, p, init_from=warm_start_version(ctx.settings, p))
     return _record(out, overlay=overlay, overlay_values=values)
-
-
-def warm_start_version(settings: Settings, p: TrainParams) -> str | None:
-    """The prod model version to start from (incremental training), if any and if asked for."""
-    prod = Registry(settings).state()["prod_model"]
-    return prod if (p.warm_start and prod) else None
 
 
 @step(record_as="train")

@@ -134,17 +134,16 @@ def plan(
     }
 
 
-def plan_training(run_id: str, settings, data_version: str, epochs: int | None = None) -> dict[str, str]:
-    """The `plan_train` task: this run's plan, from params.yaml and the registry, at run time."""
-    from tasks.core.params import load_params
-    from tasks.train import warm_start_version
+def plan_training(run_id: str, settings, data_version: str, p: TrainParams) -> dict[str, str]:
+    """The `plan_train` task: this run's plan from the step's own train params (its --set values,
+    the run's conf and the tuning overlay already applied) and the registry, at run time."""
+    from tasks.training.warm_start import warm_start_version
 
     if not settings.train_out_uri or not settings.registry_url:
         raise ValueError(
             "the kubernetes backend needs SLUICE_TRAIN_OUT_URI (where pods write) and "
             "SLUICE_REGISTRY_URL (the registry's git URL as pods reach it)"
         )
-    p = load_params(overrides={"train": {"epochs": epochs}}).train
     return plan(run_id, data_version, p, settings.train_out_uri, settings.registry_url, warm_start_version(settings, p))
 
 

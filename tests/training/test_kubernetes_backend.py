@@ -136,7 +136,7 @@ def test_plan_needs_the_pod_side_settings(settings):
     from tasks.training.kubernetes import plan_training
 
     with pytest.raises(ValueError, match="SLUICE_TRAIN_OUT_URI"):
-        plan_training(RUN, settings, "data-v1")
+        plan_training(RUN, settings, "data-v1", load_params().train)
 
 
 @pytest.mark.slow
@@ -163,7 +163,7 @@ def test_the_rendered_pod_command_trains_here_and_the_pipeline_collects_it(
     monkeypatch.setenv("SLUICE_REGISTRY_URL", str(clone))
     monkeypatch.setenv("SLUICE_PARAMS", str(_small_params(tmp_path)))
     settings = Settings.from_env()
-    plan = plan_training(RUN, settings, version)  # the plan_train task
+    plan = plan_training(RUN, settings, version, load_params(settings.params).train)  # the plan_train task
     (pod,) = render_dag(settings, monkeypatch, plan)["manifests"]
     c = pod["spec"]["containers"][0]
     engine = c["args"][c["args"].index("-m") :]  # after `torchrun --standalone ...`
@@ -186,3 +186,24 @@ def _small_params(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
+
+
+def test_plan_train_sends_the_pods_every_train_value_the_step_was_given(settings, monkeypatch):
+    """The kubernetes backend's plan carries the step's own train params (--set, the run's conf,
+    the overlay), not a fresh read of params.yaml that keeps only epochs."""
+    from tasks.core.records import SnapshotRecord
+    from tasks.core.settings import Settings
+    from tasks.core.steps import StepContext
+    from tasks.plan_train import plan_train
+
+    k8s_env(monkeypatch)
+    ctx = StepContext.create(
+        RUN,
+        Settings.from_env(),
+        overrides={"train": {"epochs": 3, "lr": 0.0123, "hidden": [8], "seed": 99, "warm_start": False}},
+    )
+    snap = SnapshotRecord.model_construct(data_version="data-v1")
+    rec = plan_train(ctx, snapshot=snap)
+    sent = json.loads(rec.params)
+    assert (sent["epochs"], sent["lr"], sent["hidden"], sent["seed"], sent["warm_start"]) == (3, 0.0123, [8], 99, False)
+    assert rec.init_from == ""  # warm_start false in the step's params: no prod model to start from
