@@ -71,8 +71,8 @@ def _torch_b1_ms(model, X, repeats):
 
 def _profile(tag, hidden, epochs, candidates, data, dev_X, dev_y, masks, workdir, tune_rows=None):
     from tasks.compression.chain import CompressionData
-    from tasks.compression.config import CompressionSearchConfig
     from tasks.compression.search import run_search
+    from tasks.core.compression_config import CompressionSearchConfig
 
     t0 = time.monotonic()
     model = _train(data.X, data.y, hidden, epochs)

@@ -40,7 +40,7 @@ def _train_once(settings: Settings, run_id: str, version: str, hook: bool, lines
     """One train step (Step.run, hook included): wall seconds, this process's CPU seconds and its waited
     children's (torchrun and the workers it reaped). `hook`: monitoring.enabled; `lines`: the engine's
     metrics line every 10 steps (else once per epoch)."""
-    from tasks.core.steps import StepContext
+    from tasks.core.context import StepContext
     from tasks.train import train
 
     steps_per_epoch = ROWS // 64 + 1

@@ -40,7 +40,7 @@ def nightly_like(
     """One nightly run through the steps (the demo feed delivers the next batch), up to register and,
     when `promote`, the prod pointer moved to the new model. Returns the records by step name."""
     from tasks.compress import compress
-    from tasks.core.steps import StepContext
+    from tasks.core.context import StepContext
     from tasks.evaluate import evaluate
     from tasks.ingest import ingest
     from tasks.promote import promote as promote_step

@@ -129,7 +129,8 @@ def train_in_process(values: dict, data, seed: int, on_epoch) -> Trial:
 def run_arm(name: str, sampler, pruner, n_trials: int, data, seed: int, done=None) -> Arm:
     import optuna
 
-    from tasks.tuning.space import TuningParams, decode, suggest
+    from tasks.core.tuning_config import TuningParams
+    from tasks.tuning.space import decode, suggest
 
     space = TuningParams(space=SPACE).space
     # A fixed name: Hyperband assigns brackets by a hash of the study name and trial number.
@@ -159,7 +160,7 @@ def run_arm(name: str, sampler, pruner, n_trials: int, data, seed: int, done=Non
 def one_seed(seed: int, n_tuner: int, data, prices, overhead_s: float) -> dict:
     import optuna
 
-    from tasks.tuning.space import TuningParams
+    from tasks.core.tuning_config import TuningParams
     from tasks.tuning.study import make_pruner, make_sampler
     from tasks.tuning.trial import TrialResources, trial_cost
 

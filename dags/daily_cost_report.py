@@ -44,7 +44,7 @@ from airflow.timetables.trigger import CronTriggerTimetable
 def daily_cost_report():
     @task
     def cost_report(**context):
-        from tasks.core.steps import run_airflow_task
+        from tasks.runner import run_airflow_task
 
         return run_airflow_task("tasks.cost_report", context, day=context["params"]["day"]).total
 

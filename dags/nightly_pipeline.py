@@ -56,7 +56,7 @@ def _train_backend() -> str:
 def _run(step: str, context: dict, **options):
     """Run a declared step (tasks.<module>[:<step>]): upstream records from XCom, its record back
     to XCom. The DAG's `epochs` Param overrides params.yaml train.epochs for the whole run."""
-    from tasks.core.steps import run_airflow_task
+    from tasks.runner import run_airflow_task
 
     params = context["params"]
     overrides = {"train": {"epochs": params.get("epochs"), "params_overlay": params.get("params_overlay")}}
@@ -102,7 +102,7 @@ def nightly_pipeline():
     def ingest(**context):
         from airflow.sdk.exceptions import AirflowFailException
 
-        from tasks.core.steps import refuse_unknown_conf
+        from tasks.runner import refuse_unknown_conf
 
         refuse_unknown_conf(context)  # the run's conf is merged into `params`: only declared keys
         try:

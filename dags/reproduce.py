@@ -61,7 +61,7 @@ def reproduce():
     def reproduce_model(**context):
         from airflow.sdk.exceptions import AirflowFailException
 
-        from tasks.core.steps import run_airflow_task
+        from tasks.runner import run_airflow_task
 
         params, who = context["params"], getattr(context["dag_run"], "triggering_user_name", None) or "airflow"
         rec = run_airflow_task(

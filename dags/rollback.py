@@ -59,7 +59,7 @@ def rollback():
     @task(pool="sluice_registry", outlets=[ROLLBACK_MOVES])
     def rollback_versions(**context):
         from tasks.core.assets import rollback_events
-        from tasks.core.steps import run_airflow_task
+        from tasks.runner import run_airflow_task
 
         params, who = context["params"], getattr(context["dag_run"], "triggering_user_name", None) or "airflow"
         # A bad version is refused (RegistryError) and fails the task at once: nothing changed, no retry.

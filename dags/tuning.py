@@ -56,7 +56,7 @@ def _overrides(context: dict) -> dict:
 
 
 def _run(step: str, context: dict, **options):
-    from tasks.core.steps import run_airflow_task
+    from tasks.runner import run_airflow_task
 
     return run_airflow_task(step, context, _overrides(context), **options)
 
@@ -100,7 +100,7 @@ def tuning():
     def tune_plan(**context):
         from airflow.sdk.exceptions import AirflowFailException
 
-        from tasks.core.steps import refuse_unknown_conf
+        from tasks.runner import refuse_unknown_conf
 
         refuse_unknown_conf(context)
         p = context["params"]

@@ -9,9 +9,10 @@ feedback); the server must be running (`make run` and `make up` start it).
 
 from __future__ import annotations
 
+from tasks.core.context import StepContext
 from tasks.core.log import log
 from tasks.core.records import CanaryAnalysisRecord, CanaryRecord
-from tasks.core.steps import StepContext, step
+from tasks.runner import step
 
 
 @step

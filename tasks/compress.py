@@ -29,11 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from tasks.core.context import StepContext
 from tasks.core.files import atomic_write_json, atomic_write_with
 from tasks.core.log import log
 from tasks.core.records import CompressRecord, TrainRecord
-from tasks.core.steps import StepContext, step
 from tasks.evaluation.quality import fmt_quality
+from tasks.runner import step
 
 SERVED_FILE, FP32_FILE, TABLE_FILE, PLOT_FILE = "model.served.onnx", "model.fp32.onnx", "candidates.json", "pareto.svg"
 

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
 
+from tasks.core.context import StepContext
 from tasks.core.files import atomic_write_bytes, atomic_write_json
 from tasks.core.log import log
 from tasks.core.records import CostReportRecord
-from tasks.core.steps import StepContext, step
+from tasks.runner import step
 
 
 def storage_run_id(day: str) -> str:

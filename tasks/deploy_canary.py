@@ -12,10 +12,11 @@ the current data. An operator's rollback in between is kept: the step is refused
 from __future__ import annotations
 
 from tasks.compression.served import served_artifact
+from tasks.core.context import StepContext
 from tasks.core.log import log
 from tasks.core.records import CanaryRecord, EvaluateRecord, RegisterRecord, TrainRecord
-from tasks.core.steps import StepContext, step
 from tasks.registry import Registry
+from tasks.runner import step
 
 
 @step

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tasks.core.context import StepContext
 from tasks.core.log import log
 from tasks.core.records import EvaluateRecord, TrainRecord
-from tasks.core.steps import StepContext, step
 from tasks.evaluation.quality import fmt_quality
 from tasks.evaluation.scoring import gold_quality, load_gold_test, predict_onnx, predict_torch
 from tasks.registry import Registry
+from tasks.runner import step
 
 
 def model_gate(

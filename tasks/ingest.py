@@ -4,173 +4,28 @@ A file that cannot be parsed, or parsed but not staged (a column pyarrow cannot 
 is not an error here: the result says `unreadable` with the message, and validate_raw
 sends it to quarantine.
 
-A batch that keeps crashing a step (not a gate) would stay the oldest waiting file and fail
-every night. So ingest counts, per waiting batch, the runs that took it (landing/.attempts.json,
-with the traceback of any ingest crash): a batch taken by MAX_BATCH_ATTEMPTS runs that did not
-consume it is quarantined (gate "ingest", report with the runs and tracebacks), and the next
-waiting batch is taken. `python -m tasks.quarantine --readmit BATCH` clears its count.
+A batch taken by MAX_BATCH_ATTEMPTS runs that did not consume it (a step crashed on it) is
+quarantined and the next waiting batch is taken (tasks/landing/batches.py);
+`python -m tasks.quarantine --readmit BATCH` clears its count.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import shutil
-import traceback
-from pathlib import Path
 from typing import Any
 
-from tasks.core.files import atomic_write_bytes, atomic_write_json, atomic_write_with
+from tasks.core.context import StepContext
 from tasks.core.log import log
 from tasks.core.records import IngestRecord
-from tasks.core.settings import StateLayout, safe_run_id
-from tasks.core.steps import StepContext, step
-
-LANDING_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.(csv|parquet)$")
-# Runs that may take a batch without consuming it (archived or quarantined) before the next run
-# quarantines it. A module constant, not a params.yaml value (params.py is not this step's file).
-MAX_BATCH_ATTEMPTS = 3
-ATTEMPTS_FILE = ".attempts.json"  # in landing/; a dot name is never a batch (LANDING_NAME)
-_KEEP_FAILURES = 5  # tracebacks kept per batch
-
-
-def pending_batches(layout: StateLayout) -> list[Path]:
-    """Waiting landing files, oldest name first (batch names sort in delivery order)."""
-    if not layout.landing.is_dir():
-        return []
-    return sorted(p for p in layout.landing.iterdir() if p.is_file() and LANDING_NAME.match(p.name))
-
-
-def read_landing_file(path: Path) -> "Any":
-    import pandas as pd
-
-    if path.suffix == ".parquet":
-        return pd.read_parquet(path)
-    return pd.read_csv(path, encoding="utf-8", encoding_errors="strict")
-
-
-# ---- the per-batch attempt counter -------------------------------------------------------
-
-
-def _attempts_path(layout: StateLayout) -> Path:
-    return layout.landing / ATTEMPTS_FILE
-
-
-def load_attempts(layout: StateLayout) -> dict[str, dict[str, list]]:
-    """{landing file name: {"runs": [run ids that took it], "failures": [{run_id, error, traceback}]}}."""
-    path = _attempts_path(layout)
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        return {}
-    except (OSError, ValueError) as exc:
-        log(f"ignoring unreadable {path}: {type(exc).__name__}: {exc}")
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _save_attempts(layout: StateLayout, attempts: dict) -> None:
-    atomic_write_json(_attempts_path(layout), attempts)
-
-
-def forget_batch(layout: StateLayout, name: str) -> None:
-    """Drop a landing file's count (a re-admitted batch starts afresh)."""
-    attempts = load_attempts(layout)
-    if attempts.pop(name, None) is not None:
-        _save_attempts(layout, attempts)
-
-
-def _note_run(layout: StateLayout, source: Path, run_id: str) -> list[str]:
-    """Record that `run_id` took `source`; returns the earlier runs that took it (this one excluded).
-    Entries of files no longer waiting (consumed) are dropped."""
-    waiting = {p.name for p in pending_batches(layout)}
-    attempts = {k: v for k, v in load_attempts(layout).items() if k in waiting}
-    entry = attempts.setdefault(source.name, {"runs": [], "failures": []})
-    earlier = [r for r in entry.get("runs", []) if r != run_id]
-    entry["runs"] = [*earlier, run_id]
-    _save_attempts(layout, attempts)
-    return earlier
-
-
-def _note_failure(layout: StateLayout, source: Path, run_id: str, exc: BaseException) -> None:
-    attempts = load_attempts(layout)
-    entry = attempts.setdefault(source.name, {"runs": [run_id], "failures": []})
-    entry["failures"] = [
-        *entry.get("failures", []),
-        {
-            "run_id": run_id,
-            "error": f"{type(exc).__name__}: {exc}",
-            "traceback": "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)),
-        },
-    ][-_KEEP_FAILURES:]
-    _save_attempts(layout, attempts)
-
-
-def quarantine_crashing_batch(layout: StateLayout, source: Path, run_id: str) -> Path:
-    """Move a batch that MAX_BATCH_ATTEMPTS runs took without consuming to quarantine/<batch_id>/,
-    with a report naming those runs and the tracebacks ingest saw. Report first, then the move."""
-    entry = load_attempts(layout).get(source.name, {})
-    runs = [r for r in entry.get("runs", []) if r != run_id]
-    failures = entry.get("failures", [])
-    batch_id = source.stem
-    dest = layout.quarantine / batch_id
-    dest.mkdir(parents=True, exist_ok=True)
-    summary = (
-        f"batch {source.name} was taken by {len(runs)} runs ({', '.join(runs)}) that did not consume it "
-        f"(limit {MAX_BATCH_ATTEMPTS}): a step crashed on it, not a gate. "
-        + (
-            f"Last ingest error: {failures[-1]['error']}"
-            if failures
-            else "See those runs' task logs for the traceback."
-        )
-    )
-    report = {
-        "batch_id": batch_id,
-        "run_id": run_id,
-        "gate": "ingest",
-        "source": str(source),
-        "summary": summary,
-        "runs": runs,
-        "failures": failures,
-    }
-    if (dest / "report.json").exists():
-        try:
-            earlier = json.loads((dest / "report.json").read_text()).get("run_id") or "unknown"
-        except ValueError:
-            earlier = "unknown"
-        if earlier != run_id:
-            (dest / "report.json").rename(dest / f"report.{safe_run_id(earlier)}.json")
-    atomic_write_json(dest / "report.json", report)
-    atomic_write_bytes(
-        dest / "report.txt",
-        (summary + "\n" + "".join(f"\n--- run {f['run_id']} ---\n{f['traceback']}" for f in failures)).encode(),
-    )
-    shutil.move(str(source), dest / source.name)
-    forget_batch(layout, source.name)
-    log(f"quarantined {batch_id} at {dest} (gate ingest): {summary}")
-    return dest
-
-
-# ---- the step ------------------------------------------------------------------------------
-
-
-def _stage(staged: Path, source: Path, found: dict[str, Any]) -> IngestRecord:
-    try:
-        import pyarrow as pa
-
-        df = read_landing_file(source)
-        # The conversion to Arrow is where a parsed file can still fail (a column of mixed objects:
-        # ArrowInvalid / ArrowTypeError); it belongs to the data, like a parse error.
-        table = pa.Table.from_pandas(df, preserve_index=False)
-    except Exception as exc:  # noqa: BLE001 - any parse or typing failure is a data problem, reported by the gate
-        log(f"{source.name} is unreadable: {type(exc).__name__}: {exc}")
-        return IngestRecord(**found, status="unreadable", error=f"{type(exc).__name__}: {exc}")
-    import pyarrow.parquet as pq
-
-    # Writing is not the data's fault (a full disk): it raises, and counts as a crash of this batch.
-    atomic_write_with(staged, lambda tmp: pq.write_table(table, tmp))
-    log(f"staged {source.name}: {len(df)} rows, {len(df.columns)} columns -> {staged}")
-    return IngestRecord(**found, status="staged", staged=str(staged), rows=int(len(df)))
+from tasks.landing.batches import (
+    LANDING_NAME,
+    MAX_BATCH_ATTEMPTS,
+    note_failure,
+    note_run,
+    pending_batches,
+    quarantine_crashing_batch,
+    stage,
+)
+from tasks.runner import step
 
 
 @step(help={"batch": "landing file name or batch id (default: the oldest waiting)"})
@@ -195,7 +50,7 @@ def ingest(ctx: StepContext, *, batch: str | None = None) -> IngestRecord:
                 f"batch {batch!r} is not waiting in {layout.landing} (waiting: {[p.name for p in waiting] or 'none'})"
             )
         source = chosen[0]
-        earlier = _note_run(layout, source, ctx.run_id)
+        earlier = note_run(layout, source, ctx.run_id)
         if len(earlier) >= MAX_BATCH_ATTEMPTS:
             log(
                 f"{source.name} was taken by {len(earlier)} earlier runs without being consumed; "
@@ -204,7 +59,7 @@ def ingest(ctx: StepContext, *, batch: str | None = None) -> IngestRecord:
     else:
         source = None
         for candidate in waiting:
-            earlier = _note_run(layout, candidate, ctx.run_id)
+            earlier = note_run(layout, candidate, ctx.run_id)
             if len(earlier) < MAX_BATCH_ATTEMPTS:
                 source = candidate
                 break
@@ -215,9 +70,9 @@ def ingest(ctx: StepContext, *, batch: str | None = None) -> IngestRecord:
 
     found: dict[str, Any] = {"batch_id": source.stem, "source": str(source), "bytes": source.stat().st_size}
     try:
-        return _stage(ctx.run_dir / "raw.parquet", source, found)
+        return stage(ctx.run_dir / "raw.parquet", source, found)
     except Exception as exc:
-        _note_failure(layout, source, ctx.run_id, exc)
+        note_failure(layout, source, ctx.run_id, exc)
         raise
 
 

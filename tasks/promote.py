@@ -12,9 +12,10 @@ on; otherwise (an operator's rollback in between) it is refused and nothing chan
 from __future__ import annotations
 
 from tasks.compression.served import served_artifact
+from tasks.core.context import StepContext
 from tasks.core.records import CanaryRecord, DeployRecord, RegisterRecord
-from tasks.core.steps import StepContext, step
 from tasks.registry import ANY, Registry
+from tasks.runner import step
 
 
 @step(help={"model_version": "promote this version (default: the one this run registered)"})

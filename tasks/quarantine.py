@@ -10,62 +10,15 @@ each: its id, the gate that stopped it and its first cause. Re-admit with
 from __future__ import annotations
 
 import argparse
-import errno
-import hashlib
 import json
-import os
-import shutil
 import sys
 from pathlib import Path
 
-from tasks.core.files import atomic_write_bytes, atomic_write_json
-from tasks.core.log import log
-from tasks.core.records import ContractRecord, IngestRecord, QuarantineRecord
-from tasks.core.settings import Settings, StateLayout, safe_run_id
-from tasks.core.steps import StepContext, step
-from tasks.reject_model import failed_gate
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _link_or_copy(src: Path, dest: Path) -> None:
-    """Make `dest` hold `src`'s bytes; FileExistsError if `dest` exists (never replaced, no race)."""
-    try:
-        os.link(src, dest)
-    except OSError as exc:
-        if exc.errno != errno.EXDEV:
-            raise
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-        shutil.copy2(src, tmp)
-        try:
-            os.link(tmp, dest)
-        finally:
-            tmp.unlink(missing_ok=True)
-
-
-def move_without_replacing(src: Path, folder: Path) -> Path:
-    """Move `src` into `folder` under its name; nothing there is ever replaced. A file of that name
-    with the same bytes is the same file (src is dropped: it is kept already); with other bytes,
-    src is kept beside it as <stem>.<sha256[:12]><suffix>. Returns where src's bytes now are."""
-    folder.mkdir(parents=True, exist_ok=True)
-    digest = file_sha256(src)
-    for dest in (folder / src.name, folder / f"{src.stem}.{digest[:12]}{src.suffix}"):
-        try:
-            _link_or_copy(src, dest)
-        except FileExistsError:
-            if file_sha256(dest) != digest:
-                continue  # another file under that name: try the content-named one
-        src.unlink()
-        return dest
-    raise FileExistsError(
-        f"cannot keep {src} in {folder}: {folder / src.name} and its content-named alternative both hold other bytes"
-    )
+from tasks.core.context import StepContext
+from tasks.core.records import ContractRecord, IngestRecord, QuarantineRecord, failed_gate
+from tasks.core.settings import Settings
+from tasks.landing.quarantine import listing_line, quarantine_batch, readmit
+from tasks.runner import step
 
 
 @step
@@ -78,79 +31,10 @@ def quarantine(
     """The batch goes aside with the report of the contract that failed it."""
     gate, _ = failed_gate(validate_raw=validate_raw, validate_labeled=validate_labeled)
     gate_result: ContractRecord = validate_labeled if gate == "validate_labeled" else validate_raw  # type: ignore[assignment]
-    run_id = ctx.run_id
-    layout = ctx.settings.layout.ensure()
-    batch_id = ingest.batch_id
-    source = Path(ingest.source)
-    dest = layout.quarantine / batch_id
-    dest.mkdir(parents=True, exist_ok=True)
-    # The full contract result (every failed expectation, observed vs expected, offending rows).
-    full = json.loads(Path(gate_result.report_json).read_text())
-    report = {
-        "batch_id": batch_id,
-        "run_id": run_id,
-        "gate": gate,
-        "source": str(source),
-        "summary": gate_result.summary,
-        **full,
-    }
-    # A batch quarantined again (after a re-admission) keeps its earlier report beside the new one.
-    if (dest / "report.json").exists():
-        earlier = json.loads((dest / "report.json").read_text())
-        if earlier.get("run_id") != run_id:
-            (dest / "report.json").rename(dest / f"report.{safe_run_id(earlier.get('run_id') or 'unknown')}.json")
-    # Report first, then the move: a kill in between leaves the batch waiting with its report
-    # already written, and a re-run repeats both harmlessly.
-    atomic_write_json(dest / "report.json", report)
-    atomic_write_bytes(dest / "report.txt", (gate_result.summary + "\n").encode())
-    # Never onto an existing name: a second quarantined file called the same is kept beside the first.
-    kept = move_without_replacing(source, dest) if source.exists() else dest / source.name
-    if not kept.exists():
-        raise FileNotFoundError(f"quarantine lost track of {source}: not in landing nor in {dest}")
-    log(f"quarantined {batch_id} at {dest} (gate {gate}): {gate_result.summary}")
-    return QuarantineRecord(batch_id=batch_id, gate=gate, path=str(dest), reason=gate_result.summary)
-
-
-def readmit(settings: Settings, batch_id: str) -> Path:
-    """Put a (fixed) quarantined batch back in landing/; its report stays in quarantine/.
-
-    `batch_id` must be a batch id (the registry's BATCH_ID), and the file moved must lie inside
-    quarantine/<batch_id>/ once links are resolved: nothing outside the quarantine is moved."""
-    from tasks.ingest import forget_batch
-    from tasks.registry import BATCH_ID
-
-    if not isinstance(batch_id, str) or not BATCH_ID.fullmatch(batch_id):
-        raise ValueError(
-            f"{batch_id!r} is not a batch id (letters, digits, '.', '_', '-', starting with a "
-            f"letter or digit; no paths)"
-        )
-    layout: StateLayout = settings.layout.ensure()
-    root = layout.quarantine.resolve()
-    folder = layout.quarantine / batch_id
-    if folder.exists() and folder.resolve().parent != root:
-        raise ValueError(f"quarantine/{batch_id} leads outside {root} (to {folder.resolve()}): refusing to move it")
-    files = (
-        sorted(
-            p
-            for p in folder.glob(f"{batch_id}.*")
-            if p.suffix in (".csv", ".parquet") and p.name == f"{batch_id}{p.suffix}"
-        )
-        if folder.is_dir()
-        else []
+    dest = quarantine_batch(
+        ctx.settings.layout.ensure(), ctx.run_id, ingest.batch_id, Path(ingest.source), gate, gate_result
     )
-    if not files:
-        raise FileNotFoundError(f"no quarantined batch {batch_id!r} in {layout.quarantine}")
-    source = files[0]
-    if source.is_symlink() or not source.is_file() or source.resolve().parent != root / batch_id:
-        raise ValueError(f"{source} is not a plain file inside {root / batch_id}: refusing to move it")
-    target = layout.landing / source.name
-    if target.exists():
-        raise FileExistsError(f"{target} is already waiting: refusing to overwrite it")
-    _link_or_copy(source, target)  # FileExistsError if one arrived meanwhile: never replaced
-    source.unlink()
-    atomic_write_json(folder / "readmitted.json", {"to": str(target)})
-    forget_batch(layout, target.name)
-    return target
+    return QuarantineRecord(batch_id=ingest.batch_id, gate=gate, path=str(dest), reason=gate_result.summary)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,23 +60,6 @@ def main(argv: list[str] | None = None) -> int:
     for report in sorted(settings.layout.quarantine.glob("*/report.json")):
         print(listing_line(json.loads(report.read_text())))
     return 0
-
-
-def first_cause(report: dict) -> str:
-    """A quarantine report's first cause, one line: the contract's first failure (the file, then the schema,
-    then the columns), or the summary of a report without failures (ingest's, for a batch that crashed a step)."""
-    from tasks.contracts.suite import ContractResult
-
-    if report.get("failures") and "suite" in report:
-        result = ContractResult.from_dict(report)
-        more = len(result.failures) - 1
-        return result.first_cause() + (f" (+{more} more in report.txt)" if more else "")
-    return " ".join((report.get("summary") or "no cause recorded").split())
-
-
-def listing_line(report: dict) -> str:
-    """`python -m tasks.quarantine`'s line for one batch: its id, the gate that stopped it, its first cause."""
-    return f"{report.get('batch_id')}\t{report.get('gate')}\t{first_cause(report)}"
 
 
 if __name__ == "__main__":

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from tasks.compression.served import SERVED_NAME
+from tasks.core.context import StepContext
 from tasks.core.log import log
 from tasks.core.records import CompressRecord, EvaluateRecord, RegisterRecord, TrainRecord
-from tasks.core.steps import StepContext, step
+from tasks.core.versions import library_versions
 from tasks.registry import Registry, code_commit
+from tasks.runner import step
 
 
 @step
@@ -131,20 +133,6 @@ def reproduce_inputs(ctx: StepContext, train: TrainRecord, compress: CompressRec
         "compression": {"chosen": compress.chosen, "chain": compress.chain},
         "versions": library_versions(),
     }
-
-
-def library_versions() -> dict[str, str | None]:
-    """The versions of what the model's numbers depend on (installed distributions; None: absent)."""
-    import platform
-    from importlib.metadata import PackageNotFoundError, version
-
-    out: dict[str, str | None] = {"python": platform.python_version()}
-    for name in ("torch", "onnxruntime", "onnx", "apache-airflow", "numpy"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 def _source_sha256(module: str) -> str | None:

@@ -9,18 +9,11 @@ between is kept (the step is refused).
 
 from __future__ import annotations
 
+from tasks.core.context import StepContext
 from tasks.core.log import log
-from tasks.core.records import CompressRecord, EvaluateRecord, GateRecord, RejectRecord, TrainRecord
-from tasks.core.steps import StepContext, StepError, step
+from tasks.core.records import CompressRecord, EvaluateRecord, RejectRecord, TrainRecord, failed_gate
 from tasks.registry import ANY, Registry
-
-
-def failed_gate(**gates: GateRecord | None) -> tuple[str, list[str]]:
-    """The last gate (in the order given) that said no, and its reasons. Pure."""
-    for name, rec in reversed(gates.items()):
-        if rec is not None and not rec.passed:
-            return name, list(getattr(rec, "reasons", None) or [rec.why] or ["unknown"])
-    raise StepError(f"no failed gate among {[n for n, r in gates.items() if r is not None]}: nothing to reject")
+from tasks.runner import step
 
 
 @step

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from tasks.core.context import StepContext, load_records, load_refusals
 from tasks.core.files import atomic_write_bytes, atomic_write_json
 from tasks.core.log import log
 from tasks.core.records import GateRecord, Record, ReportRecord
-from tasks.core.steps import StepContext, load_records, load_refusals, step
 from tasks.evaluation.quality import fmt_quality
 from tasks.monitoring.run_summary import monitoring_lines, run_monitoring
 from tasks.registry import Registry
+from tasks.runner import step
 
 
 def outcome_of(steps: dict[str, Any], failed_steps: list[str], refused: dict[str, str] | None = None) -> str:

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import sys
 
-from tasks.core.steps import StepContext, step
+from tasks.core.context import StepContext
 from tasks.core.versions import is_model_version
 from tasks.reproduction import ReproduceRecord, ReproductionError
+from tasks.runner import step
 
 
 @step(

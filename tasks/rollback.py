@@ -11,9 +11,10 @@ second identical rollback changes nothing. The `rollback` DAG runs this step.
 from __future__ import annotations
 
 from tasks.compression.served import served_artifact
+from tasks.core.context import StepContext
 from tasks.core.records import RollbackRecord
-from tasks.core.steps import StepContext, step
 from tasks.registry import Registry
+from tasks.runner import step
 
 
 @step(

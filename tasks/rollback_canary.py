@@ -9,10 +9,11 @@ this run trained on; an operator's rollback in between is kept (the step is refu
 
 from __future__ import annotations
 
+from tasks.core.context import StepContext
 from tasks.core.log import log
 from tasks.core.records import CanaryAnalysisRecord, CanaryRecord, RegisterRecord, RollbackCanaryRecord
-from tasks.core.steps import StepContext, step
 from tasks.registry import Registry
+from tasks.runner import step
 
 
 @step

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tasks.core.context import StepContext
+from tasks.core.files import file_sha256
 from tasks.core.log import log
 from tasks.core.records import ContractRecord, IngestRecord, SnapshotRecord, WeakLabelRecord
-from tasks.core.steps import StepContext, step
-from tasks.quarantine import file_sha256, move_without_replacing
+from tasks.landing.quarantine import move_without_replacing
 from tasks.registry import Registry
+from tasks.runner import step
 
 
 @step

@@ -11,10 +11,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tasks.core.context import StepContext
 from tasks.core.files import read_json
 from tasks.core.records import SnapshotRecord, TrainPlanRecord, TrainRecord
-from tasks.core.steps import StepContext, step
 from tasks.core.versions import is_data_version
+from tasks.runner import step
 
 
 @step(help={"data_version": "train on this version (default: the one this run's snapshot made)"})

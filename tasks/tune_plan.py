@@ -10,9 +10,10 @@ resumes it from its journal: finished trials are kept and only the rest are plan
 
 from __future__ import annotations
 
+from tasks.core.context import StepContext
 from tasks.core.params import ParamsError
 from tasks.core.records import TunePlanRecord
-from tasks.core.steps import StepContext, step
+from tasks.runner import step
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 
@@ -24,8 +25,8 @@ def tune_plan(ctx: StepContext, *, data_version: str = "", study_name: str = "")
     import optuna
 
     from tasks.core.settings import redact
+    from tasks.core.tuning_config import check_space
     from tasks.registry import Registry
-    from tasks.tuning.space import check_space
     from tasks.tuning.study import journal_path, open_study, spent
     from tasks.tuning.trial import resources_for, trial_cost
 

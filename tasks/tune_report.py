@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from collections import Counter
 
+from tasks.core.context import StepContext
 from tasks.core.files import atomic_write_json
 from tasks.core.log import log
 from tasks.core.records import TunePlanRecord, TuneReportRecord
-from tasks.core.steps import StepContext, step
+from tasks.runner import step
 
 
 @step

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import json
 
+from tasks.core.context import StepContext
+from tasks.core.errors import StepError
 from tasks.core.records import TunePlanRecord, TuneTrialRecord
-from tasks.core.steps import StepContext, StepError, step
+from tasks.runner import step
 
 
 @step(

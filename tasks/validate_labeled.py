@@ -5,9 +5,10 @@ from __future__ import annotations
 import pandas as pd
 
 from tasks.contracts.suite import validate_frame, write_gate_report
+from tasks.core.context import StepContext
 from tasks.core.log import log
 from tasks.core.records import ContractRecord, WeakLabelRecord
-from tasks.core.steps import StepContext, step
+from tasks.runner import step
 
 
 def contract_view(labeled: pd.DataFrame) -> pd.DataFrame:

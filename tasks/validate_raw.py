@@ -18,9 +18,10 @@ from tasks.contracts.suite import (
     write_gate_report,
 )
 from tasks.contracts.truncation import find_truncation
+from tasks.core.context import StepContext
 from tasks.core.log import log
 from tasks.core.records import ContractRecord, IngestRecord
-from tasks.core.steps import StepContext, step
+from tasks.runner import step
 
 CUT_SHORT = "a file cut short (an interrupted copy or upload) must not reach labeling: its last rows are cut or lost"
 

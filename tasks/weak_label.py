@@ -15,10 +15,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from tasks.core.context import StepContext
 from tasks.core.files import atomic_write_json, atomic_write_parquet
 from tasks.core.log import log
 from tasks.core.records import IngestRecord, WeakLabelRecord
-from tasks.core.steps import StepContext, step
 from tasks.datasets import load_dataset
 from tasks.labeling.drift import drift_flags, labeling_stats
 from tasks.labeling.label_model import label_batch
@@ -26,6 +26,7 @@ from tasks.labeling.lf import apply_lfs, apply_lfs_dev
 from tasks.labeling.mix import hold_out, label_counts, replayed_gold, training_labels
 from tasks.labeling.weak_weight import WeightChoice, choose_weak_weight
 from tasks.registry import Registry
+from tasks.runner import step
 
 
 @step

@@ -1,10 +1,9 @@
 """Model compression: ONNX export, the compression techniques, their search and gate.
 
 The `compress` step (tasks/compress.py) runs the search over params.yaml `compress.candidates`
-and registers the chosen model as the served artifact; this package is its library:
+and registers the chosen model as the served artifact; this package is its library (the technique
+configs, their short forms and chain order are params schemas: tasks/core/compression_config.py):
 
-    config.py     validated technique configs (frozen pydantic), short forms ("prune(0.5)"),
-                  chain order, CompressionSearchConfig (ready to be params.yaml's `compress`)
     chain.py      apply_chain(model, chain, CompressionData, workdir) -> Candidate; export_baseline
     export.py     dynamo ONNX export (dynamic batch), onnxruntime offline optimization,
                   metadata (`sluice.compression`), sessions (unknown ops named)

@@ -17,9 +17,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tasks.compression.config import ONNX_KINDS, TechniqueBase, chain_label, chain_to_dicts, parse_chain
-from tasks.compression.errors import CompressionError
 from tasks.compression.export import export_onnx, open_session, write_metadata
+from tasks.core.compression_config import ONNX_KINDS, TechniqueBase, chain_label, chain_to_dicts, parse_chain
+from tasks.core.errors import CompressionError
 
 
 @dataclass(frozen=True)

@@ -10,10 +10,10 @@ from typing import Any
 
 import numpy as np
 
-from tasks.compression.config import DistilConfig
-from tasks.compression.errors import CompressionError
 from tasks.compression.finetune import fit_soft_targets, teacher_logits
 from tasks.compression.mlp import layer_shapes, param_count
+from tasks.core.compression_config import DistilConfig
+from tasks.core.errors import CompressionError
 
 
 def distil(teacher, cfg: DistilConfig, X: np.ndarray) -> tuple[Any, dict[str, Any]]:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from tasks.compression.errors import CompressionError
+from tasks.core.errors import CompressionError
 from tasks.core.files import atomic_write_with
 
 INPUT, OUTPUT = "features", "p_spam"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tasks.compression.config import Fp16Config
+from tasks.core.compression_config import Fp16Config
 from tasks.core.files import atomic_write_with
 
 

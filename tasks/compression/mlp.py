@@ -6,7 +6,7 @@ Sequential of Linear/ReLU pairs ending in Linear(width, 1).
 
 from __future__ import annotations
 
-from tasks.compression.errors import CompressionError
+from tasks.core.errors import CompressionError
 
 
 def plain_linears(model) -> list:

@@ -17,9 +17,9 @@ from typing import Any
 
 import numpy as np
 
-from tasks.compression.config import PruneConfig, PruneStructuredConfig
 from tasks.compression.finetune import fit_soft_targets, teacher_logits
 from tasks.compression.mlp import all_linears, layer_shapes, param_count, plain_linears
+from tasks.core.compression_config import PruneConfig, PruneStructuredConfig
 
 
 def sparsity(model) -> dict[str, Any]:

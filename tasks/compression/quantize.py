@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.compression.config import Int8DynamicConfig, Int8StaticConfig
-from tasks.compression.errors import CompressionError
 from tasks.compression.export import INPUT
+from tasks.core.compression_config import Int8DynamicConfig, Int8StaticConfig
+from tasks.core.errors import CompressionError
 from tasks.core.files import atomic_write_with
 
 QUANTIZED_OPS = ("Gemm", "MatMul")

@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from tasks.compression.chain import Candidate, CompressionData, apply_chain, export_baseline
-from tasks.compression.config import CompressionSearchConfig
-from tasks.compression.errors import CompressionError
 from tasks.compression.export import open_session, predict
+from tasks.core.compression_config import CompressionSearchConfig
+from tasks.core.errors import CompressionError
 from tasks.core.log import Progress
 from tasks.evaluation.quality import classification_metrics
 

@@ -7,6 +7,7 @@ a torn one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -71,3 +72,11 @@ def json_safe(obj: Any) -> Any:
     if obj is None or isinstance(obj, (str, int, float, bool)):
         return obj
     return str(obj)
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            h.update(block)
+    return h.hexdigest()

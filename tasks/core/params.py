@@ -26,11 +26,11 @@ from pydantic import (
     field_validator,
 )
 
-from tasks.compression.config import ChainSpec, CompressionSearchConfig, parse_chain
-from tasks.compression.errors import CompressionError
+from tasks.core.compression_config import ChainSpec, CompressionSearchConfig, parse_chain
+from tasks.core.errors import CompressionError
 from tasks.core.settings import REPO_ROOT, Settings
+from tasks.core.tuning_config import TuningParams
 from tasks.core.versions import DATA_VERSION_PATTERN
-from tasks.tuning.space import TuningParams
 
 DEFAULT_PARAMS_FILE = REPO_ROOT / "params.yaml"  # SLUICE_PARAMS names another file
 
@@ -142,7 +142,7 @@ class EvaluateParams(Section):
 
 # The nightly demo's candidates: each technique once and one chain, sized so the step stays well
 # under a minute on 2 cores for the demo model. The full list (every technique alone and chained)
-# is tasks.compression.config.DEFAULT_CANDIDATES, which bench/compression.py runs.
+# is tasks.core.compression_config.DEFAULT_CANDIDATES, which bench/compression.py runs.
 DEMO_CANDIDATES = (
     ("int8_dynamic",),
     ("int8_static",),

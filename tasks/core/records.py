@@ -11,6 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from tasks.core.errors import StepError
+
 Quality = dict[str, float | None]  # classification_metrics: roc_auc, f1, precision, recall, accuracy, ...
 
 
@@ -99,6 +101,8 @@ class TrainPlanRecord(Record):
     out_uri: str
     registry_url: str
     init_from: str
+    requests: dict[str, float] = {}
+    """What the pods request in all (cpus, gpus, memory_gb): the cost ledger prices it."""
 
 
 class TrainRecord(Record):
@@ -326,3 +330,11 @@ RECORDS: dict[str, type[Record]] = {
     "tune_report": TuneReportRecord,
     "cost_report": CostReportRecord,
 }
+
+
+def failed_gate(**gates: GateRecord | None) -> tuple[str, list[str]]:
+    """The last gate (in the order given) that said no, and its reasons. Pure."""
+    for name, rec in reversed(gates.items()):
+        if rec is not None and not rec.passed:
+            return name, list(getattr(rec, "reasons", None) or [rec.why] or ["unknown"])
+    raise StepError(f"no failed gate among {[n for n, r in gates.items() if r is not None]}: nothing to reject")

@@ -27,3 +27,17 @@ def version_number(name: str) -> int:
     if not m:
         raise ValueError(f"{name!r} is not a version (data-vN or model-vN)")
     return int(m.group(1))
+
+
+def library_versions() -> dict[str, str | None]:
+    """The versions of what the model's numbers depend on (installed distributions; None: absent)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    for name in ("torch", "onnxruntime", "onnx", "apache-airflow", "numpy"):
+        try:
+            out[name] = version(name)
+        except PackageNotFoundError:
+            out[name] = None
+    return out

@@ -27,7 +27,7 @@ from tasks.core.params import AlertParams, NotifierSpec
 from tasks.monitoring.store import Alert, Metric, MetricsStore, TaskUsage, to_jsonable
 
 if TYPE_CHECKING:
-    from tasks.core.steps import StepContext
+    from tasks.core.context import StepContext
 
 
 def _finite(v: float) -> float:

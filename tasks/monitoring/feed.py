@@ -10,7 +10,6 @@ see). `feed(record, info)` picks the function; a record type without one feeds n
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -340,33 +339,3 @@ FEEDS: dict[type[Record], Callable[[Any, RunInfo], Fed]] = {
 def feed(rec: Record | None, info: RunInfo) -> Fed:
     fn = FEEDS.get(type(rec)) if rec is not None else None
     return fn(rec, info) if fn else Fed()
-
-
-_CPU = re.compile(r"^(\d+(?:\.\d+)?)(m?)$")
-_MEM = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|K|M|G|T)?$")
-_MEM_UNITS = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
-
-
-def cpu_quantity(q: str) -> float:
-    """A Kubernetes CPU quantity ("8", "500m") in CPUs."""
-    m = _CPU.match(str(q).strip())
-    if not m:
-        raise ValueError(f"not a Kubernetes CPU quantity: {q!r}")
-    return float(m[1]) / (1000 if m[2] else 1)
-
-
-def memory_gb(q: str) -> float:
-    """A Kubernetes memory quantity ("32Gi", "512Mi", "8G") in GB of 2**30 bytes."""
-    m = _MEM.match(str(q).strip())
-    if not m:
-        raise ValueError(f"not a Kubernetes memory quantity: {q!r}")
-    return float(m[1]) * _MEM_UNITS[m[2]] / 2**30
-
-
-def pod_requests(cfg: Any) -> dict[str, float]:
-    """The whole training's requests from a KubernetesTraining: nodes x each pod's CPU, GPUs and memory."""
-    return {
-        "cpus": cfg.nodes * cpu_quantity(cfg.cpu),
-        "gpus": float(cfg.nodes * cfg.gpus_per_node),
-        "memory_gb": cfg.nodes * memory_gb(cfg.memory),
-    }

@@ -1,4 +1,4 @@
-"""The one hook between the steps and monitoring: `watch_step` wraps a step's run (tasks/core/steps.py).
+"""The one hook between the steps and monitoring: `watch_step` wraps a step's run (tasks/runner/__init__.py).
 
     with watch_step(ctx, task_id, dag_id) as watch:
         rec = the_step(ctx, ...)
@@ -22,10 +22,10 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Iterator
 
 from tasks.core.log import log
-from tasks.core.records import Record, RegisterRecord, ReportRecord, SnapshotRecord, TrainRecord
+from tasks.core.records import Record, RegisterRecord, ReportRecord, SnapshotRecord, TrainPlanRecord, TrainRecord
 
 if TYPE_CHECKING:
-    from tasks.core.steps import StepContext
+    from tasks.core.context import StepContext
     from tasks.monitoring.hardware import HardwareSampler
 
 
@@ -69,7 +69,7 @@ def watch_step(ctx: "StepContext", task: str, dag_id: str | None = None) -> Iter
 
 
 def record_step(ctx: "StepContext", task: str, dag_id: str | None, watch: Watch, state: str) -> None:
-    from tasks.core.steps import load_records
+    from tasks.core.context import load_records
     from tasks.monitoring import alerts as alerting
     from tasks.monitoring import cost
     from tasks.monitoring.feed import RunInfo, feed
@@ -92,7 +92,7 @@ def record_step(ctx: "StepContext", task: str, dag_id: str | None, watch: Watch,
         data_version=_data_version(records, rec),
         model_version=_model_version(records, rec),
         backend=ctx.settings.train_backend,
-        pod_requests=_pod_requests(ctx) if isinstance(rec, TrainRecord) else None,
+        pod_requests=_pod_requests(records) if isinstance(rec, TrainRecord) else None,
     )
     fed = feed(rec, info)
     metrics = hardware_metrics(samples, reason, names) + fed.metrics
@@ -160,10 +160,7 @@ def _model_version(records: dict[str, Record], rec: Record | None) -> str | None
     return None
 
 
-def _pod_requests(ctx: "StepContext") -> dict[str, float] | None:
-    if ctx.settings.train_backend != "kubernetes":
-        return None
-    from tasks.monitoring.feed import pod_requests
-    from tasks.training.kubernetes import KubernetesTraining
-
-    return pod_requests(KubernetesTraining.from_env())
+def _pod_requests(records: dict[str, Record]) -> dict[str, float] | None:
+    """What the training pods requested (kubernetes backend): the plan_train record says."""
+    plan = records.get("plan_train")
+    return plan.requests if isinstance(plan, TrainPlanRecord) else None

@@ -243,7 +243,7 @@ def compare_outputs(
 
 
 def inputs_differed(plan: Plan, world_size: int, device: str) -> list[dict[str, Any]]:
-    from tasks.register import library_versions
+    from tasks.core.versions import library_versions
 
     out = []
     if world_size != plan.world_size:

@@ -109,6 +109,37 @@ class KubernetesTraining:
         return cls(**kw)
 
 
+_CPU = re.compile(r"^(\d+(?:\.\d+)?)(m?)$")
+_MEM = re.compile(r"^(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|K|M|G|T)?$")
+_MEM_UNITS = {None: 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+
+
+def cpu_quantity(q: str) -> float:
+    """A Kubernetes CPU quantity ("8", "500m") in CPUs."""
+    m = _CPU.match(str(q).strip())
+    if not m:
+        raise ValueError(f"not a Kubernetes CPU quantity: {q!r}")
+    return float(m[1]) / (1000 if m[2] else 1)
+
+
+def memory_gb(q: str) -> float:
+    """A Kubernetes memory quantity ("32Gi", "512Mi", "8G") in GB of 2**30 bytes."""
+    m = _MEM.match(str(q).strip())
+    if not m:
+        raise ValueError(f"not a Kubernetes memory quantity: {q!r}")
+    return float(m[1]) * _MEM_UNITS[m[2]] / 2**30
+
+
+def pod_requests(cfg: "KubernetesTraining") -> dict[str, float]:
+    """The whole training's requests: nodes x each pod's CPU, GPUs and memory (what the cost ledger
+    prices; it travels in the plan_train record, so monitoring never re-derives the pod shape)."""
+    return {
+        "cpus": cfg.nodes * cpu_quantity(cfg.cpu),
+        "gpus": float(cfg.nodes * cfg.gpus_per_node),
+        "memory_gb": cfg.nodes * memory_gb(cfg.memory),
+    }
+
+
 def job_name(run_id: str) -> str:
     """A DNS-1123 name from a run id (Airflow run ids hold ':' '+' and capitals)."""
     name = re.sub(r"[^a-z0-9-]+", "-", f"train-{run_id}".lower()).strip("-")[:42].strip("-")

@@ -26,7 +26,8 @@ from optuna.storages._heartbeat import BaseHeartbeat, get_heartbeat_thread
 from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
 from optuna.trial import FrozenTrial, TrialState
 
-from tasks.tuning.space import TuningParams, max_epochs
+from tasks.core.tuning_config import TuningParams
+from tasks.tuning.space import max_epochs
 
 HEARTBEAT_ATTR = "sluice:heartbeat"
 STALE_AFTER = 4  # heartbeats missed before a running trial counts as dead

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from tasks.compression.chain import CompressionData, apply_chain
-from tasks.compression.errors import CompressionError
 from tasks.compression.export import count_ops, read_metadata
 from tasks.compression.mlp import param_count
+from tasks.core.errors import CompressionError
 
 
 def test_structured_prune_then_int8(baseline, trained, data):

@@ -3,7 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from tasks.compression.config import (
+from tasks.core.compression_config import (
     CompressionSearchConfig,
     Int8StaticConfig,
     LowRankConfig,
@@ -12,7 +12,7 @@ from tasks.compression.config import (
     parse_chain,
     parse_technique,
 )
-from tasks.compression.errors import CompressionError
+from tasks.core.errors import CompressionError
 
 
 def test_short_forms_parse_into_configs():

@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from tasks.compression.config import DistilConfig
 from tasks.compression.distil import distil
 from tasks.compression.mlp import layer_shapes, param_count
+from tasks.core.compression_config import DistilConfig
 from tests.compression.conftest import torch_prob
 
 # A student of 8 hidden units, trained 40 epochs on 600 unlabeled rows, reaches a Spearman

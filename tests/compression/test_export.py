@@ -3,8 +3,8 @@
 import numpy as np
 import pytest
 
-from tasks.compression.errors import CompressionError
 from tasks.compression.export import count_ops, open_session, predict, read_metadata
+from tasks.core.errors import CompressionError
 from tests.compression.conftest import torch_prob
 
 

@@ -5,10 +5,10 @@ import copy
 import numpy as np
 import pytest
 
-from tasks.compression.config import LowRankConfig
-from tasks.compression.errors import CompressionError
 from tasks.compression.lowrank import factorize, low_rank
 from tasks.compression.mlp import layer_shapes, param_count
+from tasks.core.compression_config import LowRankConfig
+from tasks.core.errors import CompressionError
 
 
 def test_factors_have_the_rank_and_approximate_the_weight(trained):

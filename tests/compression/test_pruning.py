@@ -5,10 +5,10 @@ import copy
 import numpy as np
 import pytest
 
-from tasks.compression.config import PruneConfig, PruneStructuredConfig
-from tasks.compression.errors import CompressionError
 from tasks.compression.mlp import layer_shapes, param_count
 from tasks.compression.pruning import prune_structured, prune_unstructured, sparsity
+from tasks.core.compression_config import PruneConfig, PruneStructuredConfig
+from tasks.core.errors import CompressionError
 from tests.compression.conftest import torch_prob
 
 
@@ -62,8 +62,8 @@ def test_ratio_out_of_range_is_an_error():
 
 
 def test_structured_pruning_refuses_a_factorized_model(trained, rows):
-    from tasks.compression.config import LowRankConfig
     from tasks.compression.lowrank import low_rank
+    from tasks.core.compression_config import LowRankConfig
 
     factored, _ = low_rank(copy.deepcopy(trained), LowRankConfig(rank=4, fine_tune_epochs=0), rows[0])
     with pytest.raises(CompressionError, match="not a plain Linear/ReLU stack"):

@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from tasks.compression.chain import CompressionData, apply_chain
-from tasks.compression.config import Int8StaticConfig
-from tasks.compression.errors import CompressionError
 from tasks.compression.export import count_ops, open_session, predict, read_metadata
 from tasks.compression.quantize import calibration_sample, quantize_static_int8
+from tasks.core.compression_config import Int8StaticConfig
+from tasks.core.errors import CompressionError
 
 
 def _initializers(path):

@@ -13,7 +13,7 @@ import pytest
 from tasks.contracts.schema import column_order_difference, describe_difference, schema_difference
 from tasks.contracts.suite import validate_frame
 from tasks.contracts.truncation import find_truncation
-from tasks.core.steps import StepContext
+from tasks.core.context import StepContext
 from tasks.datasets.emails import GOLD_COLUMN
 from tasks.ingest import ingest
 from tasks.quarantine import main as quarantine_cli

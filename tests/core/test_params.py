@@ -53,7 +53,7 @@ def test_missing_file_is_a_clear_error(tmp_path):
 
 
 def test_compress_section_is_the_search_config():
-    from tasks.compression.config import CompressionSearchConfig
+    from tasks.core.compression_config import CompressionSearchConfig
 
     c = load_params().compress
     assert isinstance(c, CompressionSearchConfig) and c.floor_ratio <= 1 and c.parity_atol > 0

@@ -2,7 +2,7 @@
 
 import pandas as pd
 
-from tasks.core.steps import StepContext
+from tasks.core.context import StepContext
 from tasks.ingest import ingest
 from tasks.labeling.mix import LABEL_COLUMNS
 from tasks.validate_labeled import validate_labeled

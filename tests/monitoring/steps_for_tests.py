@@ -7,9 +7,10 @@ import subprocess
 import sys
 import time
 
+from tasks.core.context import StepContext
 from tasks.core.records import CanaryAnalysisRecord, QuarantineRecord, WeakLabelRecord
 from tasks.core.settings import REPO_ROOT
-from tasks.core.steps import StepContext, step
+from tasks.runner import step
 
 
 def burn(seconds: float) -> None:

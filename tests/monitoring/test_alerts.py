@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from tasks.core.context import StepContext
 from tasks.core.params import NotifierSpec, ParamsError, load_params
 from tasks.core.settings import Settings
-from tasks.core.steps import StepContext
 from tasks.monitoring import alerts
 from tasks.monitoring.store import MetricsStore
 from tests.monitoring.steps_for_tests import canary_work

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tasks.core.steps import StepContext
+from tasks.core.context import StepContext
 from tasks.monitoring.store import MetricsStore
 from tests.airflow_helpers import airflow, migrate, python_json
 from tests.monitoring.steps_for_tests import labeling_work

@@ -54,17 +54,17 @@ def test_train_feed_reads_the_engines_metrics_lines(tmp_path):
 
 
 def test_train_on_kubernetes_prices_the_pods_requests(tmp_path):
-    from tasks.training.kubernetes import KubernetesTraining
+    from tasks.training.kubernetes import KubernetesTraining, cpu_quantity, memory_gb, pod_requests
 
     cfg = KubernetesTraining(nodes=2, gpus_per_node=4, cpu="8", memory="32Gi")
-    req = feed.pod_requests(cfg)
+    req = pod_requests(cfg)
     assert req == {"cpus": 16.0, "gpus": 8.0, "memory_gb": 64.0}
     fed = feed.feed(train_record(seconds=1800.0), info(tmp_path, backend="kubernetes", pod_requests=req))
     pods = fed.usages["train_pods"]
     assert pods.seconds == 1800.0 and pods.gpus == 8 and pods.backend == "kubernetes"
-    assert feed.cpu_quantity("500m") == 0.5 and feed.memory_gb("512Mi") == 0.5
+    assert cpu_quantity("500m") == 0.5 and memory_gb("512Mi") == 0.5
     with pytest.raises(ValueError, match="not a Kubernetes memory quantity"):
-        feed.memory_gb("lots")
+        memory_gb("lots")
 
 
 def test_canary_feed_per_step_and_variant(tmp_path):

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tasks.core.steps import StepContext
+from tasks.core.context import StepContext
 from tasks.cost_report import cost_report, report_day, storage_run_id
 from tasks.monitoring import ledger
 from tasks.monitoring.cost import GB

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tasks.core.steps import StepContext
+from tasks.core.context import StepContext
 from tasks.monitoring.run_summary import monitoring_lines
 from tasks.monitoring.store import MetricsStore
 from tasks.report import report

@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tasks.core.steps import StepContext
+from tasks.core.context import StepContext
 from tasks.cost_report import cost_report
 from tasks.monitoring.serving_window import serving_summary
 from tasks.monitoring.store import MetricsStore

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tasks.core.steps import StepContext
+from tasks.core.context import StepContext
 from tasks.monitoring.cost import price_usage, totals
 from tasks.monitoring.store import MetricsStore, TaskUsage
 from tests.monitoring.steps_for_tests import failing_work, labeling_work, quarantine_work

@@ -30,8 +30,8 @@ def test_status_on_a_fresh_home_says_nothing_yet(settings):
 def test_status_shows_versions_weights_last_run_alerts_and_yesterdays_cost(settings, tmp_path, monkeypatch):
     import pandas as pd
 
+    from tasks.core.context import StepContext
     from tasks.core.params import load_params
-    from tasks.core.steps import StepContext
     from tasks.ingest import ingest
     from tasks.monitoring.cost import price_usage
     from tasks.monitoring.store import Alert, MetricsStore, TaskUsage

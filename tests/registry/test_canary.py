@@ -163,7 +163,7 @@ def test_operator_rollback_sets_the_champion_and_clears_the_challenger(reg, sett
     reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
     reg.promote("model-v2", "nightly")
     reg.start_canary("model-v3", 40, reason="nightly")
-    from tasks.core.steps import StepContext
+    from tasks.core.context import StepContext
     from tasks.rollback import rollback
 
     out = rollback(StepContext.create("r", settings), model_version="model-v1", reason="bad model family", who="alice")

@@ -213,8 +213,8 @@ def test_versions_are_mirrored_to_a_git_remote_that_pods_read_through(settings, 
 
 
 def test_nightly_model_rejection_rolls_data_back_to_prods_lineage(settings, tmp_path):
+    from tasks.core.context import StepContext
     from tasks.core.records import EvaluateRecord
-    from tasks.core.steps import StepContext
     from tasks.reject_model import reject_model
 
     reg = Registry(settings)
@@ -236,8 +236,8 @@ def test_nightly_model_rejection_rolls_data_back_to_prods_lineage(settings, tmp_
 
 
 def test_rejection_without_a_prod_model_changes_nothing(settings, tmp_path):
+    from tasks.core.context import StepContext
     from tasks.core.records import CompressRecord, EvaluateRecord
-    from tasks.core.steps import StepContext
     from tasks.reject_model import reject_model
 
     reg = Registry(settings)

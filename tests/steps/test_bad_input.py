@@ -9,11 +9,12 @@ import json
 import pytest
 import yaml
 
+from tasks.core.context import StepContext
 from tasks.core.settings import REPO_ROOT
-from tasks.core.steps import StepContext
 from tasks.datasets.emails import GOLD_COLUMN
 from tasks.ingest import ingest
-from tasks.quarantine import quarantine, readmit
+from tasks.landing.quarantine import readmit
+from tasks.quarantine import quarantine
 from tasks.registry import Registry
 from tasks.snapshot import snapshot
 from tasks.validate_labeled import validate_labeled

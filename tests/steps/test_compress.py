@@ -9,8 +9,8 @@ import torch
 
 from tasks.compress import compress
 from tasks.compression.export import read_metadata
+from tasks.core.context import StepContext
 from tasks.core.params import ParamsError, load_params
-from tasks.core.steps import StepContext
 from tasks.datasets.demo_feed import DemoFeed
 from tasks.datasets.emails import FEATURE_NAMES, featurize
 from tasks.registry import Registry

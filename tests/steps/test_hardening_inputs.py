@@ -4,12 +4,13 @@ import json
 
 import pytest
 
-from tasks import ingest as ingest_module
+from tasks.core.context import StepContext
 from tasks.core.settings import Settings
-from tasks.core.steps import StepContext
-from tasks.ingest import ATTEMPTS_FILE, MAX_BATCH_ATTEMPTS, ingest
+from tasks.ingest import ingest
+from tasks.landing import batches as landing_batches
+from tasks.landing.batches import ATTEMPTS_FILE, MAX_BATCH_ATTEMPTS
+from tasks.landing.quarantine import readmit
 from tasks.quarantine import main as quarantine_main
-from tasks.quarantine import readmit
 
 
 @pytest.fixture
@@ -44,7 +45,7 @@ def test_a_batch_that_keeps_crashing_is_quarantined_with_its_traceback(quiet, ra
     def crash(*a, **k):
         raise OSError("disk on fire")
 
-    monkeypatch.setattr(ingest_module, "atomic_write_with", crash)
+    monkeypatch.setattr(landing_batches, "atomic_write_with", crash)
     for night in range(MAX_BATCH_ATTEMPTS):
         with pytest.raises(OSError, match="disk on fire"):
             ingest(StepContext.create(f"night-{night}", quiet))

@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from tasks.core.context import StepContext
 from tasks.core.records import (
     CanaryAnalysisRecord,
     ContractRecord,
@@ -13,10 +14,10 @@ from tasks.core.records import (
     RegisterRecord,
     WeakLabelRecord,
 )
-from tasks.core.steps import StepContext
 from tasks.deploy_canary import deploy_canary
+from tasks.landing.quarantine import move_without_replacing, readmit
 from tasks.promote import promote
-from tasks.quarantine import move_without_replacing, quarantine, readmit
+from tasks.quarantine import quarantine
 from tasks.registry import Registry, RegistryError
 from tasks.reject_model import reject_model
 from tasks.rollback_canary import rollback_canary

@@ -1,6 +1,6 @@
 """The run summary names why a step was refused (a store said no and changed nothing)."""
 
-from tasks.core.steps import load_refusals, record_refusal
+from tasks.core.context import load_refusals, record_refusal
 from tasks.report import build_summary, outcome_of
 
 

@@ -143,10 +143,10 @@ def test_plan_needs_the_pod_side_settings(settings):
 def test_the_rendered_pod_command_trains_here_and_the_pipeline_collects_it(
     settings, emails, tmp_path, s3_server, monkeypatch
 ):
+    from tasks.core.context import StepContext
     from tasks.core.files import read_json
     from tasks.core.records import TrainPlanRecord
     from tasks.core.settings import Settings
-    from tasks.core.steps import StepContext
     from tasks.registry import Registry
     from tasks.train import collect
     from tasks.training.kubernetes import plan_training
@@ -191,9 +191,9 @@ def _small_params(tmp_path):
 def test_plan_train_sends_the_pods_every_train_value_the_step_was_given(settings, monkeypatch):
     """The kubernetes backend's plan carries the step's own train params (--set, the run's conf,
     the overlay), not a fresh read of params.yaml that keeps only epochs."""
+    from tasks.core.context import StepContext
     from tasks.core.records import SnapshotRecord
     from tasks.core.settings import Settings
-    from tasks.core.steps import StepContext
     from tasks.plan_train import plan_train
 
     k8s_env(monkeypatch)

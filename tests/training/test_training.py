@@ -271,9 +271,9 @@ def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(settings, emails
 
     import boto3
 
+    from tasks.core.context import StepContext
     from tasks.core.records import TrainPlanRecord
     from tasks.core.settings import Settings
-    from tasks.core.steps import StepContext
     from tasks.train import collect
     from tests.conftest import S3_BUCKET
 

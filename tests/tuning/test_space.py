@@ -2,9 +2,10 @@
 
 import pytest
 
+from tasks.core.context import StepContext
 from tasks.core.params import ParamsError, TrainParams, parse_params
-from tasks.core.steps import StepContext
-from tasks.tuning.space import ChoiceSpec, RangeSpec, check_space, decode, suggest
+from tasks.core.tuning_config import ChoiceSpec, RangeSpec, check_space
+from tasks.tuning.space import decode, suggest
 from tests.tuning.conftest import tiny_overrides
 
 

@@ -12,8 +12,8 @@ import optuna
 import psutil
 import pytest
 
+from tasks.core.context import StepContext
 from tasks.core.settings import REPO_ROOT
-from tasks.core.steps import StepContext
 from tasks.core.wait import wait_until
 from tasks.registry.tuning import TunedOverlays
 from tasks.tune_plan import tune_plan

@@ -132,7 +132,7 @@ def test_engine_epoch_hook_stops_training_where_it_says(tuning_home, tmp_path):
 
 def test_lineage_params_are_the_ones_trained_with(settings):
     """register records the overlay's values and the resolved overlay, so params and hash match the training."""
-    from tasks.core.steps import StepContext
+    from tasks.core.context import StepContext
     from tasks.register import trained_params
     from tests.steps.records import train_record
 

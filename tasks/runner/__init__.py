@@ -1,5 +1,6 @@
 """Steps declared once: a function, its upstream records and its options give both the
-step's CLI (`python -m tasks.<step>`) and its Airflow task.
+step's CLI (`python -m tasks.<step>`) and its Airflow task (tasks/runner sits above the
+subsystems: it wraps every run in the monitoring hook).
 
     @step
     def evaluate(ctx: StepContext, train: TrainRecord) -> EvaluateRecord: ...
@@ -18,66 +19,15 @@ import inspect
 import json
 import sys
 import typing
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Callable
 
-import yaml
-
-from tasks.core.errors import RefusedError
+from tasks.core.context import StepContext, parse_overrides, record_path, record_refusal
+from tasks.core.errors import RefusedError, StepError
 from tasks.core.files import atomic_write_json, json_safe, read_json
-from tasks.core.params import Params, ParamsError, load_params
+from tasks.core.params import ParamsError
 from tasks.core.records import RECORDS, GateRecord, Record
-from tasks.core.settings import Settings, SettingsError
-
-
-class StepError(RuntimeError):
-    """A step cannot run: an upstream record is missing or malformed."""
-
-
-@dataclass(frozen=True)
-class StepContext:
-    """What every step gets: the run, the deployment settings, and params.yaml loaded once."""
-
-    run_id: str
-    settings: Settings
-    params: Params
-
-    @classmethod
-    def create(
-        cls, run_id: str, settings: Settings | None = None, overrides: dict[str, dict[str, Any]] | None = None
-    ) -> "StepContext":
-        settings = settings or Settings.from_env()
-        return cls(run_id, settings, load_params(settings.params, overrides))
-
-    @property
-    def run_dir(self) -> Path:
-        return self.settings.layout.run_dir(self.run_id)
-
-
-def record_path(run_dir: Path, name: str) -> Path:
-    return run_dir / "steps" / f"{name}.json"
-
-
-def record_refusal(run_dir: Path, task: str, reason: str) -> None:
-    """A step refused by a store (nothing changed): its reason, kept for the run's report."""
-    atomic_write_json(run_dir / "refused" / f"{task}.json", {"task": task, "reason": reason})
-
-
-def load_refusals(run_dir: Path) -> dict[str, str]:
-    folder = run_dir / "refused"
-    return {p.stem: read_json(p)["reason"] for p in sorted(folder.glob("*.json"))} if folder.is_dir() else {}
-
-
-def load_records(run_dir: Path) -> dict[str, Record]:
-    """Every step record of a run, typed (the report reads them all)."""
-    folder = run_dir / "steps"
-    if not folder.is_dir():
-        return {}
-    return {
-        p.stem: RECORDS[p.stem].model_validate(read_json(p)) for p in sorted(folder.glob("*.json")) if p.stem in RECORDS
-    }
+from tasks.core.settings import SettingsError
 
 
 class Step:
@@ -188,20 +138,6 @@ def step(
     if fn is None:
         return lambda f: Step(f, record_as, help)
     return Step(fn, record_as, help)
-
-
-def parse_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
-    """["train.epochs=5", "train.lr=1e-3"] -> {"train": {"epochs": 5, "lr": 0.001}} (values as YAML)."""
-    from tasks.core.params import _Loader
-
-    out: dict[str, dict[str, Any]] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        section, dot, name = key.partition(".")
-        if not sep or not dot or not section or not name:
-            raise ParamsError(f"--set {pair!r}: expected SECTION.KEY=VALUE, e.g. train.epochs=5")
-        out.setdefault(section, {})[name] = yaml.load(value, Loader=_Loader)
-    return out
 
 
 def refuse_unknown_conf(context: dict[str, Any]) -> None:

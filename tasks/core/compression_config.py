@@ -22,7 +22,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
 
-from tasks.compression.errors import CompressionError
+from tasks.core.errors import CompressionError
 
 Ratio = Annotated[float, Field(gt=0, lt=1, allow_inf_nan=False)]
 Epochs = Annotated[StrictInt, Field(ge=0, le=1000)]
