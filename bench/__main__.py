@@ -1,7 +1,8 @@
 """Run the benchmarks: `python -m bench [--only NAME]` (make bench [BENCH=NAME]).
 
-Prints a table and writes bench/results/latest.json: a list of
-{name, value, unit, goal, passed, details}. Each benchmark measures its ratio
+Prints a table, merges each new record into the committed results file bench/results.json
+(by name: a record replaces the entry of the same name, dated today; the others stay), and
+rewrites bench/README.md from it (`python -m bench.readme`). Each benchmark measures its ratio
 side by side in one run, because absolute times on shared machines are not stable.
 """
 
@@ -9,13 +10,14 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
+import os
 import sys
-from pathlib import Path
+from datetime import datetime, timezone
 
+from bench import readme
+from bench.record import RESULTS_FILE, load_results, merge_records, write_results
 from bench.weak_vs_gold import names as weak_vs_gold_names
 
-RESULTS = Path(__file__).resolve().parent / "results" / "latest.json"
 # module -> the record names it produces (a module may produce several)
 BENCHMARKS = {
     "bench.dag_parse_ratio": ["dag_parse_ratio"],
@@ -51,15 +53,19 @@ BENCHMARKS = {
 }
 
 
+def _machine() -> str:
+    """The machine a figure was measured on, for the entry's notes (figures here depend on the load)."""
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    return f"{os.cpu_count()} CPUs, 1-minute load {load:.1f} when the module finished"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     names = sorted(n for ns in BENCHMARKS.values() for n in ns)
     parser.add_argument("--only", choices=names, help="run one benchmark")
     args = parser.parse_args(argv)
     records, failed = [], []
-    RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    previous = json.loads(RESULTS.read_text()) if (args.only and RESULTS.exists()) else []
-    merged = {r["name"]: r for r in previous}
+    entries = load_results()
     for module, produced in BENCHMARKS.items():
         if args.only and args.only not in produced:
             continue
@@ -71,12 +77,14 @@ def main(argv: list[str] | None = None) -> int:
             failed.append(module)
             continue
         records += new
-        merged.update({r.name: r.to_dict() for r in new})
-        RESULTS.write_text(json.dumps(list(merged.values()), indent=2) + "\n")  # after each: nothing lost
+        today = datetime.now(timezone.utc).date().isoformat()
+        entries = merge_records(entries, new, module=module, measured=today, notes=_machine())
+        write_results(entries)  # after each module: nothing lost
+        readme.write(entries)
     print(f"\n{'benchmark':<28}{'value':>10}  {'unit':<10}{'goal':<10}result")
     for r in records:
         print(f"{r.name:<28}{r.value:>10.3f}  {r.unit:<10}{r.goal:<10}{'pass' if r.passed else 'MISS'}")
-    print(f"\nwritten to {RESULTS}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
+    print(f"\nmerged into {RESULTS_FILE} and {readme.PAGE}" + (f"; FAILED: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
 
