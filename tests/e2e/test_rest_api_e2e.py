@@ -129,7 +129,7 @@ def readme_rest_calls() -> dict[str, str]:
     """The README's REST section as {comment line: the shell command under it}."""
     from tasks.core.settings import REPO_ROOT
 
-    text = (REPO_ROOT / "README.md").read_text()
+    text = (REPO_ROOT / "docs" / "operations.md").read_text()
     section = text.split("## The Airflow UI and the REST API", 1)[1].split("\n## ", 1)[0]
     calls = {}
     for block in re.findall(r"```sh\n(.*?)```", section, re.S):
