@@ -320,6 +320,33 @@ def make_checkpointer(store: OutputStore) -> AsyncCheckpointer:
     return AsyncCheckpointer(folder, on_saved=publish if store.uri else None)
 
 
+@dataclass
+class _Run:
+    """One training's parts and the step loop's own tallies (run_training builds it, _step advances it)."""
+
+    p: TrainParams
+    data: StreamingVersion
+    batch: int
+    steps_per_epoch: int
+    total_steps: int
+    ranks: Ranks
+    device: torch.device
+    state: TrainState
+    net: Wrapped
+    autocast: Callable
+    loss_fn: torch.nn.Module
+    checkpointer: AsyncCheckpointer | None
+    metrics: TrainingMetrics
+    stop: StopSignal
+    tracker: Progress | None
+    on_micro_batch: MicroBatchHook | None
+    on_epoch: EpochHook | None
+    sync_checkpoints: bool
+    blocked_s: float = 0.0  # the step loop's time inside checkpointing, by its own clock
+    saves: int = 0
+    stopped_at_epoch: int | None = None  # set when on_epoch stops the training early
+
+
 def run_training(
     data_version: str,
     out: str,
@@ -359,76 +386,34 @@ def run_training(
             f"{len(data)} rows in {len(data.counts)} partition(s), {ranks.world} process(es) on {device.type}, "
             f"steps {state.step}->{total_steps}"
         )
-    net = wrap_for_ddp(model, p, device, ranks)
-    autocast, loss_fn = autocast_for(p, device), make_loss(data.stats.spam_share).to(device)
-    checkpointer = make_checkpointer(store) if ranks.master else None
-    metrics = TrainingMetrics(store.local / "metrics.jsonl", enabled=ranks.master)
-    blocked_s, saves = 0.0, 0  # the step loop's time inside checkpointing, by its own clock
-    stopped_at_epoch = None  # set when on_epoch stops the training early
+    run = _Run(
+        p,
+        data,
+        batch,
+        steps_per_epoch,
+        total_steps,
+        ranks,
+        device,
+        state,
+        wrap_for_ddp(model, p, device, ranks),
+        autocast_for(p, device),
+        make_loss(data.stats.spam_share).to(device),
+        make_checkpointer(store) if ranks.master else None,
+        TrainingMetrics(store.local / "metrics.jsonl", enabled=ranks.master),
+        stop,
+        Progress("training", total_steps, start=state.step) if ranks.master else None,
+        on_micro_batch,
+        on_epoch,
+        sync_checkpoints,
+    )
     t0 = time.time()
-    tracker = Progress("training", total_steps, start=state.step) if ranks.master else None
-
     with naming_lost_peers(ranks, state, dist_timeout_s):
-        while state.step < total_steps:
-            epoch, s = state.position(steps_per_epoch)
-            lo, hi = rank_slice(state.splits, ranks.rank)
-            xb, yb = (t.to(device, non_blocking=True) for t in data.rows(epoch, s * batch + lo, s * batch + hi))
-            logging = metrics.due(state.step, p.log_every)
-            before = [t.detach().clone() for t in model.parameters()] if logging else None
-            net.spread.start(logging)
-            started = time.perf_counter()
-            if on_micro_batch is not None:  # e.g. a benchmark's simulated slow rank: timed as compute
-                on_micro_batch(ranks.rank, len(xb))
-            state.optimizer.zero_grad(set_to_none=True)
-            # Scaled so that DDP's mean over ranks is the mean over the global batch, whatever the split.
-            loss_sum, ready = accumulate_gradients(
-                net.module, loss_fn, xb, yb, ranks.world / batch, p.micro_batch_size, net.no_sync, autocast
-            )
-            state.optimizer.step()
-            compute_s = ready - started  # this rank's own time (the last backward waits for the others)
-            stats = exchange_step_stats(
-                StepStats(loss_sum, stop.requested, compute_s / max(1, len(xb)), net.spread.local_sq), ranks, device
-            )
-            step_loss = sum(r.loss_sum for r in stats) / batch
-            epoch_done = state.finish_step(step_loss, batch, steps_per_epoch)
-            metrics.observe(step_loss)
-            if tracker is not None:  # 'training: step 120/400 (30%), 12.3 steps/s, ETA 23 s' in the task log
-                tracker.update(state.step)
-            if before is not None:
-                metrics.record(
-                    state.step,
-                    epoch,
-                    step_loss,
-                    model,
-                    before,
-                    state.splits,
-                    batch,
-                    compute_s,
-                    local_grad_sq=[r.local_grad_sq for r in stats] if ranks.distributed else None,
-                )
-            if epoch_done and ranks.master and (state.step // steps_per_epoch) % max(1, p.epochs // 10) == 0:
-                done = state.step // steps_per_epoch
-                log(f"epoch {done}/{p.epochs} loss {state.losses[-1]:.4f} splits {state.splits}")
-            if p.balance_every and state.step % p.balance_every == 0 and ranks.distributed:
-                state.splits = rebalance(state.splits, [r.seconds_per_sample for r in stats], batch)
-            if any(r.stop for r in stats):
-                stop_with_checkpoint(state, checkpointer, ranks, device)
-            if (
-                epoch_done
-                and on_epoch is not None
-                and epoch_hook_stops(on_epoch, state, steps_per_epoch, model, ranks, device)
-            ):
-                stopped_at_epoch = state.step // steps_per_epoch
-                break
-            if state.step % p.checkpoint_every == 0 and state.step < total_steps:
-                blocked = time.perf_counter()
-                checkpoint(state, checkpointer, ranks, device, wait=sync_checkpoints)
-                blocked_s, saves = blocked_s + time.perf_counter() - blocked, saves + 1
-    if checkpointer is not None:
+        while state.step < total_steps and not _step(run):
+            pass
+    if run.checkpointer is not None:
         blocked = time.perf_counter()
-        checkpointer.close()  # the last write is part of the run's time
-        blocked_s += time.perf_counter() - blocked
-
+        run.checkpointer.close()  # the last write is part of the run's time
+        run.blocked_s += time.perf_counter() - blocked
     result = {
         "data_version": data_version,
         "rows": int(len(data)),
@@ -444,13 +429,66 @@ def run_training(
         "final_splits": state.splits,
         "partition_loads": data.cache.loads,
         "seconds": time.time() - t0,
-        "checkpoints": saves,
-        "checkpoint_blocked_s": blocked_s,
+        "checkpoints": run.saves,
+        "checkpoint_blocked_s": run.blocked_s,
         "n_parameters": sum(t.numel() for t in model.parameters()),
-        "stopped_at_epoch": stopped_at_epoch,
+        "stopped_at_epoch": run.stopped_at_epoch,
     }
     finish(result, model, store, ranks)
     return result
+
+
+def _step(run: _Run) -> bool:
+    """One global batch: gradients accumulated over this rank's slice, one optimizer step, the step's
+    statistics exchanged, then metrics, balancing, checkpoints. True when the training stops early."""
+    p, state, ranks, device, batch, model = run.p, run.state, run.ranks, run.device, run.batch, run.state.model
+    epoch, s = state.position(run.steps_per_epoch)
+    lo, hi = rank_slice(state.splits, ranks.rank)
+    xb, yb = (t.to(device, non_blocking=True) for t in run.data.rows(epoch, s * batch + lo, s * batch + hi))
+    logging = run.metrics.due(state.step, p.log_every)
+    before = [t.detach().clone() for t in model.parameters()] if logging else None
+    run.net.spread.start(logging)
+    started = time.perf_counter()
+    if run.on_micro_batch is not None:  # e.g. a benchmark's simulated slow rank: timed as compute
+        run.on_micro_batch(ranks.rank, len(xb))
+    state.optimizer.zero_grad(set_to_none=True)
+    # Scaled so that DDP's mean over ranks is the mean over the global batch, whatever the split.
+    loss_sum, ready = accumulate_gradients(
+        run.net.module, run.loss_fn, xb, yb, ranks.world / batch, p.micro_batch_size, run.net.no_sync, run.autocast
+    )
+    state.optimizer.step()
+    compute_s = ready - started  # this rank's own time (the last backward waits for the others)
+    stats = exchange_step_stats(
+        StepStats(loss_sum, run.stop.requested, compute_s / max(1, len(xb)), run.net.spread.local_sq), ranks, device
+    )
+    step_loss = sum(r.loss_sum for r in stats) / batch
+    epoch_done = state.finish_step(step_loss, batch, run.steps_per_epoch)
+    run.metrics.observe(step_loss)
+    if run.tracker is not None:  # 'training: step 120/400 (30%), 12.3 steps/s, ETA 23 s' in the task log
+        run.tracker.update(state.step)
+    if before is not None:
+        local_sq = [r.local_grad_sq for r in stats] if ranks.distributed else None
+        run.metrics.record(
+            state.step, epoch, step_loss, model, before, state.splits, batch, compute_s, local_grad_sq=local_sq
+        )
+    if epoch_done and ranks.master and (state.step // run.steps_per_epoch) % max(1, p.epochs // 10) == 0:
+        log(f"epoch {state.step // run.steps_per_epoch}/{p.epochs} loss {state.losses[-1]:.4f} splits {state.splits}")
+    if p.balance_every and state.step % p.balance_every == 0 and ranks.distributed:
+        state.splits = rebalance(state.splits, [r.seconds_per_sample for r in stats], batch)
+    if any(r.stop for r in stats):
+        stop_with_checkpoint(state, run.checkpointer, ranks, device)
+    if (
+        epoch_done
+        and run.on_epoch is not None
+        and epoch_hook_stops(run.on_epoch, state, run.steps_per_epoch, model, ranks, device)
+    ):
+        run.stopped_at_epoch = state.step // run.steps_per_epoch
+        return True
+    if state.step % p.checkpoint_every == 0 and state.step < run.total_steps:
+        blocked = time.perf_counter()
+        checkpoint(state, run.checkpointer, ranks, device, wait=run.sync_checkpoints)
+        run.blocked_s, run.saves = run.blocked_s + time.perf_counter() - blocked, run.saves + 1
+    return False
 
 
 def epoch_hook_stops(
