@@ -12,10 +12,10 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends git \
  && rm -rf /var/lib/apt/lists/*
 
-# Only what the server imports, each named with its constraints.txt pin (tests check that
-# they are equal), and the whole lock as constraints so every transitive dependency is the
-# tested one too. The project itself is not pip-installed: its pyproject names torch and
-# Airflow; PYTHONPATH finds tasks/ instead, with params.yaml and data_contracts/ beside it
+# Only what the server imports: the base and the [serve] extra of pyproject.toml, each named with
+# its constraints.txt pin (tests check both), and the whole lock as constraints so every
+# transitive dependency is the tested one too. The project itself is not pip-installed (the
+# source is copied, not built into a wheel); PYTHONPATH finds tasks/ instead, with params.yaml and data_contracts/ beside it
 # where tasks.core.settings.REPO_ROOT looks for them.
 WORKDIR /opt/sluice-app
 COPY constraints.txt ./
@@ -30,6 +30,7 @@ RUN pip install --no-cache-dir -c constraints.txt \
       "pydantic==2.14.4" \
       "pydantic-settings==2.16.3" \
       "PyYAML==6.0.4" \
+      "tenacity==9.2.1" \
       "prometheus_client==0.26.0" \
       "dvc==3.67.1" \
       "dvc-s3==3.3.0"
