@@ -22,9 +22,9 @@ from tasks.landing.batches import (
     note_failure,
     note_run,
     pending_batches,
-    quarantine_crashing_batch,
     stage,
 )
+from tasks.landing.quarantine import quarantine_crashing_batch
 from tasks.runner import step
 
 

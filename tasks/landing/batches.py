@@ -11,15 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import traceback
 from pathlib import Path
 from typing import Any
 
-from tasks.core.files import atomic_write_bytes, atomic_write_json, atomic_write_with
+from tasks.core.files import atomic_write_json, atomic_write_with
 from tasks.core.log import log
 from tasks.core.records import IngestRecord
-from tasks.core.settings import StateLayout, safe_run_id
+from tasks.core.settings import StateLayout
 
 LANDING_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*\.(csv|parquet)$")
 # Runs that may take a batch without consuming it (archived or quarantined) before the next run
@@ -99,51 +98,6 @@ def note_failure(layout: StateLayout, source: Path, run_id: str, exc: BaseExcept
         },
     ][-_KEEP_FAILURES:]
     _save_attempts(layout, attempts)
-
-
-def quarantine_crashing_batch(layout: StateLayout, source: Path, run_id: str) -> Path:
-    """Move a batch that MAX_BATCH_ATTEMPTS runs took without consuming to quarantine/<batch_id>/,
-    with a report naming those runs and the tracebacks ingest saw. Report first, then the move."""
-    entry = load_attempts(layout).get(source.name, {})
-    runs = [r for r in entry.get("runs", []) if r != run_id]
-    failures = entry.get("failures", [])
-    batch_id = source.stem
-    dest = layout.quarantine / batch_id
-    dest.mkdir(parents=True, exist_ok=True)
-    summary = (
-        f"batch {source.name} was taken by {len(runs)} runs ({', '.join(runs)}) that did not consume it "
-        f"(limit {MAX_BATCH_ATTEMPTS}): a step crashed on it, not a gate. "
-        + (
-            f"Last ingest error: {failures[-1]['error']}"
-            if failures
-            else "See those runs' task logs for the traceback."
-        )
-    )
-    report = {
-        "batch_id": batch_id,
-        "run_id": run_id,
-        "gate": "ingest",
-        "source": str(source),
-        "summary": summary,
-        "runs": runs,
-        "failures": failures,
-    }
-    if (dest / "report.json").exists():
-        try:
-            earlier = json.loads((dest / "report.json").read_text()).get("run_id") or "unknown"
-        except ValueError:
-            earlier = "unknown"
-        if earlier != run_id:
-            (dest / "report.json").rename(dest / f"report.{safe_run_id(earlier)}.json")
-    atomic_write_json(dest / "report.json", report)
-    atomic_write_bytes(
-        dest / "report.txt",
-        (summary + "\n" + "".join(f"\n--- run {f['run_id']} ---\n{f['traceback']}" for f in failures)).encode(),
-    )
-    shutil.move(str(source), dest / source.name)
-    forget_batch(layout, source.name)
-    log(f"quarantined {batch_id} at {dest} (gate ingest): {summary}")
-    return dest
 
 
 def stage(staged: Path, source: Path, found: dict[str, Any]) -> IngestRecord:

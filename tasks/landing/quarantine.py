@@ -16,7 +16,7 @@ from pathlib import Path
 from tasks.core.files import atomic_write_bytes, atomic_write_json, file_sha256
 from tasks.core.log import log
 from tasks.core.settings import Settings, StateLayout, safe_run_id
-from tasks.landing.batches import forget_batch
+from tasks.landing.batches import MAX_BATCH_ATTEMPTS, forget_batch, load_attempts
 
 
 def _link_or_copy(src: Path, dest: Path) -> None:
@@ -53,6 +53,18 @@ def move_without_replacing(src: Path, folder: Path) -> Path:
     )
 
 
+def keep_earlier_report(dest: Path, run_id: str) -> None:
+    """A batch quarantined again (after a re-admission) keeps its earlier report beside the new one."""
+    if not (dest / "report.json").exists():
+        return
+    try:
+        earlier = json.loads((dest / "report.json").read_text()).get("run_id") or "unknown"
+    except ValueError:
+        earlier = "unknown"
+    if earlier != run_id:
+        (dest / "report.json").rename(dest / f"report.{safe_run_id(earlier)}.json")
+
+
 def quarantine_batch(layout: StateLayout, run_id: str, batch_id: str, source: Path, gate: str, gate_result) -> Path:
     """Move a rejected batch to quarantine/<batch_id>/ beside the report of the contract that failed
     it (every failed expectation, observed vs expected, offending rows). Returns the folder."""
@@ -68,11 +80,7 @@ def quarantine_batch(layout: StateLayout, run_id: str, batch_id: str, source: Pa
         "summary": gate_result.summary,
         **full,
     }
-    # A batch quarantined again (after a re-admission) keeps its earlier report beside the new one.
-    if (dest / "report.json").exists():
-        earlier = json.loads((dest / "report.json").read_text())
-        if earlier.get("run_id") != run_id:
-            (dest / "report.json").rename(dest / f"report.{safe_run_id(earlier.get('run_id') or 'unknown')}.json")
+    keep_earlier_report(dest, run_id)
     # Report first, then the move: a kill in between leaves the batch waiting with its report
     # already written, and a re-run repeats both harmlessly.
     atomic_write_json(dest / "report.json", report)
@@ -141,3 +149,42 @@ def first_cause(report: dict) -> str:
 def listing_line(report: dict) -> str:
     """`python -m tasks.quarantine`'s line for one batch: its id, the gate that stopped it, its first cause."""
     return f"{report.get('batch_id')}\t{report.get('gate')}\t{first_cause(report)}"
+
+
+def quarantine_crashing_batch(layout: StateLayout, source: Path, run_id: str) -> Path:
+    """Move a batch that MAX_BATCH_ATTEMPTS runs took without consuming to quarantine/<batch_id>/,
+    with a report naming those runs and the tracebacks ingest saw. Report first, then the move."""
+    entry = load_attempts(layout).get(source.name, {})
+    runs = [r for r in entry.get("runs", []) if r != run_id]
+    failures = entry.get("failures", [])
+    batch_id = source.stem
+    dest = layout.quarantine / batch_id
+    dest.mkdir(parents=True, exist_ok=True)
+    summary = (
+        f"batch {source.name} was taken by {len(runs)} runs ({', '.join(runs)}) that did not consume it "
+        f"(limit {MAX_BATCH_ATTEMPTS}): a step crashed on it, not a gate. "
+        + (
+            f"Last ingest error: {failures[-1]['error']}"
+            if failures
+            else "See those runs' task logs for the traceback."
+        )
+    )
+    report = {
+        "batch_id": batch_id,
+        "run_id": run_id,
+        "gate": "ingest",
+        "source": str(source),
+        "summary": summary,
+        "runs": runs,
+        "failures": failures,
+    }
+    keep_earlier_report(dest, run_id)
+    atomic_write_json(dest / "report.json", report)
+    atomic_write_bytes(
+        dest / "report.txt",
+        (summary + "\n" + "".join(f"\n--- run {f['run_id']} ---\n{f['traceback']}" for f in failures)).encode(),
+    )
+    shutil.move(str(source), dest / source.name)
+    forget_batch(layout, source.name)
+    log(f"quarantined {batch_id} at {dest} (gate ingest): {summary}")
+    return dest
