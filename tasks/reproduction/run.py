@@ -285,6 +285,47 @@ def judge(weights: dict, outputs: dict, metrics: dict) -> tuple[str, list[str]]:
 
 
 # ---- the whole ----------------------------------------------------------------------------------
+def _recorded_artifacts(registry: Any, version: str, plan: Any, folder: Path) -> dict[str, Path]:
+    """The registered torch, fp32 and served files of `version`, copied into `folder`."""
+    folder.mkdir()
+    recorded = {}
+    for name, artifact in (("torch", "model.pt"), ("fp32", "model.fp32.onnx"), ("served", plan.served_artifact)):
+        recorded[name] = folder / artifact
+        recorded[name].write_bytes(registry.read_model_artifact(version, artifact))
+    return recorded
+
+
+def verdict_summary(version: str, verdict: str, diffs: list[str], changed: list[dict[str, Any]]) -> str:
+    """One line: the verdict, what differs, and which recorded inputs differed (or that none did)."""
+    summary = f"{version}: {verdict}"
+    if diffs:
+        summary += "; differs in " + ", ".join(diffs)
+    if changed:
+        summary += "; inputs that differed: " + ", ".join(
+            f"{c['input']} {c['recorded']} -> {c['now']}" for c in changed
+        )
+    elif verdict != "identical":
+        summary += "; no recorded input differed"
+    if verdict == "within tolerance":
+        summary += f" (tolerance: metrics {TOLERANCE['metrics']:g}, fp32 outputs {TOLERANCE['fp32_outputs']:g})"
+    return summary
+
+
+def _reproduce_parents(
+    settings: Settings, plan: Any, depth: int, work: Path, repo: Path, who: str | None
+) -> tuple[list[dict[str, Any]], str | None]:
+    """With depth > 0, reproduce the warm-start parent first and start from its rebuilt weights:
+    (the parents' verdicts, nearest first; what training starts from). Else the recorded parent."""
+    if not (plan.warm_start and depth > 0):
+        return [], plan.warm_start
+    parent = reproduce_model(settings, plan.warm_start, depth=depth - 1, work_dir=work, repo=repo, audit=False, who=who)
+    parents = [
+        {"model_version": parent.model_version, "verdict": parent.verdict, "summary": parent.summary},
+        *parent.parents,
+    ]
+    return parents, str(Path(parent.out) / "train" / "model.pt")
+
+
 def reproduce_model(
     settings: Settings,
     version: str,
@@ -311,26 +352,10 @@ def reproduce_model(
     work = Path(work_dir or settings.layout.runs / "reproduce" / version)
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    parents: list[dict[str, Any]] = []
-    init_from = plan.warm_start
-    if plan.warm_start and depth > 0:
-        parent = reproduce_model(
-            settings, plan.warm_start, depth=depth - 1, work_dir=work / "parent", repo=repo, audit=False, who=who
-        )
-        parents = [
-            {"model_version": parent.model_version, "verdict": parent.verdict, "summary": parent.summary},
-            *parent.parents,
-        ]
-        init_from = str(Path(parent.out) / "train" / "model.pt")
+    parents, init_from = _reproduce_parents(settings, plan, depth, work / "parent", repo, who)
     world = world_size or plan.world_size
     device = pick_device(plan)
-
-    recorded_dir = work / "recorded"
-    recorded_dir.mkdir()
-    recorded = {}
-    for name, artifact in (("torch", "model.pt"), ("fp32", "model.fp32.onnx"), ("served", plan.served_artifact)):
-        recorded[name] = recorded_dir / artifact
-        recorded[name].write_bytes(registry.read_model_artifact(version, artifact))
+    recorded = _recorded_artifacts(registry, version, plan, work / "recorded")
     with worktree(Path(repo), plan.commit) as tree:
         train_in_worktree(settings, plan, tree, work / "train", world, device, init_from)
         rebuild_in_worktree(settings, plan, tree, work / "train" / "model.pt", work / "compress")
@@ -344,17 +369,7 @@ def reproduce_model(
     outputs, metrics = compare_outputs(settings, plan, recorded, reproduced)
     verdict, diffs = judge(weights, outputs, metrics)
     changed = inputs_differed(plan, world, device)
-    summary = f"{version}: {verdict}"
-    if diffs:
-        summary += "; differs in " + ", ".join(diffs)
-    if changed:
-        summary += "; inputs that differed: " + ", ".join(
-            f"{c['input']} {c['recorded']} -> {c['now']}" for c in changed
-        )
-    elif verdict != "identical":
-        summary += "; no recorded input differed"
-    if verdict == "within tolerance":
-        summary += f" (tolerance: metrics {TOLERANCE['metrics']:g}, fp32 outputs {TOLERANCE['fp32_outputs']:g})"
+    summary = verdict_summary(version, verdict, diffs, changed)
     log(f"reproduce {summary}")
     audit_commit = None
     if audit:
