@@ -93,7 +93,7 @@ def cmd_down(settings: Settings) -> int:
 def cmd_status(settings: Settings) -> int:
     """The services' state (the exit code: 0 running, 1 degraded, 3 down), then the pipeline's."""
     code = _services_status(settings)
-    from ops.pipeline_state import read_state, state_lines
+    from tasks.monitoring.pipeline_state import read_state, state_lines
 
     try:
         print("\n" + "\n".join(state_lines(read_state(settings))))

@@ -6,14 +6,16 @@ a request with no token is 401, one with an invalid token 403. The token is the 
 Bearer` header (the REST API's token) or the `_token` cookie that Airflow's login sets, which the UI's
 frame sends along.
 
-    GET /sluice/                          the page (HTML)
-    GET /sluice/api/overview              the same data as JSON
+    GET /sluice/                          the page (HTML: tasks/monitoring/pipeline_state.py's read model,
+                                          drawn by sluice_ui/page.py)
+    GET /sluice/api/overview              the same read model as JSON
     GET /sluice/runs/<folder>/report.html a run's report (tasks/monitoring/html_report.py)
     GET /sluice/model-cards/<file>        a model card, model-vN.html or .md
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from fastapi import Depends, FastAPI, HTTPException, Request
@@ -21,10 +23,13 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
 from tasks.core.files import json_safe
 from tasks.core.settings import Settings
-from tasks.monitoring.html_report import REPORT_NAME
 from tasks.monitoring.model_card import card_dir
+from tasks.monitoring.pipeline_state import REPORT_NAME, read_state
 
-from .overview import CARD_FILE, RUN_FOLDER, overview, render_page
+from .page import render_page
+
+RUN_FOLDER = re.compile(r"^[A-Za-z0-9._~-]+$")  # what safe_run_id makes (tasks/core/settings.py)
+CARD_FILE = re.compile(r"^model-v[0-9]+\.(html|md)$")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -41,11 +46,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @app.get("/", response_class=HTMLResponse)
     def page(request: Request) -> HTMLResponse:
-        return HTMLResponse(render_page(overview(current()), request.scope.get("root_path", "")))
+        return HTMLResponse(render_page(read_state(current()), request.scope.get("root_path", "")))
 
     @app.get("/api/overview")
     def api_overview() -> JSONResponse:
-        return JSONResponse(json_safe(overview(current())))
+        return JSONResponse(json_safe(read_state(current())))
 
     @app.get("/runs/{folder}/" + REPORT_NAME)
     def report(folder: str) -> FileResponse:

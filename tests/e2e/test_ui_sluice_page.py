@@ -33,11 +33,12 @@ ARTIFACTS = REPO_ROOT / ".sluice" / "test-artifacts"  # git-ignored; kept after 
 
 
 def _ui():
+    """The page's module (sluice_ui/page.py), imported the way the plugin imports it."""
     if str(PLUGINS) not in sys.path:
         sys.path.insert(0, str(PLUGINS))
-    from sluice_ui import overview
+    from sluice_ui import page
 
-    return overview
+    return page
 
 
 def test_plugin_file_is_light_at_import():
@@ -56,6 +57,7 @@ def test_plugin_file_is_light_at_import():
 
 
 def test_overview_from_a_real_registry_and_store(tmp_path_factory, monkeypatch):
+    from tasks.monitoring.pipeline_state import read_state
     from tasks.monitoring.store import Alert, CostLine, MetricsStore
     from tests.monitoring.test_model_card import HOSTILE, build_registry
 
@@ -71,7 +73,7 @@ def test_overview_from_a_real_registry_and_store(tmp_path_factory, monkeypatch):
         costs=[CostLine("compute", "cpu_hour", 0.5, "cpu-hour", 0.05, 0.025, "2026-11-30")],
         alerts=[Alert("p99_latency", "warning", f"p99 41 ms over 20 ms {HOSTILE}")],
     )
-    data = ui.overview(settings)
+    data = read_state(settings)
     assert data["errors"] == {}
     assert data["serving"] == {
         "champion": "model-v1",
@@ -89,20 +91,84 @@ def test_overview_from_a_real_registry_and_store(tmp_path_factory, monkeypatch):
         ("data-v1", False, 20),
     ]
     assert data["costs"] == [{"day": "2026-11-30", "billed": 0.025, "waste": 0.0, "avoided": 0.0}]
+    assert data["trends"]["quality_by_model"] == [
+        {"version": "model-v1", "stage": "prod", "test_roc_auc": 0.85, "online_roc_auc": None},
+        {"version": "model-v2", "stage": "canary", "test_roc_auc": 0.85, "online_roc_auc": None},
+    ]
+    assert data["trends"]["cost_by_day"] == [
+        {"day": "2026-11-30", "compute": 0.025, "storage": 0.0, "labor": 0.0, "waste": 0.0, "avoided": 0.0}
+    ]
     html = ui.render_page(data, "/sluice")
     assert "challenger <b>model-v2</b> at 25%" in html and "champion <b>model-v1</b> at 75%" in html
-    assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+    assert "<script" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
     assert '<table id="runs">' in html and "none yet" in html  # no run wrote a summary in this home
+    # The trends as charts: quality per version drawn; no serving day or labeled night yet, each said so.
+    assert 'aria-label="served quality by model version"' in html and "gold test ROC AUC (served ONNX)" in html
+    assert "<title>2026-11-30 compute: 0.025</title>" in html
+    assert "no serving day recorded yet" in html and "no run has labeled a batch yet" in html
+
+
+def test_trends_from_the_daily_reports_serving_rows_and_the_runs_label_counts(settings):
+    """Requests and p99 per day come from the rows the daily cost report's record feeds (feed.cost_report);
+    labels per night from the runs' summaries (label_counts per source)."""
+    import json
+    from datetime import datetime, timezone
+
+    from tasks.core.records import CostReportRecord
+    from tasks.monitoring.feed import RunInfo, cost_report
+    from tasks.monitoring.pipeline_state import read_state
+    from tasks.monitoring.store import MetricsStore
+
+    store = MetricsStore.open(settings)
+    for day, requests, p99 in (("2026-11-28", 400, 5.0), ("2026-11-30", 700, 7.5)):
+        served = {
+            "champion": {
+                "requests": requests,
+                "error_rate": 0.0,
+                "p50_ms": 1.0,
+                "p99_ms": p99,
+                "requests_per_s": 0.01,
+                "online_roc_auc": 0.91,
+                "model_versions": ["model-v1"],
+            }
+        }
+        rec = CostReportRecord(day=day, currency="USD", total=1.0, by_kind={}, previous_day="2026-11-27",
+                               previous_total=None, change=None, biggest=[], waste=0.0, avoided=0.0, runs=1,
+                               alerts=[], report_txt="", report_json="", serving=served)  # fmt: skip
+        info = RunInfo(run_dir=settings.home, ended=datetime.now(timezone.utc), prices=None)
+        store.record(f"cost_report__{day}", "cost_report", metrics=cost_report(rec, info).metrics)
+    for run, gold, weak in (("run-a", 12, 430), ("run-b", 8, 300)):
+        folder = settings.layout.runs / run
+        folder.mkdir(parents=True)
+        counts = {"gold": {"rows": gold}, "weak": {"rows": weak}, "none": {"rows": 5}}
+        summary = {"run_id": run, "outcome": "deployed model-v1", "labeling": {"label_counts": counts}}
+        (folder / "summary.json").write_text(json.dumps(summary))
+
+    trends = read_state(settings)["trends"]
+    assert [(d["day"], d["variants"]) for d in trends["serving_by_day"]] == [
+        ("2026-11-28", {"champion": {"model_version": "model-v1", "requests": 400.0, "p99_ms": 5.0}}),
+        ("2026-11-29", {}),  # a day without serving is a gap, not left out
+        ("2026-11-30", {"champion": {"model_version": "model-v1", "requests": 700.0, "p99_ms": 7.5}}),
+    ]
+    (night,) = trends["labels_by_night"]  # both runs ran today
+    assert (night["gold"], night["weak"]) == (20, 730)
+    html = _ui().render_page(read_state(settings), "/sluice")
+    assert "<title>2026-11-30 champion: 700</title>" in html and "champion: 2 points, last 7.5" in html
+    assert f"<title>{night['day']} gold: 20</title>" in html and f"<title>{night['day']} weak: 730</title>" in html
+    assert "Held labels are not shown" in html
 
 
 def test_a_part_that_cannot_be_read_is_named_on_the_page(settings):
+    from tasks.monitoring.pipeline_state import read_state
+
     ui = _ui()
     settings.layout.runs.mkdir(parents=True)
     (settings.layout.runs / "r1").mkdir()
     (settings.layout.runs / "r1" / "summary.json").write_text("{not json")
-    data = ui.overview(settings)
+    data = read_state(settings)
     assert data["errors"]["runs"].startswith("JSONDecodeError")
     assert "runs could not be read: JSONDecodeError" in ui.render_page(data, "/sluice")
+    assert not (settings.layout.monitoring / "metrics.sqlite").exists()  # a page view creates no store
 
 
 # ---- run from tests/e2e/test_rest_api_e2e.py, on its services after its nightly runs -----------------
