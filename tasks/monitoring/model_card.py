@@ -10,7 +10,8 @@ labeling statistics), the data contracts it passed, the labeling functions, metr
 test: torch, fp32 ONNX, served ONNX) and per slice (gold dev), the compression chain, how to
 reproduce it, and the limits of those figures.
 
-`card_blocks` is pure; `render_markdown` / `render_html` turn its blocks into text.
+`card_blocks` is pure; `render_markdown` / `render_html` turn its blocks into text (the HTML through the
+rendering layer: tasks/rendering/templates/model_card.html, with a per-slice chart).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 from tasks.core.files import atomic_write_text
 
 QUALITY_KEYS = ("roc_auc", "f1", "precision", "recall", "accuracy", "n")
-Block = tuple  # ("h2", text) | ("p", text) | ("table", header, rows)
+Block = tuple  # ("h1" | "h2" | "p", text) | ("table", header, rows) | ("chart", {labels, series, title})
 
 
 def card_dir(settings: Any) -> Path:
@@ -51,13 +52,10 @@ def _quality_rows(named: dict[str, dict[str, Any] | None]) -> list[list[str]]:
     return [[name, *(_v((q or {}).get(k)) for k in QUALITY_KEYS)] for name, q in named.items() if q]
 
 
-def card_blocks(info: dict[str, Any], data: dict[str, Any] | None, stage: str | None) -> list[Block]:
-    """The card's content from the model version's record, its data version's record and its stage."""
-    data = data or {}
-    version = info.get("version", "?")
-    comp = info.get("compression") or {}
-    train = info.get("train") or {}
-    blocks: list[Block] = [
+def _details(info: dict[str, Any], stage: str | None) -> list[Block]:
+    version, comp = info.get("version", "?"), info.get("compression") or {}
+    sha = ((info.get("artifacts") or {}).get(comp.get("artifact") or "") or {}).get("sha256", "-")
+    return [
         ("h1", f"Model card: {version}"),
         (
             "p",
@@ -77,13 +75,15 @@ def card_blocks(info: dict[str, Any], data: dict[str, Any] | None, stage: str | 
                 ["parent model (warm start)", info.get("parent_model") or "none: trained from scratch"],
                 ["code commit", info.get("code_commit")],
                 ["params hash", info.get("params_hash")],
-                [
-                    "served artifact",
-                    f"{comp.get('artifact')} sha256 "
-                    f"{((info.get('artifacts') or {}).get(comp.get('artifact') or '') or {}).get('sha256', '-')}",
-                ],
+                ["served artifact", f"{comp.get('artifact')} sha256 {sha}"],
             ],
         ),
+    ]
+
+
+def _training_data(info: dict[str, Any], data: dict[str, Any]) -> list[Block]:
+    train = info.get("train") or {}
+    return [
         ("h2", "Training data"),
         (
             "table",
@@ -110,6 +110,12 @@ def card_blocks(info: dict[str, Any], data: dict[str, Any] | None, stage: str | 
         )
         if data.get("contracts")
         else ("p", "No contract hashes recorded with this data version."),
+    ]
+
+
+def _labeling(data: dict[str, Any]) -> list[Block]:
+    votes = lambda r: "/".join({0: "ham", 1: "spam"}.get(p, str(p)) for p in r.get("polarity") or []) or "-"  # noqa: E731
+    return [
         ("h2", "Labeling functions"),
         (
             "p",
@@ -120,25 +126,34 @@ def card_blocks(info: dict[str, Any], data: dict[str, Any] | None, stage: str | 
             "table",
             ["LF", "polarity", "coverage", "overlaps", "conflicts", "dev accuracy"],
             [
-                [
-                    r.get("lf"),
-                    "/".join({0: "ham", 1: "spam"}.get(p, str(p)) for p in r.get("polarity") or []) or "-",
-                    _v(r.get("coverage")),
-                    _v(r.get("overlaps")),
-                    _v(r.get("conflicts")),
-                    _v(r.get("dev_accuracy")),
-                ]
+                [r.get("lf"), votes(r), *(_v(r.get(k)) for k in ("coverage", "overlaps", "conflicts", "dev_accuracy"))]
                 for r in data.get("lf_analysis") or []
             ],
         ),
+    ]
+
+
+def _metrics(info: dict[str, Any]) -> list[Block]:
+    comp = info.get("compression") or {}
+    slices = {"overall": comp.get("dev"), **(comp.get("dev_slices") or {})}
+    drawn = {k: q for k, q in slices.items() if q}
+    chart = {
+        "labels": list(drawn),
+        "series": {k: [(q or {}).get(k) for q in drawn.values()] for k in ("roc_auc", "f1")},
+        "title": "served model on the gold dev set, per slice",
+    }
+    return [
         ("h2", "Metrics overall (gold test set)"),
         ("table", ["model", *QUALITY_KEYS], _quality_rows(info.get("metrics") or {})),
         ("h2", "Metrics per slice (gold dev set, served model)"),
-        (
-            "table",
-            ["slice", *QUALITY_KEYS],
-            _quality_rows({"overall": comp.get("dev"), **(comp.get("dev_slices") or {})}),
-        ),
+        ("table", ["slice", *QUALITY_KEYS], _quality_rows(slices)),
+        *([("chart", chart)] if drawn else []),
+    ]
+
+
+def _compression(info: dict[str, Any]) -> list[Block]:
+    comp = info.get("compression") or {}
+    return [
         ("h2", "Compression chain"),
         (
             "table",
@@ -155,6 +170,11 @@ def card_blocks(info: dict[str, Any], data: dict[str, Any] | None, stage: str | 
             f"Chosen {comp.get('chosen')}: {_v(comp.get('bytes'))} B (fp32 {_v(comp.get('fp32_bytes'))} B), "
             f"batch-1 latency {_v(comp.get('latency_b1_ms'))} ms, fp32 parity {_v(comp.get('parity_max_abs'))}.",
         ),
+    ]
+
+
+def _closing(version: str) -> list[Block]:
+    return [
         ("h2", "Reproduce"),
         (
             "p",
@@ -169,7 +189,19 @@ def card_blocks(info: dict[str, Any], data: dict[str, Any] | None, stage: str | 
             "before accuracy.",
         ),
     ]
-    return blocks
+
+
+def card_blocks(info: dict[str, Any], data: dict[str, Any] | None, stage: str | None) -> list[Block]:
+    """The card's content from the model version's record, its data version's record and its stage."""
+    data = data or {}
+    return [
+        *_details(info, stage),
+        *_training_data(info, data),
+        *_labeling(data),
+        *_metrics(info),
+        *_compression(info),
+        *_closing(info.get("version", "?")),
+    ]
 
 
 def render_markdown(blocks: list[Block]) -> str:
@@ -188,27 +220,25 @@ def render_markdown(blocks: list[Block]) -> str:
             out += ["| " + " | ".join(map(cell, header)) + " |", "|" + " --- |" * len(header)]
             out += ["| " + " | ".join(map(cell, r)) + " |" for r in rows] or ["| (none) |" + " |" * (len(header) - 1)]
             out.append("")
-    return "\n".join(out)
+    return "\n".join(out)  # a chart block has no markdown form: its table is beside it
 
 
 def render_html(blocks: list[Block]) -> str:
-    out: list[str] = []
-    title = next((b[1] for b in blocks if b[0] == "h1"), "Model card")
+    """The card as HTML (tasks/rendering/templates/model_card.html); a chart block drawn as an inline SVG."""
+    from tasks.rendering import plots
+    from tasks.rendering.html import render
+
+    drawn = []
     for b in blocks:
-        if b[0] in ("h1", "h2", "p"):
-            out.append(f"<{b[0]}>{escape(str(b[1]))}</{b[0]}>")
+        if b[0] == "chart":
+            c = b[1]
+            drawn.append(("chart", plots.bar_chart(c["labels"], c["series"], c["title"], y_max=1.0, height=2.8)))
         elif b[0] == "table":
-            head = "".join(f"<th>{escape(_v(h))}</th>" for h in b[1])
-            body = "".join("<tr>" + "".join(f"<td>{escape(_v(c))}</td>" for c in r) + "</tr>" for r in b[2])
-            out.append(f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>")
-    style = (
-        "body{font-family:sans-serif;margin:1.5em auto;max-width:60em;color:#222}"
-        "table{border-collapse:collapse;font-size:.85em} td,th{border:1px solid #ddd;padding:2px 6px;text-align:left}"
-    )
-    return (
-        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{escape(str(title))}</title>'
-        f"<style>{style}</style></head><body>{''.join(out)}</body></html>\n"
-    )
+            drawn.append(("table", b[1], [[_v(c) for c in r] for r in b[2]]))
+        else:
+            drawn.append(b)
+    title = next((b[1] for b in blocks if b[0] == "h1"), "Model card")
+    return render("model_card.html", title=title, blocks=drawn)
 
 
 def write_model_card(settings: Any, version: str) -> dict[str, Path]:

@@ -53,3 +53,8 @@ def environment() -> jinja2.Environment:
 def render(template: str, **context: Any) -> str:
     """The named template (under templates/) rendered with `context`."""
     return environment().get_template(template).render(**context)
+
+
+def macro(template: str, name: str) -> Any:
+    """A macro of a template (under templates/), to render one piece on its own: `macro(...)(data)`."""
+    return getattr(environment().get_template(template).module, name)

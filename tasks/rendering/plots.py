@@ -31,6 +31,7 @@ COLOURS = ["#4477aa", "#ee6677", "#228833", "#ccbb44", "#66ccee", "#aa3377", "#b
 MAX_POINTS = 400  # per line series: a long run is drawn from every k-th point (its shape, a bounded file)
 MAX_LABELLED_BARS = 16  # up to this many bars, each bar's value is written above it
 MAX_TICKS = 12  # category labels under an x axis (every k-th beyond)
+MIN_SLOTS = 4  # a bar chart is laid out for at least this many groups
 WIDTH = 7.5  # inches (about 720 px at the browser's 96 px per inch)
 RC: dict[str, Any] = {
     "svg.hashsalt": "sluice",  # fixed: clip-path and marker ids depend only on the figure
@@ -150,7 +151,11 @@ def bar_chart(
             elif len(labels) * n <= MAX_LABELLED_BARS:
                 ax.bar_label(bars, labels=["" if math.isnan(v) else fmt(v) for v in vs], fontsize=7, padding=2)
         _ticks(ax, range(len(labels)), labels)
-        ax.set_ylim(0, y_max if y_max is not None else None)
+        slots = max(len(labels), MIN_SLOTS)  # a chart of one or two groups keeps bars of a usual width
+        ax.set_xlim(-0.5 - (slots - len(labels)) / 2, len(labels) - 0.5 + (slots - len(labels)) / 2)
+        if y_max is not None:  # headroom for the value written above a full bar
+            ax.set_ylim(0, y_max * 1.08)
+            ax.set_yticks([y_max * i / 5 for i in range(6)])
         ax.set_ylabel(y_label)
         ax.set_title(title)
         if not drawn:
@@ -172,6 +177,7 @@ def line_chart(
     """One line per series over the same x values (numbers, dates, or labels kept in order); None or
     NaN is a gap. Raises ValueError when there is nothing to draw."""
     import matplotlib
+    from matplotlib.ticker import MaxNLocator
 
     xs = list(xs)
     if not xs or not any(_finite(v) for vs in series.values() for v in vs):
@@ -196,6 +202,8 @@ def line_chart(
             tips[f"{prefix}-{si}"] = f"{name}: {few} points, last {fmt(last)}"
         if categorical:
             _ticks(ax, at, xs)
+        elif all(isinstance(x, int) or (isinstance(x, float) and x.is_integer()) for x in xs):
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps, samples: no 1.25
         ax.set_xlabel(x_label)
         ax.set_ylabel(y_label)
         ax.set_title(title)
@@ -210,16 +218,17 @@ def scatter_chart(
     x_label: str,
     y_label: str,
     front: Sequence[tuple[float, float]] = (),
-    front_label: str = "Pareto front",
+    front_label: str | None = "Pareto front",
     log_x: bool = False,
     emphasis: str | None = None,
     width: float = WIDTH,
     height: float = 4.6,
 ) -> Markup:
     """Points coloured by group (`colours`: group -> colour, also the legend's order), each labelled;
-    `front` joined by a dashed line; the `emphasis` group drawn larger (the chosen one)."""
+    `front` joined by a dashed line (in the legend as `front_label`, unless None); the `emphasis` group
+    drawn larger (the chosen one)."""
     import matplotlib
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
 
     prefix, tips = _prefix("scatter", title, [(p.x, p.y, p.group) for p in points]), {}
     with matplotlib.rc_context(RC):
@@ -228,7 +237,7 @@ def scatter_chart(
         ax.grid(True, axis="both")
         if len(front) > 1:
             fx, fy = zip(*sorted(front))
-            ax.plot(fx, fy, ls="--", lw=1, color=COLOURS[0], label=front_label)
+            ax.plot(fx, fy, ls="--", lw=1, color=COLOURS[0], label=front_label or "_")
         seen: set[str] = set()
         for i, p in enumerate(points):
             big = p.group == emphasis
@@ -242,9 +251,11 @@ def scatter_chart(
             tips[gid] = p.tip or p.label
             if p.label:
                 ax.annotate(p.label, (p.x, p.y), xytext=(5, 4), textcoords="offset points", fontsize=7)
-        if log_x:
+        if log_x:  # ticks at 1, 2 and 5 x 10^k, written in full (5,000 rather than 5 x 10^3)
             ax.set_xscale("log")
+            ax.xaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
             ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:,.0f}"))
+            ax.xaxis.set_minor_formatter(NullFormatter())
         handles, labels = ax.get_legend_handles_labels()
         order = {g: k for k, g in enumerate([front_label, *colours])}
         pairs = sorted(zip(labels, handles), key=lambda lh: order.get(lh[0], len(order)))

@@ -33,10 +33,18 @@ def test_front_and_choice():
 
 
 def test_plot_marks_the_chosen_trial(tmp_path):
+    import re
+
     svg = pareto_svg(ROWS, 2, tmp_path / "p.svg", "study s").read_text()
     assert svg.startswith("<svg") and svg.rstrip().endswith("</svg>")
-    assert svg.count("<circle") == 5 + 4  # five trials with values, four legend dots
-    assert 'r="7" fill="#228833"><title>trial 2 (COMPLETE)' in svg
+    # five trials with values, each a point with its hover text, in its legend group
+    points = {t: g for g, t in re.findall(r'<g id="c[0-9a-f]+-([a-z-]+)-\d+"><title>trial (\d+) ', svg)}
+    assert points == {
+        "2": "chosen", "0": "pareto-front", "1": "pareto-front", "3": "completed", "4": "pruned-last-value-"
+    }  # fmt: skip
+    assert "<title>trial 2 (COMPLETE): ROC AUC 0.9490" in svg
+    for legend in ("chosen", "Pareto front", "completed", "pruned (last value)"):
+        assert f">{legend}</text>" in svg, legend
 
 
 def test_trial_pod_renders_to_a_valid_restricted_pod():
