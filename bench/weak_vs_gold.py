@@ -155,7 +155,10 @@ def measure(
             x_gold, x_weak = featurize(gold), featurize(pool)[covered]
             gold_only = fit_and_score(x_gold, gold_targets(y), x_test, y_test, tp)
             weak_only = fit_and_score(x_weak, weak_targets(out.prob, 1.0), x_test, y_test, tp)
-            choice = choose_weak_weight(gold, y, pool, make_lfs, featurize, wp, train_on_judge_folds=True)
+            lm_auc = out.quality["label_model"]["roc_auc"]
+            choice = choose_weak_weight(
+                gold, y, pool, make_lfs, featurize, wp, train_on_judge_folds=True, label_model_auc=lm_auc
+            )
             x_abstained = featurize(pool)[~covered]  # the rows self-training pseudo-labels
             first = None  # the weak plus gold fit's P(spam) on [abstained rows; test rows]
             if choice.weight == 0:

@@ -170,6 +170,8 @@ def training_label_lines(lab: dict[str, Any]) -> list[str]:
             + ", ".join(f"{w}: {v:.3f}" for w, v in auc.items())
             + ")"
         )
+        if choice.get("fold_se"):  # why this weight: the one-standard-error rule's reasoning
+            lines.append(f"                 chosen because: {choice['reason']}")
     elif choice.get("reason"):
         lines.append(f"                 weak weight: {choice['reason']}")
     return lines

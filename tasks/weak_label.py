@@ -61,7 +61,8 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     gold = np.full(len(batch), np.nan)
     if p.mix != "weak_only" and p.gold_budget > 0:
         gold = replayed_gold(batch, ds, p.gold_budget, p.seed, held_out)
-    choice = weak_weight_for(batch[~held_out], gold[~held_out], dev, y_dev, module.make_lfs, ds.featurize, ctx)
+    lm_auc = out.quality["label_model"]["roc_auc"]  # the label model's dev quality: which way the choice leans
+    choice = weak_weight_for(batch[~held_out], gold[~held_out], dev, y_dev, module.make_lfs, ds.featurize, ctx, lm_auc)
     labels = hold_out(training_labels(out.prob, gold, p.mix, choice.weight), held_out)
     counts = label_counts(labels)
     log(
@@ -98,12 +99,19 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
         mix=p.mix,
         gold_budget=p.gold_budget,
         weak_weight=choice.weight,
-        weak_weight_choice={"fold_auc": choice.fold_auc, "folds": choice.folds, "reason": choice.reason},
+        weak_weight_choice={
+            "fold_auc": choice.fold_auc,
+            "fold_se": choice.fold_se,
+            "folds": choice.folds,
+            "reason": choice.reason,
+        },
         label_counts=counts,
     )
 
 
-def weak_weight_for(batch, gold, dev, y_dev, make_lfs, featurize, ctx: StepContext) -> WeightChoice:
+def weak_weight_for(
+    batch, gold, dev, y_dev, make_lfs, featurize, ctx: StepContext, label_model_auc: float
+) -> WeightChoice:
     """weak_label.weak_weight, or with `auto` the weight chosen on gold dev folds: the labeling rebuilt
     from the other folds, the end model trained on the batch's gold rows plus its weak rows, judged
     on the held-out dev fold (the dev set itself is never trained on by the nightly model)."""
@@ -125,8 +133,12 @@ def weak_weight_for(batch, gold, dev, y_dev, make_lfs, featurize, ctx: StepConte
         p,
         train_on_judge_folds=False,
         fixed_gold=fixed,
+        label_model_auc=label_model_auc,
     )
-    log(f"weak weight {choice.weight:g} on {choice.folds} gold dev folds: ROC AUC by weight {choice.fold_auc}")
+    log(
+        f"weak weight {choice.weight:g} on {choice.folds} gold dev folds: ROC AUC by weight {choice.fold_auc}, "
+        f"SE of the difference from the best {choice.fold_se}; {choice.reason}"
+    )
     return choice
 
 

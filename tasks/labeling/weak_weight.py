@@ -3,8 +3,16 @@
 For each fold of the judging gold rows, the labeling is rebuilt from the other folds only (the
 LFs that learn from gold, the label model and its choice), a model is trained with the weak rows
 at each candidate weight, and the pooled out-of-fold scores are judged by ROC AUC: no gold row
-judges labels or a model it helped make. Weight 0 is the model without weak labels, so a positive
-weight is kept only where it beats it on the folds.
+judges labels or a model it helped make. Weight 0 is the model without weak labels.
+
+The choice must not flip on noise (a few gold rows a night make the folds' ROC AUCs differ by
+less than their spread): the cross-validation is repeated (`weak_weight_repeats`, reshuffled
+folds) and the scores averaged, then the one-standard-error rule. Every candidate whose pooled out-of-fold
+ROC AUC is within `weak_weight_se` standard errors of the best one's (the standard error of the
+paired difference, by a bootstrap of the judging rows) is as good as the best; among those, the
+label model's own dev quality says which way to lean: toward the weak labels (the largest such
+weight) when its dev ROC AUC reaches `trust_label_model_auc`, away from them (the smallest) when
+it does not.
 
 The judge model is a fast proxy of the end model: a logistic regression on the same features
 with the same targets (soft labels as two weighted rows, the noise-aware loss of a linear model),
@@ -41,6 +49,7 @@ class WeightChoice:
     fold_auc: dict[str, float] = field(default_factory=dict)  # candidate weight (as text) -> out-of-fold ROC AUC
     folds: int = 0
     reason: str = ""
+    fold_se: dict[str, float] = field(default_factory=dict)  # candidate -> bootstrap SE of (best - it)
 
     @property
     def gain(self) -> float | None:
@@ -149,11 +158,13 @@ def choose_weak_weight(
     fixed_gold: tuple[pd.DataFrame, np.ndarray] | None = None,
     candidates: tuple[float, ...] = CANDIDATES,
     folds: int = FOLDS,
+    label_model_auc: float | None = None,
 ) -> WeightChoice:
-    """The candidate weight with the best ROC AUC of the pooled out-of-fold scores over `folds`
-    stratified folds of `judge` (ties go to the smaller weight). `pool`: the rows that get weak labels; `fixed_gold`:
-    gold rows the end model always trains on; `train_on_judge_folds`: the in-fold judging rows
-    train it too (the benchmark, where the k% gold rows are the only gold)."""
+    """The candidate weight by the one-standard-error rule (`one_se_choice`) over the ROC AUCs of the
+    pooled out-of-fold scores on `folds` stratified folds of `judge`. `pool`: the rows that get weak
+    labels; `fixed_gold`: gold rows the end model always trains on; `train_on_judge_folds`: the
+    in-fold judging rows train it too (the benchmark, where the k% gold rows are the only gold);
+    `label_model_auc`: the label model's dev ROC AUC (which way the rule leans)."""
     from sklearn.metrics import roc_auc_score
 
     y_judge = np.asarray(y_judge).astype(int)
@@ -162,17 +173,98 @@ def choose_weak_weight(
         return WeightChoice(
             max(candidates), reason=f"{smallest} gold row(s) of a class: too few to judge, weak labels kept"
         )
+    oof = mean_scores(
+        out_of_fold_scores(
+            judge, y_judge, pool, make_lfs, featurize, wp, train_on_judge_folds, fixed_gold, candidates, folds
+        )
+    )
+    # One ROC AUC over the pooled out-of-fold scores: steadier than a mean of small folds' AUCs.
+    auc = {w: float(roc_auc_score(y_judge, oof[w])) for w in candidates}
+    return one_se_choice(y_judge, oof, auc, wp, label_model_auc, folds)
+
+
+def out_of_fold_scores(
+    judge: pd.DataFrame,
+    y_judge: np.ndarray,
+    pool: pd.DataFrame,
+    make_lfs: Callable,
+    featurize: Callable,
+    wp: WeakLabelParams,
+    train_on_judge_folds: bool,
+    fixed_gold: tuple[pd.DataFrame, np.ndarray] | None,
+    candidates: tuple[float, ...],
+    folds: int,
+) -> list[dict[float, np.ndarray]]:
+    """Each candidate weight's out-of-fold P(spam) on every judging row (the judge model's), once per
+    repeat of the cross-validation (wp.weak_weight_repeats, the folds reshuffled and the label model
+    reseeded each time: seed wp.seed + repeat). Which rows share a fold moves a few dozen rows'
+    ROC AUC by more than the weights' difference; the mean over repeats holds still."""
     x_judge, x_pool = featurize(judge), featurize(pool)
     fixed_x = featurize(fixed_gold[0]) if fixed_gold is not None else np.zeros((0, x_pool.shape[1]), np.float32)
     fixed_t = gold_targets(fixed_gold[1]) if fixed_gold is not None else np.zeros((0, 2), np.float32)
-    oof = {w: np.full(len(judge), 0.5) for w in candidates}  # out-of-fold P(spam) per candidate
-    for in_fold, out_fold, weak in gold_folds(judge, y_judge, pool, make_lfs, wp, folds):
-        gold_in = (x_judge[in_fold], y_judge[in_fold]) if train_on_judge_folds else None
-        for w in candidates:
-            x, t = fold_training_set(fixed_x, fixed_t, x_pool, weak, w, gold_in)
-            if (t[:, 1] > 0).any():  # else nothing to train on: a coin (0.5)
-                oof[w][out_fold] = proxy_fit_predict(x, t, x_judge[out_fold])
-    # One ROC AUC over the pooled out-of-fold scores: steadier than a mean of small folds' AUCs.
-    auc = {w: float(roc_auc_score(y_judge, oof[w])) for w in candidates}
-    best = max(sorted(candidates), key=lambda w: (auc[w], -w))
-    return WeightChoice(best, {f"{w:g}": v for w, v in auc.items()}, folds, "best out-of-fold ROC AUC on gold folds")
+    repeats = []
+    for r in range(wp.weak_weight_repeats):
+        oof = {w: np.full(len(judge), 0.5) for w in candidates}
+        for in_fold, out_fold, weak in gold_folds(judge, y_judge, pool, make_lfs, wp.replace(seed=wp.seed + r), folds):
+            gold_in = (x_judge[in_fold], y_judge[in_fold]) if train_on_judge_folds else None
+            for w in candidates:
+                x, t = fold_training_set(fixed_x, fixed_t, x_pool, weak, w, gold_in)
+                if (t[:, 1] > 0).any():  # else nothing to train on: a coin (0.5)
+                    oof[w][out_fold] = proxy_fit_predict(x, t, x_judge[out_fold])
+        repeats.append(oof)
+    return repeats
+
+
+def mean_scores(repeats: list[dict[float, np.ndarray]]) -> dict[float, np.ndarray]:
+    """The repeats' out-of-fold scores averaged per row and candidate."""
+    return {w: np.mean([r[w] for r in repeats], axis=0) for w in repeats[0]}
+
+
+def paired_se(y: np.ndarray, oof: dict[float, np.ndarray], best: float, rounds: int, seed: int) -> dict[float, float]:
+    """Bootstrap standard error of ROC AUC(best) - ROC AUC(w) for each candidate w, resampling the
+    judging rows (the same rows for both: a paired difference)."""
+    from sklearn.metrics import roc_auc_score
+
+    rng = np.random.default_rng(seed)
+    diffs: dict[float, list[float]] = {w: [] for w in oof}
+    while len(diffs[best]) < rounds:
+        idx = rng.integers(0, len(y), len(y))
+        if len(np.unique(y[idx])) < 2:
+            continue  # a resample with one class has no ROC AUC
+        top = roc_auc_score(y[idx], oof[best][idx])
+        for w, scores in oof.items():
+            diffs[w].append(top - roc_auc_score(y[idx], scores[idx]))
+    return {w: float(np.std(d, ddof=1)) for w, d in diffs.items()}
+
+
+def one_se_choice(
+    y: np.ndarray,
+    oof: dict[float, np.ndarray],
+    auc: dict[float, float],
+    wp: WeakLabelParams,
+    label_model_auc: float | None,
+    folds: int,
+) -> WeightChoice:
+    """The one-standard-error rule over the candidates' pooled out-of-fold ROC AUCs, leaning toward
+    the weak labels when the label model's dev ROC AUC reaches wp.trust_label_model_auc."""
+    best = max(sorted(auc), key=lambda w: (auc[w], -w))
+    se = paired_se(y, oof, best, wp.weak_weight_bootstrap, wp.seed)
+    near = [w for w in auc if auc[best] - auc[w] <= wp.weak_weight_se * se[w]]
+    trusted = label_model_auc is not None and label_model_auc >= wp.trust_label_model_auc
+    chosen = max(near) if trusted else min(near)
+    lean = (
+        f"label model dev ROC AUC {label_model_auc:.3f} >= {wp.trust_label_model_auc:g}: the largest"
+        if trusted
+        else (
+            f"label model dev ROC AUC {label_model_auc:.3f} < {wp.trust_label_model_auc:g}: the smallest"
+            if label_model_auc is not None
+            else "no label model dev ROC AUC: the smallest"
+        )
+    )
+    reason = (
+        f"best out-of-fold ROC AUC {auc[best]:.4f} at {best:g}; within {wp.weak_weight_se:g} SE of it: "
+        f"{', '.join(f'{w:g}' for w in sorted(near))}; {lean} of them"
+    )
+    return WeightChoice(
+        chosen, {f"{w:g}": v for w, v in auc.items()}, folds, reason, {f"{w:g}": v for w, v in se.items()}
+    )

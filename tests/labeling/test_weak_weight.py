@@ -4,8 +4,9 @@ import numpy as np
 import pandas as pd
 
 from tasks.core.params import load_params
-from tasks.labeling.lf import HAM, SPAM, labeling_function, vote_where
-from tasks.labeling.weak_weight import MIN_GOLD_PER_CLASS, choose_weak_weight, proxy_fit_predict
+from tasks.labeling.label_model import label_batch
+from tasks.labeling.lf import HAM, SPAM, apply_lfs, apply_lfs_dev, labeling_function, vote_where
+from tasks.labeling.weak_weight import MIN_GOLD_PER_CLASS, choose_weak_weight, one_se_choice, proxy_fit_predict
 
 FEATURES = [f"f{i}" for i in range(8)]
 
@@ -42,16 +43,46 @@ def misleading_lfs(dev, y_dev):
     ]
 
 
+def label_model_auc(gold, y, pool, make_lfs, wp):
+    """The label model's dev ROC AUC, as the weak_label step hands it to the choice."""
+    lfs = make_lfs(gold, y)
+    return label_batch(apply_lfs(pool, lfs), apply_lfs_dev(gold, lfs), y, lfs, wp).quality["label_model"]["roc_auc"]
+
+
 def test_weak_labels_that_help_are_kept_and_misleading_ones_get_weight_zero():
     wp = load_params().weak_label
     df = synthetic()
     gold, pool = df.iloc[:80], df.iloc[80:]  # ~16 positive gold rows: enough to judge on 3 folds
     y = gold["y"].to_numpy()
-    good = choose_weak_weight(gold, y, pool, good_lfs, featurize, wp, train_on_judge_folds=True)
-    assert good.folds == 3 and set(good.fold_auc) == {"0", "0.3", "1"}
-    assert good.weight > 0 and good.gain > 0
-    bad = choose_weak_weight(gold, y, pool, misleading_lfs, featurize, wp, train_on_judge_folds=True)
-    assert bad.weight == 0 and bad.fold_auc["1"] < bad.fold_auc["0"]
+    auc = label_model_auc(gold, y, pool, good_lfs, wp)
+    good = choose_weak_weight(gold, y, pool, good_lfs, featurize, wp, train_on_judge_folds=True, label_model_auc=auc)
+    assert good.folds == 3 and set(good.fold_auc) == {"0", "0.3", "1"} and set(good.fold_se) == set(good.fold_auc)
+    assert good.weight > 0 and good.gain > 0 and "the largest of them" in good.reason
+    auc = label_model_auc(gold, y, pool, misleading_lfs, wp)
+    assert auc < wp.trust_label_model_auc
+    bad = choose_weak_weight(
+        gold, y, pool, misleading_lfs, featurize, wp, train_on_judge_folds=True, label_model_auc=auc
+    )
+    assert bad.weight == 0 and bad.fold_auc["1"] < bad.fold_auc["0"] and "the smallest of them" in bad.reason
+
+
+def test_a_difference_within_the_folds_spread_does_not_flip_the_choice():
+    """Two weights 0.003 apart on a few dozen rows: within one standard error, so the label model's
+    quality decides, night after night; a difference far beyond the spread still wins."""
+    wp = load_params().weak_label
+    rng = np.random.default_rng(3)
+    y = np.r_[np.ones(15), np.zeros(15)].astype(int)
+    base = y + rng.normal(scale=1.2, size=len(y))
+    oof = {0.0: base, 0.3: base + rng.normal(scale=0.05, size=len(y)), 1.0: base + rng.normal(scale=0.05, size=len(y))}
+    from sklearn.metrics import roc_auc_score
+
+    auc = {w: float(roc_auc_score(y, s)) for w, s in oof.items()}
+    assert max(auc.values()) - min(auc.values()) < 0.02
+    assert one_se_choice(y, oof, auc, wp, 0.89, 3).weight == 1.0  # a good label model: use its labels
+    assert one_se_choice(y, oof, auc, wp, 0.55, 3).weight == 0.0  # a poor one: leave them out
+    far = {**oof, 1.0: -y + rng.normal(scale=0.1, size=len(y))}  # weight 1 ranks the rows backwards
+    auc_far = {w: float(roc_auc_score(y, s)) for w, s in far.items()}
+    assert one_se_choice(y, far, auc_far, wp, 0.89, 3).weight == 0.3  # the best near-best, not 1
 
 
 def test_too_little_gold_to_judge_keeps_the_weak_labels_and_says_why():
