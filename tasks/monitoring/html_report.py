@@ -30,6 +30,7 @@ from tasks.rendering.html import cell, macro, render
 
 BALANCE_VERSIONS = 20  # the label balance plot shows the newest data versions, this many
 BILLED_KINDS = ("compute", "storage", "labor")  # the ledger's kinds that are paid (tasks/monitoring/store.py)
+CHART_ITEMS = 6  # the cost chart's series: the largest items, the rest as one
 KINDS = (*BILLED_KINDS, "avoided", "waste")  # avoided: labor weak labels saved; waste: idle accelerator time
 
 
@@ -286,13 +287,8 @@ def section_costs(inp: ReportInputs) -> dict[str, Any]:
         if kind(c) in BILLED_KINDS:
             item = by_task.setdefault(str(c.get("task") or "?"), {})
             item[str(c.get("item"))] = item.get(str(c.get("item")), 0.0) + amount(c)
-    items = sorted({i for t in by_task.values() for i in t})
     tasks = sorted(by_task, key=lambda t: -sum(by_task[t].values()))
-    chart = (
-        plots.bar_chart(tasks, {i: [by_task[t].get(i) for t in tasks] for i in items}, "billed cost per task", "USD")
-        if tasks
-        else None
-    )
+    chart = plots.bar_chart(tasks, cost_series(by_task, tasks), "billed cost per task", "USD") if tasks else None
     totals = {k: sum(amount(c) for c in costs if kind(c) == k) for k in KINDS}
     per_task = {t: dict.fromkeys(KINDS, 0.0) for t in sorted({str(c.get("task") or "?") for c in costs})}
     for c in costs:
@@ -308,6 +304,21 @@ def section_costs(inp: ReportInputs) -> dict[str, Any]:
         # labor, storage, avoided, waste: how each was priced
         "priced": [[c.get(k) for k in keys] for c in costs if c.get("kind") != "compute"],
     }
+
+
+def cost_series(by_task: dict[str, dict[str, float]], tasks: list[str]) -> dict[str, list[float | None]]:
+    """One series per priced item, the CHART_ITEMS largest overall and the rest summed as "other items"
+    (a legend of forty items reads as none; the tables below keep every line)."""
+    totals: dict[str, float] = {}
+    for items in by_task.values():
+        for item, v in items.items():
+            totals[item] = totals.get(item, 0.0) + v
+    top = sorted(totals, key=lambda i: (-totals[i], i))[:CHART_ITEMS]
+    series = {i: [by_task[t].get(i) for t in tasks] for i in sorted(top)}
+    rest = [sum(v for i, v in by_task[t].items() if i not in top) for t in tasks]
+    if len(totals) > len(top):
+        series["other items"] = rest
+    return series
 
 
 def section_gates(inp: ReportInputs) -> dict[str, Any]:
