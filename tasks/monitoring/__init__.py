@@ -9,5 +9,6 @@ cost.py            prices applied: compute, storage, labor, labor avoided, idle-
 ledger.py          the ledger per task, run and day; the daily report's content
 serving_window.py  a day of the model server's prediction log (the business layer between runs)
 run_summary.py     the run summary's alerts and cost lines
-html_report.py     the HTML run report; model_card.py: model cards
+html_report.py     the HTML run report; model_card.py: model cards (both drawn by tasks/rendering)
+pipeline_state.py  the one read model of the pipeline now: ops status, the Sluice page, the report
 """
