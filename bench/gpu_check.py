@@ -41,14 +41,14 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store_dir: str, out
     import torch
     from torch.nn.parallel import DistributedDataParallel
 
-    from tasks.core.params import TrainParams
+    from tasks.core.params import repo_params
     from tasks.training.data import FeatureStats
     from tasks.training.engine import autocast_for, init_process_group, pick_device
     from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
 
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
     torch.set_num_threads(1)
-    p = TrainParams(
+    p = repo_params().train.replace(
         hidden=BENCH_HIDDEN, nproc=world, batch_size=args.batch * world, device=args.device, precision="auto"
     )
     device = pick_device(p)

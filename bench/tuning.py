@@ -76,13 +76,13 @@ def demo_data():
     import numpy as np
     import torch
 
-    from tasks.core.params import DemoParams
+    from tasks.core.params import repo_params
     from tasks.datasets import load_dataset
     from tasks.datasets.demo_feed import split_demo
 
     ds = load_dataset()
     source = ds.load_source()
-    dev, _test, _batches = split_demo(source, DemoParams(), ds)
+    dev, _test, _batches = split_demo(source, repo_params().demo, ds)
     gold = ds.GOLD_COLUMN
     train = source[~source[ds.ID_COLUMN].isin(dev[ds.ID_COLUMN])]
     test_ids = set(_test[ds.ID_COLUMN])
@@ -98,12 +98,12 @@ def train_in_process(values: dict, data, seed: int, on_epoch) -> Trial:
     from sklearn.metrics import roc_auc_score
     from torch.utils.data import DataLoader, TensorDataset
 
-    from tasks.core.params import TrainParams
+    from tasks.core.params import repo_params
     from tasks.training.data import FeatureStats
     from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
 
     x, y, dev_x, dev_y = data
-    p = TrainParams().replace(**values, nproc=1, seed=seed)
+    p = repo_params().train.replace(**values, nproc=1, seed=seed)
     stats = FeatureStats.of([(x, y)])
     model = make_model(stats, p)
     opt, loss_fn = make_optimizer(model, p), make_loss(stats.spam_share)
@@ -129,10 +129,10 @@ def train_in_process(values: dict, data, seed: int, on_epoch) -> Trial:
 def run_arm(name: str, sampler, pruner, n_trials: int, data, seed: int, done=None) -> Arm:
     import optuna
 
-    from tasks.core.tuning_config import TuningParams
+    from tasks.core.params import repo_params
     from tasks.tuning.space import decode, suggest
 
-    space = TuningParams(space=SPACE).space
+    space = repo_params().tuning.replace(space=SPACE).space
     # A fixed name: Hyperband assigns brackets by a hash of the study name and trial number.
     study = optuna.create_study(study_name=f"{name}-{seed}", direction="maximize", sampler=sampler, pruner=pruner)
     arm = Arm()
@@ -160,12 +160,12 @@ def run_arm(name: str, sampler, pruner, n_trials: int, data, seed: int, done=Non
 def one_seed(seed: int, n_tuner: int, data, prices, overhead_s: float) -> dict:
     import optuna
 
-    from tasks.core.tuning_config import TuningParams
+    from tasks.core.params import repo_params
     from tasks.tuning.study import make_pruner, make_sampler
     from tasks.tuning.trial import TrialResources, trial_cost
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    tp = TuningParams(space=SPACE)
+    tp = repo_params().tuning.replace(space=SPACE)
     resources = TrialResources(cpus=1.0, memory_gb=0.5)
     price = lambda t: trial_cost(t.cpu_s, resources, prices)  # noqa: E731
     price_overhead = lambda t: trial_cost(t.cpu_s + overhead_s, resources, prices)  # noqa: E731

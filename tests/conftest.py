@@ -1,17 +1,49 @@
-"""Shared fixtures: an isolated SLUICE_HOME per test, and small real inputs."""
+"""Shared fixtures: an isolated SLUICE_HOME per test, params.yaml's values, and small real inputs."""
 
 from __future__ import annotations
 
+import copy
+import json
 import subprocess
 import sys
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
+import yaml
 
+from tasks.core.params import DEFAULT_PARAMS_FILE, Params, _Loader, repo_params
 from tasks.core.settings import Settings
 from tasks.core.wait import wait_until
 
 S3_BUCKET = "sluice-registry"  # created empty in the S3 test server
+
+
+@pytest.fixture
+def params() -> Params:
+    """The checkout's params.yaml, validated: where a test's params come from (there are no defaults
+    in code). A test that needs other values says so: `params.train.replace(epochs=1)`."""
+    return repo_params()
+
+
+def params_dict(changes: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The checkout's params.yaml as read (a fresh copy), with `changes` merged in: mappings key by
+    key, all the way down; any other value replaces the file's."""
+
+    def merge(base: Any, change: Any) -> Any:
+        if isinstance(base, dict) and isinstance(change, dict):
+            return {**base, **{k: merge(base.get(k), v) for k, v in change.items()}}
+        return copy.deepcopy(change)
+
+    return merge(yaml.load(DEFAULT_PARAMS_FILE.read_text(), Loader=_Loader), changes or {})
+
+
+def write_params(path: Path, changes: dict[str, Any] | None = None) -> Path:
+    """A params file at `path`: the checkout's params.yaml with `changes` merged in (params_dict),
+    for tests that point SLUICE_PARAMS (or load_params) at a file of their own."""
+    path.write_text(json.dumps(params_dict(changes)))  # JSON is YAML; floats stay floats
+    return path
 
 
 @pytest.fixture

@@ -12,6 +12,14 @@ precision change (fp16, int8_dynamic or int8_static). Why this order: distillati
 the model, so anything done before it is lost; low-rank factors and slicing re-densify an
 unstructured sparsity mask, so magnitude pruning comes last on the torch side; and ONNX-side
 precision changes cannot be undone by torch-side retraining, nor stacked on each other.
+
+Defaults. The values params.yaml `compress` holds for every chain entry (`fine_tune_epochs`,
+`calibration_rows`, `seed`: CHAIN_DEFAULTS) have no default here: a chain is parsed with them
+(`CompressionSearchConfig.chain`, or `parse_chain(specs, defaults)`), and an entry may set its own.
+What the file does not hold and a short form cannot say (a fine-tune's learning rate and batch,
+the student's epochs, int8's calibration method, ...) keeps its per-technique default, so that
+"prune_structured(0.5)" stays a complete chain entry. The search config itself has no defaults:
+params.yaml is its one home.
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import json
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, ValidationInfo, field_validator
 
 from tasks.core.errors import CompressionError
 
@@ -39,12 +47,14 @@ class TechniqueBase(BaseModel):
 
 
 class FineTune(TechniqueBase):
-    fine_tune_epochs: Epochs = 2
-    """Epochs of recovery training on the parent's soft targets after the change (0: none)."""
+    fine_tune_epochs: Epochs
+    """Epochs of recovery training on the parent's soft targets after the change (0: none);
+    params.yaml compress.fine_tune_epochs unless the chain entry sets its own."""
     fine_tune_lr: LearningRate = 1e-3
     """Adam learning rate of the recovery training."""
     batch_size: StrictInt = Field(128, ge=1)
-    seed: StrictInt = 0
+    seed: StrictInt
+    """params.yaml compress.seed unless the chain entry sets its own."""
 
 
 class DistilConfig(TechniqueBase):
@@ -60,7 +70,8 @@ class DistilConfig(TechniqueBase):
     batch_size: StrictInt = Field(128, ge=1)
     temperature: float = Field(1.0, gt=0, le=20, allow_inf_nan=False)
     """Softens the teacher's and the student's logits alike (1: the plain probabilities)."""
-    seed: StrictInt = 0
+    seed: StrictInt
+    """params.yaml compress.seed unless the chain entry sets its own."""
 
     @property
     def label(self) -> str:
@@ -120,11 +131,13 @@ class Int8StaticConfig(TechniqueBase):
 
     kind: Literal["int8_static"] = "int8_static"
     per_channel: bool = True
-    calibration_rows: StrictInt = Field(256, ge=2, le=100_000)
-    """Training rows sampled (stratified by class) to calibrate the activation ranges."""
+    calibration_rows: StrictInt = Field(ge=2, le=100_000)
+    """Training rows sampled (stratified by class) to calibrate the activation ranges; params.yaml
+    compress.calibration_rows unless the chain entry sets its own."""
     method: Literal["minmax", "percentile", "entropy"] = "minmax"
     activation_type: Literal["int8", "uint8"] = "int8"
-    seed: StrictInt = 0
+    seed: StrictInt
+    """params.yaml compress.seed unless the chain entry sets its own."""
 
 
 TechniqueConfig = Annotated[
@@ -147,6 +160,8 @@ _BY_KIND = {
         Int8StaticConfig,
     )
 }
+# the fields of chain entries that params.yaml `compress` gives (a chain entry may set its own)
+CHAIN_DEFAULTS = ("fine_tune_epochs", "calibration_rows", "seed")
 # the short form's positional argument(s) -> field
 _POSITIONAL = {"distil": "hidden", "prune_structured": "ratio", "lowrank": "rank", "prune": "ratio"}
 _SHORT = re.compile(r"^\s*([a-z0-9_]+)\s*(?:\((.*)\))?\s*$")
@@ -156,7 +171,8 @@ def parse_technique(
     spec: str | dict[str, Any] | TechniqueBase, defaults: dict[str, Any] | None = None
 ) -> TechniqueBase:
     """A technique config from its short form, a dict or a config. `defaults` fill fields the
-    spec leaves out (only those the technique has). Raises CompressionError naming the spec."""
+    spec leaves out (only those the technique has): the compress section's CHAIN_DEFAULTS, which
+    have no default of their own. Raises CompressionError naming the spec."""
     if isinstance(spec, TechniqueBase):
         return spec
     if isinstance(spec, str):
@@ -187,6 +203,12 @@ def parse_technique(
     for key, value in (defaults or {}).items():
         if key in cls.model_fields and key not in fields:
             fields[key] = value
+    unset = [k for k in CHAIN_DEFAULTS if k in cls.model_fields and k not in fields]
+    if unset:
+        raise CompressionError(
+            f"technique {spec!r}: {', '.join(unset)} not given: params.yaml compress gives them to every chain "
+            f"entry (parse with CompressionSearchConfig.chain, or parse_chain(specs, defaults))"
+        )
     try:
         return cls.model_validate(fields)
     except ValidationError as exc:
@@ -230,6 +252,8 @@ def chain_to_dicts(chain) -> list[dict[str, Any]]:
 
 
 ChainSpec = tuple[Union[str, dict[str, Any]], ...]
+# Every technique alone and chained: the list bench/compression.py's idea of "all" starts from
+# (not a default of compress.candidates, which params.yaml holds: the nightly demo's short list).
 DEFAULT_CANDIDATES: tuple[ChainSpec, ...] = (
     ("int8_dynamic",),
     ("int8_static",),
@@ -248,39 +272,52 @@ DEFAULT_CANDIDATES: tuple[ChainSpec, ...] = (
 
 class CompressionSearchConfig(BaseModel):
     """The compress step's search: which chains to try and how to choose among them.
-    Ready to be the `compress` section of params.yaml (frozen, unknown keys refused)."""
+    The `compress` section of params.yaml (frozen, unknown keys refused, every field required:
+    the file is the one home of these values; tests and benchmarks start from it)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
-    candidates: tuple[ChainSpec, ...] = Field(DEFAULT_CANDIDATES, min_length=1)
-    """Chains to try, each a list of techniques (short form or dict); the fp32 export is always measured too."""
-    floor_ratio: float = Field(0.99, gt=0, le=1)
+    floor_ratio: float = Field(gt=0, le=1)
     """A candidate must keep ROC AUC >= floor_ratio x the uncompressed model's, overall and on every slice."""
-    latency_budget_ms: float | None = Field(None, gt=0)
-    """Batch-1 median latency (onnxruntime, one thread) a candidate may not exceed; None: no budget."""
-    fine_tune_epochs: Epochs = 2
-    """Default recovery epochs of pruning and low-rank (a chain entry may set its own)."""
-    calibration_rows: StrictInt = Field(256, ge=2, le=100_000)
-    """Default calibration rows of static int8."""
-    parity_atol: float = Field(1e-4, gt=0, le=0.1)
+    latency_budget_ms: float | None = Field(gt=0)
+    """Batch-1 median latency (onnxruntime, one thread) a candidate may not exceed; null: no budget."""
+    fine_tune_epochs: Epochs
+    """Recovery epochs of pruning and low-rank (a chain entry may set its own)."""
+    calibration_rows: StrictInt = Field(ge=2, le=100_000)
+    """Calibration rows of static int8 (a chain entry may set its own)."""
+    parity_atol: float = Field(gt=0, le=0.1)
     """fp32 ONNX vs torch, max abs difference of probabilities (the gate)."""
-    latency_repeats: StrictInt = Field(50, ge=3, le=10_000)
+    latency_repeats: StrictInt = Field(ge=3, le=10_000)
     """Timed runs per latency figure (the median is reported)."""
-    seed: StrictInt = 0
+    seed: StrictInt
+    """Every chain entry's seed (a chain entry may set its own)."""
+    # after the chain defaults: its validator parses each chain with them
+    candidates: tuple[ChainSpec, ...] = Field(min_length=1)
+    """Chains to try, each a list of techniques (short form "prune_structured(0.5)" or a dict with
+    `kind`); the uncompressed fp32 export is always measured too (the reference, and the fallback)."""
+
+    def chain_defaults(self) -> dict[str, Any]:
+        """What this config gives every chain entry that does not set its own (CHAIN_DEFAULTS)."""
+        return {k: getattr(self, k) for k in CHAIN_DEFAULTS}
+
+    def chain(self, specs: list | tuple) -> tuple[TechniqueBase, ...]:
+        """One chain (short forms, dicts or configs) parsed with this config's chain defaults."""
+        return parse_chain(list(specs), self.chain_defaults())
 
     def chains(self) -> tuple[tuple[TechniqueBase, ...], ...]:
         """The candidates parsed into configs, with this config's defaults filled in."""
-        defaults = {
-            "fine_tune_epochs": self.fine_tune_epochs,
-            "calibration_rows": self.calibration_rows,
-            "seed": self.seed,
-        }
-        return tuple(parse_chain(list(c), {k: v for k, v in defaults.items()}) for c in self.candidates)
+        return tuple(self.chain(c) for c in self.candidates)
 
-    @model_validator(mode="after")
-    def _candidates_parse(self) -> "CompressionSearchConfig":
-        try:
-            self.chains()
-        except CompressionError as exc:
-            raise ValueError(f"candidates: {exc}") from exc
-        return self
+    @field_validator("candidates")
+    @classmethod
+    def _chains_parse(cls, v: tuple, info: ValidationInfo) -> tuple:
+        """Each chain parses (with the chain defaults) and is in order; the error names the chain."""
+        if any(k not in info.data for k in CHAIN_DEFAULTS):
+            return v  # a chain default is itself bad: that error is reported, not a chain's
+        defaults = {k: info.data[k] for k in CHAIN_DEFAULTS}
+        for i, chain in enumerate(v):
+            try:
+                parse_chain(list(chain), defaults)
+            except CompressionError as exc:
+                raise ValueError(f"candidate {i} {list(chain)}: {exc}") from None
+        return v

@@ -3,6 +3,12 @@
 Light (PyYAML and pydantic): the DAG files may import this at run time. Each section
 is a model with a docstring per field; unknown keys are refused, and every error
 names the file and the key (`params.yaml: train.epochs: ...`).
+
+params.yaml is the one home of every value (it is what DVC tracks and what a person edits): no
+field has a default in code, so a key missing from the file is an error
+(`params.yaml: missing key canary.max_psi`), never a silent fallback. Tests and benchmarks start
+from the file too (`repo_params()`, the tests' `params` fixture). The dataset plug-in's own
+parameters live in `dataset.params`, validated by the plug-in's `Params` model.
 """
 
 from __future__ import annotations
@@ -26,8 +32,7 @@ from pydantic import (
     field_validator,
 )
 
-from tasks.core.compression_config import ChainSpec, CompressionSearchConfig, parse_chain
-from tasks.core.errors import CompressionError
+from tasks.core.compression_config import CompressionSearchConfig
 from tasks.core.settings import REPO_ROOT, Settings
 from tasks.core.tuning_config import TuningParams
 from tasks.core.versions import DATA_VERSION_PATTERN
@@ -53,18 +58,60 @@ class Section(BaseModel):
 
 
 class DatasetParams(Section):
-    module: ModulePath = "tasks.datasets.emails"
+    module: ModulePath
     """The dataset plug-in (tasks/datasets/__init__.py)."""
+    params: dict[str, Any]
+    """The plug-in's own parameters ({}: none). A plug-in that takes some declares a pydantic model
+    `Params` in its module; when this is not empty, reading params.yaml imports the plug-in and
+    validates them with it (tasks.datasets.dataset_params gives the validated model, and checks an
+    empty one too). A plug-in without `Params` takes none."""
+
+    @field_validator("params")
+    @classmethod
+    def _plugin_params(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        module = info.data.get("module")
+        if v and module is not None:  # a bad dataset.module is reported by itself
+            validate_plugin_params(module, v)
+        return v
+
+
+def validate_plugin_params(module: str, values: dict[str, Any]) -> BaseModel | None:
+    """`values` validated by the `Params` model the dataset plug-in `module` declares (None when it
+    declares none and `values` is empty). Raises ValueError naming each bad key as
+    dataset.params.<key>. The module is imported by name: core does not depend on tasks/datasets."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise ValueError(f"cannot import the dataset plug-in {module} to validate its params: {exc}") from None
+    model = getattr(mod, "Params", None)
+    if model is None:
+        if values:
+            raise ValueError(f"{module} declares no Params, so it takes none; got {sorted(values)}")
+        return None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise ValueError(f"{module}.Params must be a pydantic model, got {model!r}")
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        raise ValueError(
+            "; ".join(
+                f"dataset.params.{'.'.join(map(str, e['loc']))}: "
+                + ("missing key" if e["type"] == "missing" else f"{e['msg']} (got {e['input']!r})")
+                for e in exc.errors()
+            )
+        ) from None
 
 
 class DemoParams(Section):
-    batch_size: StrictInt = Field(500, ge=10)
+    batch_size: StrictInt = Field(ge=10)
     """Rows per nightly landing batch replayed from the demo dataset."""
-    dev_fraction: float = Field(0.10, gt=0, lt=0.5)
+    dev_fraction: float = Field(gt=0, lt=0.5)
     """Gold-labeled dev set (LF and label-model quality), never trained on."""
-    test_fraction: float = Field(0.20, gt=0, lt=0.5)
+    test_fraction: float = Field(gt=0, lt=0.5)
     """Gold-labeled test set (model gates), never trained on."""
-    seed: StrictInt = 7
+    seed: StrictInt
 
     @field_validator("test_fraction")
     @classmethod
@@ -75,53 +122,53 @@ class DemoParams(Section):
 
 
 class WeakLabelParams(Section):
-    label_model_epochs: StrictInt = Field(500, ge=1)
-    label_model_lr: Fraction = 0.01
-    seed: StrictInt = 7
-    lf_module: Annotated[str, Field(pattern=r"^([A-Za-z_][\w.]*)?$")] = ""
+    label_model_epochs: StrictInt = Field(ge=1)
+    label_model_lr: Fraction
+    seed: StrictInt
+    lf_module: Annotated[str, Field(pattern=r"^([A-Za-z_][\w.]*)?$")]
     """Empty: the dataset's own LF module; else a module exposing make_lfs."""
-    drift_max_coverage_change: Annotated[float, Field(gt=0, le=1)] = 0.15
+    drift_max_coverage_change: Annotated[float, Field(gt=0, le=1)]
     """Drift flags: the absolute change from the previous data version's labeling that is reported."""
-    drift_max_conflict_change: Annotated[float, Field(gt=0, le=1)] = 0.10
-    drift_max_balance_change: Annotated[float, Field(gt=0, le=1)] = 0.10
-    gold_budget: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = 0.05
+    drift_max_conflict_change: Annotated[float, Field(gt=0, le=1)]
+    drift_max_balance_change: Annotated[float, Field(gt=0, le=1)]
+    gold_budget: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
     """Fraction of each batch's rows that carry a gold label the end model trains on (the demo replays
     them from the dataset's true labels, drawn by a seeded hash of the row id; never a test row)."""
-    mix: Literal["weak_plus_gold", "weak_only", "gold_only"] = "weak_plus_gold"
+    mix: Literal["weak_plus_gold", "weak_only", "gold_only"]
     """What the end model trains on: weak labels plus the gold that exists (gold wins), or one alone."""
-    weak_weight: Literal["auto"] | Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)] = "auto"
+    weak_weight: Literal["auto"] | Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
     """Weak rows' weight in the noise-aware loss (their target is the label model's P(spam));
     auto: chosen on gold dev folds (tasks/labeling/weak_weight.py), 0 when weak labels do not help."""
-    class_balance_prior: StrictBool = True
+    class_balance_prior: StrictBool
     """The label model's class balance from the gold dev labels (false: Snorkel's uniform prior)."""
 
 
 class TrainParams(Section):
-    epochs: StrictInt = Field(40, ge=1, le=1000)
-    nproc: StrictInt = Field(2, ge=1, le=256)
+    epochs: StrictInt = Field(ge=1, le=1000)
+    nproc: StrictInt = Field(ge=1, le=256)
     """torchrun processes per node on the local backend."""
-    batch_size: StrictInt = Field(64, ge=1)
+    batch_size: StrictInt = Field(ge=1)
     """The global batch: one optimizer step, whatever the processes and splits."""
-    micro_batch_size: StrictInt = Field(0, ge=0)
+    micro_batch_size: StrictInt = Field(ge=0)
     """Gradient accumulation chunk on each rank (0: the rank's whole slice)."""
-    lr: Fraction = 0.003
-    weight_decay: float = Field(0.0001, ge=0)
-    hidden: Widths = (32, 16)
-    checkpoint_every: StrictInt = Field(50, ge=1)
+    lr: Fraction
+    weight_decay: float = Field(ge=0)
+    hidden: Widths
+    checkpoint_every: StrictInt = Field(ge=1)
     """Steps between checkpoints (also written on SIGTERM)."""
-    balance_every: StrictInt = Field(0, ge=0)
+    balance_every: StrictInt = Field(ge=0)
     """Steps between re-splits of the global batch by rank throughput (0: off)."""
-    log_every: StrictInt = Field(10, ge=1)
-    seed: StrictInt = 7
-    allreduce: Literal["flat", "hierarchical"] = "flat"
+    log_every: StrictInt = Field(ge=1)
+    seed: StrictInt
+    allreduce: Literal["flat", "hierarchical"]
     """hierarchical: reduce in each node, allreduce among node leaders, broadcast."""
-    warm_start: StrictBool = True
+    warm_start: StrictBool
     """Start from the prod model's weights when the architecture matches."""
-    device: Literal["auto", "cpu", "cuda"] = "auto"
-    precision: Literal["auto", "fp32", "bf16"] = "auto"
-    stream_cache_mb: float = Field(256.0, gt=0)
+    device: Literal["auto", "cpu", "cuda"]
+    precision: Literal["auto", "fp32", "bf16"]
+    stream_cache_mb: float = Field(gt=0)
     """Megabytes of featurized partitions kept in memory; larger data versions stream."""
-    params_overlay: Annotated[str, Field(pattern=r"^(none|latest|tuned-v[1-9][0-9]{0,8})$")] = "none"
+    params_overlay: Annotated[str, Field(pattern=r"^(none|latest|tuned-v[1-9][0-9]{0,8})$")]
     """A tuned overlay from the registry (tasks/registry/tuning.py) over these values: none, latest
     (the newest, resolved when the train step starts) or tuned-vN; the model's lineage names it."""
 
@@ -134,92 +181,66 @@ class TrainParams(Section):
 
 
 class EvaluateParams(Section):
-    min_roc_auc: Unit = 0.70
+    min_roc_auc: Unit
     """Absolute floor on the gold test set."""
-    max_regression: Unit = 0.02
+    max_regression: Unit
     """The challenger may trail the prod champion's ROC AUC by at most this."""
-
-
-# The nightly demo's candidates: each technique once and one chain, sized so the step stays well
-# under a minute on 2 cores for the demo model. The full list (every technique alone and chained)
-# is tasks.core.compression_config.DEFAULT_CANDIDATES, which bench/compression.py runs.
-DEMO_CANDIDATES = (
-    ("int8_dynamic",),
-    ("int8_static",),
-    ("fp16",),
-    ("lowrank(4)",),
-    ("prune_structured(0.5)", "int8_dynamic"),
-)
 
 
 class CompressParams(Section, CompressionSearchConfig):
     """The compress step's search (tasks/compression, CompressionSearchConfig): the chains tried on
     the trained model, how one is chosen (quality floor overall and per slice on the gold dev set,
-    latency budget, smallest on the size/latency Pareto front) and the gate (fp32 parity with torch)."""
+    latency budget, smallest on the size/latency Pareto front) and the gate (fp32 parity with torch).
+    The nightly demo's candidates are params.yaml's; the full list (every technique alone and
+    chained) is tasks.core.compression_config.DEFAULT_CANDIDATES, which bench/compression.py runs."""
 
-    candidates: tuple[ChainSpec, ...] = Field(DEMO_CANDIDATES, min_length=1)
-    """Chains to try, each a list of techniques (short form "prune_structured(0.5)" or a dict with
-    `kind`); the uncompressed fp32 export is always measured too (the reference, and the fallback)."""
-    tune_rows: StrictInt = Field(2000, ge=16, le=1_000_000)
+    tune_rows: StrictInt = Field(ge=16, le=1_000_000)
     """Training rows (a seeded sample of the data version's labeled rows) for recovery fine-tunes,
     distillation and static int8 calibration."""
-    latency_repeats: StrictInt = Field(20, ge=3, le=10_000)
-    """Timed runs per latency figure (the median is reported)."""
-
-    @field_validator("candidates")
-    @classmethod
-    def _chains_parse(cls, v: tuple) -> tuple:
-        """Each chain parses and is in order; the error names the chain (the key is compress.candidates)."""
-        for i, chain in enumerate(v):
-            try:
-                parse_chain(list(chain))
-            except CompressionError as exc:
-                raise ValueError(f"candidate {i} {list(chain)}: {exc}") from None
-        return v
 
 
 class ServingParams(Section):
     """The model server (tasks/serving): where it listens and how it follows the registry."""
 
-    host: str = "127.0.0.1"
-    """Bind address; loopback by default."""
-    port: StrictInt = Field(0, ge=0, le=65535)
+    host: str
+    """Bind address (params.yaml: loopback)."""
+    port: StrictInt = Field(ge=0, le=65535)
     """0: a free port chosen at start (written to SLUICE_HOME/serving/address.json)."""
-    poll_s: float = Field(1.0, gt=0, le=60)
+    poll_s: float = Field(gt=0, le=60)
     """Seconds between reads of the registry's serving state."""
-    max_rows: StrictInt = Field(1024, ge=1)
+    max_rows: StrictInt = Field(ge=1)
     """Rows per request at most."""
-    max_body_bytes: StrictInt = Field(4 * 1024 * 1024, ge=1024)
-    prediction_log_mb: float = Field(64.0, gt=0)
+    max_body_bytes: StrictInt = Field(ge=1024)
+    prediction_log_mb: float = Field(gt=0)
     """Size at which the prediction log rotates."""
-    prediction_log_keep: StrictInt = Field(5, ge=1)
+    prediction_log_keep: StrictInt = Field(ge=1)
     """Rotated prediction-log files kept."""
 
 
 class CanaryParams(Section):
     """The nightly canary: challenger weights per step and the thresholds that judge it."""
 
-    steps: tuple[Annotated[StrictInt, Field(ge=1, le=100)], ...] = Field((10, 50, 100), min_length=1)
+    steps: tuple[Annotated[StrictInt, Field(ge=1, le=100)], ...] = Field(min_length=1)
     """Challenger traffic percent at each analysis step; the last must be 100."""
-    requests_per_step: StrictInt = Field(300, ge=10)
+    requests_per_step: StrictInt = Field(ge=10)
     """Replayed requests per step on the embedded default."""
-    replay_rate: float = Field(200.0, gt=0)
+    replay_rate: float = Field(gt=0)
     """Requests per second of the replay client."""
-    min_samples: StrictInt = Field(50, ge=1)
+    min_samples: StrictInt = Field(ge=1)
     """Requests per variant below which a step cannot judge (fails closed)."""
-    min_labeled: StrictInt = Field(200, ge=1)
+    min_labeled: StrictInt = Field(ge=1)
     """Labeled predictions per variant before online ROC AUC is judged (fewer: noted, not judged)."""
-    max_error_rate: Unit = 0.01
-    max_p99_ms: float = Field(250.0, gt=0)
-    max_p99_ratio: float = Field(2.0, gt=1)
+    max_error_rate: Unit
+    max_p99_ms: float = Field(gt=0)
+    max_p99_ratio: float = Field(gt=1)
     """The challenger's p99 over the champion's, at most."""
-    max_psi: float = Field(0.25, gt=0)
+    max_psi: float = Field(gt=0)
     """Population stability index of the challenger's scores against the champion's."""
-    max_auc_drop: Unit = 0.02
+    max_auc_drop: Unit
     """Online ROC AUC (from feedback labels): the CI's lower bound of challenger - champion must exceed -this."""
-    confidence: float = Field(0.95, gt=0.5, lt=1)
-    bootstrap: StrictInt = Field(1000, ge=100)
-    seed: StrictInt = 7
+    confidence: float = Field(gt=0.5, lt=1)
+    bootstrap: StrictInt = Field(ge=100)
+    seed: StrictInt
 
     @field_validator("steps")
     @classmethod
@@ -232,7 +253,7 @@ class CanaryParams(Section):
 class ExperimentParams(Section):
     """What the DVC stages in dvc.yaml (dvc repro / dvc exp run) train on."""
 
-    data_version: Annotated[str, Field(pattern=DATA_VERSION_PATTERN)] = "data-v1"
+    data_version: Annotated[str, Field(pattern=DATA_VERSION_PATTERN)]
 
 
 class ScalingProfile(Section):
@@ -243,11 +264,9 @@ class ScalingProfile(Section):
 class ScalingParams(Section):
     """Stages of scaling for the Kubernetes backend: nodes x GPUs per node, by name."""
 
-    profiles: dict[str, ScalingProfile] = Field(
-        default_factory=lambda: {"smoke": ScalingProfile(nodes=1, gpus_per_node=2)}, min_length=1
-    )
-    profile: str = "smoke"
-    bench_hidden: Widths = (2048, 2048, 2048, 512)
+    profiles: dict[str, ScalingProfile] = Field(min_length=1)
+    profile: str
+    bench_hidden: Widths
     """The benchmark model (~9.6M parameters)."""
 
     @field_validator("profile")
@@ -264,23 +283,23 @@ class ScalingParams(Section):
 
 
 class CostParams(Section):
-    """Prices of the cost ledger (tasks/monitoring/cost.py), in `currency`. Defaults are list prices of a public
-    cloud in 2026 (on-demand, one region), rounded; set your own."""
+    """Prices of the cost ledger (tasks/monitoring/cost.py), in `currency`. params.yaml holds list
+    prices of a public cloud in 2026 (on-demand, one region), rounded; set your own."""
 
-    currency: str = "USD"
-    gpu_hour: float = Field(2.50, ge=0)
+    currency: str
+    gpu_hour: float = Field(ge=0)
     """One accelerator for one hour (an on-demand data-center GPU)."""
-    cpu_hour: float = Field(0.04, ge=0)
+    cpu_hour: float = Field(ge=0)
     """One vCPU for one hour."""
-    memory_gb_hour: float = Field(0.005, ge=0)
+    memory_gb_hour: float = Field(ge=0)
     """One GB of memory for one hour."""
-    storage_gb_month: float = Field(0.023, ge=0)
+    storage_gb_month: float = Field(ge=0)
     """One GB stored for one month (object storage), prorated per day (30-day month)."""
-    manual_label: float = Field(0.08, ge=0)
+    manual_label: float = Field(ge=0)
     """One label made by hand (what a weak label avoids)."""
-    engineer_hour: float = Field(90.0, ge=0)
+    engineer_hour: float = Field(ge=0)
     """One hour of an engineer (incidents: quarantines, rejected models, canary rollbacks, manual rollbacks)."""
-    engineer_hours_per_incident: float = Field(0.5, ge=0)
+    engineer_hours_per_incident: float = Field(ge=0)
     """Engineer time one incident costs (someone reads the report and decides)."""
 
 
@@ -290,56 +309,60 @@ class NotifierSpec(Section):
     class_path: Annotated[str, Field(pattern=r"^[A-Za-z_][\w.]*\.[A-Za-z_]\w*$")]
     """e.g. airflow.providers.smtp.notifications.smtp.SmtpNotifier"""
     kwargs: dict[str, Any] = Field(default_factory=dict)
-    """Passed to the class (no secrets here: notifiers take an Airflow connection id)."""
+    """Passed to the class (no secrets here: notifiers take an Airflow connection id). An entry of a
+    list params.yaml leaves empty, so its one default (none) is here."""
 
 
 class AlertParams(Section):
     """Alert rules evaluated on the metrics store (tasks/monitoring/alerts.py); 0 turns a rule off."""
 
-    loss_spike_ratio: float = Field(3.0, ge=0)
+    loss_spike_ratio: float = Field(ge=0)
     """A logged loss above this x the median of the lines before it."""
-    grad_variance_ratio: float = Field(10.0, ge=0)
+    grad_variance_ratio: float = Field(ge=0)
     """Gradient variance across ranks above this x its median over the run (an explosion)."""
-    sustain_lines: int = Field(3, ge=1, le=100)
+    sustain_lines: int = Field(ge=1, le=100)
     """Consecutive metrics lines the two training rules must hold for (one minibatch's reading is noisy)."""
-    util_floor: Unit = 0.3
+    util_floor: Unit
     """Accelerator utilization under this is idle: an alert when a task's mean is under it, and waste in the ledger."""
-    p99_budget_ms: float = Field(50.0, ge=0)
+    p99_budget_ms: float = Field(ge=0)
     """Serving p99 latency budget (canary steps, either variant)."""
-    online_auc_drop: Unit = 0.05
+    online_auc_drop: Unit
     """Online ROC AUC of the served model this far under the previous run's."""
-    cost_jump_ratio: float = Field(1.5, ge=0)
+    cost_jump_ratio: float = Field(ge=0)
     """A day's cost above this x the previous day's."""
-    min_cost_for_jump: float = Field(0.01, ge=0)
+    min_cost_for_jump: float = Field(ge=0)
     """Days cheaper than this are not compared (noise)."""
 
 
 class MonitoringParams(Section):
     """The metrics store, hardware sampling and alerts (tasks/monitoring, docs/monitoring.md)."""
 
-    enabled: StrictBool = True
+    enabled: StrictBool
     """Record every step's usage and metrics in SLUICE_HOME/monitoring/metrics.sqlite."""
-    sample_every_s: float = Field(1.0, gt=0, le=600)
+    sample_every_s: float = Field(gt=0, le=600)
     """Seconds between hardware samples (psutil; NVML when a GPU is present) during a task."""
-    alerts: AlertParams = AlertParams()
-    notifiers: tuple[NotifierSpec, ...] = ()
-    """Airflow notifiers that receive alerts (e.g. the SMTP provider's SmtpNotifier)."""
+    alerts: AlertParams
+    notifiers: tuple[NotifierSpec, ...]
+    """Airflow notifiers that receive alerts (e.g. the SMTP provider's SmtpNotifier); [] for none."""
 
 
 class Params(Section):
-    dataset: DatasetParams = DatasetParams()
-    demo: DemoParams = DemoParams()
-    weak_label: WeakLabelParams = WeakLabelParams()
-    train: TrainParams = TrainParams()
-    evaluate: EvaluateParams = EvaluateParams()
-    compress: CompressParams = CompressParams()
-    serving: ServingParams = ServingParams()
-    canary: CanaryParams = CanaryParams()
-    experiment: ExperimentParams = ExperimentParams()
-    scaling: ScalingParams = ScalingParams()
-    cost: CostParams = CostParams()
-    monitoring: MonitoringParams = MonitoringParams()
-    tuning: TuningParams = TuningParams()
+    """Every section of params.yaml, each required: the file is the one home of these values (no
+    field has a default in code), and a missing key is an error naming it."""
+
+    dataset: DatasetParams
+    demo: DemoParams
+    weak_label: WeakLabelParams
+    train: TrainParams
+    evaluate: EvaluateParams
+    compress: CompressParams
+    serving: ServingParams
+    canary: CanaryParams
+    experiment: ExperimentParams
+    scaling: ScalingParams
+    cost: CostParams
+    monitoring: MonitoringParams
+    tuning: TuningParams
 
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
@@ -348,6 +371,8 @@ class Params(Section):
         """Stable hash of every hyperparameter: recorded in model lineage. Prices and monitoring are not
         hyperparameters (they change no model), so they are left out."""
         hyper = {k: v for k, v in self.to_dict().items() if k not in _NOT_HYPERPARAMETERS}
+        if not hyper["dataset"]["params"]:  # no plug-in params: the hash of models registered before they had a place
+            del hyper["dataset"]["params"]
         return hashlib.sha256(json.dumps(hyper, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -385,6 +410,11 @@ def _explain(source: str, exc: ValidationError) -> str:
             known = sorted(getattr(model, "model_fields", {}))
             what = "unknown section" if not section else "unknown key"
             lines.append(f"{source}: {key}: {what}" + (f"; known: {known}" if known else ""))
+        elif e["type"] == "missing":  # no default in code: the file is the one home of every value
+            lines.append(f"{source}: missing {'section' if len(e['loc']) == 1 else 'key'} {key}")
+        elif e["type"] == "value_error" and e["msg"].removeprefix("Value error, ").startswith(f"{key}."):
+            # a nested model's own errors (dataset.params), each already named by its dotted key
+            lines.extend(f"{source}: {m}" for m in e["msg"].removeprefix("Value error, ").split("; "))
         else:
             lines.append(f"{source}: {key}: {e['msg']} (got {e.get('input')!r})")
     return "\n".join(lines)
@@ -402,10 +432,28 @@ def parse_params(raw: Any, source: str = "params.yaml") -> Params:
         raise ParamsError(_explain(source, exc)) from None
 
 
-def load_params(path: Path | str | None = None, overrides: dict[str, dict[str, Any]] | None = None) -> Params:
-    """Read params.yaml (SLUICE_PARAMS names another), apply per-section overrides (e.g. DAG run
-    Params; None values keep the file's), validate."""
-    path = Path(path or Settings.from_env().params or DEFAULT_PARAMS_FILE)
+def _shown(path: Path) -> str:
+    """How errors name a params file: relative to the checkout when inside it (params.yaml), else whole."""
+    try:
+        return str(path.resolve().relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
+def load_params(
+    path: Path | str | None = None,
+    overrides: dict[str, dict[str, Any]] | None = None,
+    *,
+    settings: Settings | None = None,
+) -> Params:
+    """Read params.yaml (or the file `settings`' SLUICE_PARAMS names: pass the process's Settings
+    where there is one, else the environment is read), apply per-section overrides (e.g. DAG run
+    Params; None values keep the file's), validate. Every key is required: a missing one is an
+    error naming the file and the key (`params.yaml: missing key canary.max_psi`)."""
+    if path is None:
+        path = (settings if settings is not None else Settings.from_env()).params
+    path = Path(path or DEFAULT_PARAMS_FILE)
+    shown = _shown(path)
     try:
         raw = yaml.load(path.read_text(), Loader=_Loader) or {}
     except FileNotFoundError:
@@ -413,10 +461,16 @@ def load_params(path: Path | str | None = None, overrides: dict[str, dict[str, A
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise ParamsError(f"{path.name}:{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
+        raise ParamsError(f"{shown}:{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
     if isinstance(raw, dict):
         for section, values in (overrides or {}).items():
             if section not in Params.model_fields:
                 raise ParamsError(f"override: unknown section {section!r}; known: {sorted(Params.model_fields)}")
             raw[section] = {**(raw.get(section) or {}), **{k: v for k, v in values.items() if v is not None}}
-    return parse_params(raw, path.name)
+    return parse_params(raw, shown)
+
+
+def repo_params(overrides: dict[str, dict[str, Any]] | None = None) -> Params:
+    """The checkout's params.yaml (never SLUICE_PARAMS), with per-section overrides: what tests
+    (their `params` fixture) and benchmarks start from, instead of defaults in code (there are none)."""
+    return load_params(DEFAULT_PARAMS_FILE, overrides)

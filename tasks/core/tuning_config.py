@@ -92,50 +92,40 @@ def check_space(space: dict[str, Spec], train: Any) -> None:
                 raise ValueError(f"{name}: {value!r} is not a valid train.{name} ({msg})") from None
 
 
-def default_space() -> dict[str, Spec]:
-    return {
-        "lr": RangeSpec(low=3e-4, high=3e-2, log=True),
-        "weight_decay": RangeSpec(low=1e-6, high=1e-2, log=True),
-        "hidden": ChoiceSpec(choices=((16,), (32, 16), (64, 32), (128, 64))),
-        "batch_size": ChoiceSpec(choices=(32, 64, 128)),
-        "epochs": RangeSpec(low=4, high=16),
-    }
-
-
 class TuningParams(BaseModel):
     """Cost-aware automatic tuning (tasks/tuning, dags/tuning.py, docs/tuning.md): the study's
     space, its defaults for a run (each a Param of the `tuning` DAG) and how the result is chosen."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
-    space: dict[str, Spec] = Field(default_factory=default_space, min_length=1)
+    space: dict[str, Spec] = Field(min_length=1)
     """name -> {low, high, log} or {choices}; names are train fields (see TUNABLE); the rest of
     `train` is kept."""
-    n_trials: StrictInt = Field(20, ge=1, le=10_000)
-    max_parallelism: StrictInt = Field(4, ge=1, le=64)
+    n_trials: StrictInt = Field(ge=1, le=10_000)
+    max_parallelism: StrictInt = Field(ge=1, le=64)
     """The trial task's max_active_tis_per_dag (read when the DAG file is parsed)."""
-    parallelism: StrictInt = Field(2, ge=1, le=64)
+    parallelism: StrictInt = Field(ge=1, le=64)
     """Trials at once in a run (the DAG's Param; at most max_parallelism)."""
-    cost_ceiling: float = Field(5.0, ge=0)
+    cost_ceiling: float = Field(ge=0)
     """What a study may spend in all, in the cost section's currency (0: no ceiling). A trial that
     would cross it is pruned; a ceiling below one trial's cost is refused at the start."""
-    seed: StrictInt = 7
-    nproc: StrictInt = Field(1, ge=1, le=64)
+    seed: StrictInt
+    nproc: StrictInt = Field(ge=1, le=64)
     """Processes per trial (torchrun on the local backend)."""
-    min_epochs: StrictInt = Field(1, ge=1)
+    min_epochs: StrictInt = Field(ge=1)
     """Hyperband's smallest budget (epochs) before a trial can be pruned."""
-    reduction_factor: StrictInt = Field(3, ge=2)
+    reduction_factor: StrictInt = Field(ge=2)
     """Hyperband's eta: each rung keeps about 1/eta of the trials."""
-    n_startup_trials: StrictInt = Field(5, ge=0)
+    n_startup_trials: StrictInt = Field(ge=0)
     """TPE's random trials before it models the space."""
-    trial_seconds_estimate: float = Field(8.0, gt=0)
+    trial_seconds_estimate: float = Field(gt=0)
     """Seconds of the cheapest trial before the study has finished one (start-up and one epoch):
     the floor the cost ceiling is checked against."""
-    choose_within: Annotated[float, Field(ge=0, le=1)] = 0.002
+    choose_within: Annotated[float, Field(ge=0, le=1)]
     """The chosen trial: the cheapest whose dev ROC AUC is within this of the best."""
-    heartbeat_s: StrictInt = Field(5, ge=1)
+    heartbeat_s: StrictInt = Field(ge=1)
     """Seconds between a running trial's heartbeats; one silent for 4x this is failed (and retried once)."""
-    trial_timeout_s: StrictInt = Field(3600, ge=10)
-    objective: Literal["dev_roc_auc"] = "dev_roc_auc"
+    trial_timeout_s: StrictInt = Field(ge=10)
+    objective: Literal["dev_roc_auc"]
     """Gold dev ROC AUC (never the gold test set)."""
 
     @field_validator("space")

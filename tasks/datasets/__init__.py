@@ -18,6 +18,9 @@ Optional:
     slices(df)        gold rows -> {slice name: boolean mask over df's rows}; the compress step
                       holds every compressed candidate to its quality floor on each slice as well
                       as overall (without it, only the overall figures are gated)
+    Params            a pydantic model of the plug-in's own parameters, params.yaml `dataset.params`
+                      (validated when the file is read; `dataset_params` gives the model). Without
+                      it the plug-in takes none, and `dataset.params` must be {}.
 
 See docs/datasets.md for adding one.
 """
@@ -27,6 +30,12 @@ from __future__ import annotations
 import functools
 import importlib
 from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import BaseModel
+
+    from tasks.core.params import DatasetParams
 
 REQUIRED = (
     "NAME",
@@ -55,6 +64,20 @@ def load_dataset(module: str | None = None) -> ModuleType:
 
         module = load_params().dataset.module
     return _load_plugin(module)
+
+
+def dataset_params(dataset: DatasetParams, source: str = "params.yaml") -> BaseModel | None:
+    """The plug-in's own parameters (`dataset.params`) validated by the `Params` model its module
+    declares, or None when it declares none (then `dataset.params` is {}). Reading params.yaml
+    already validated a non-empty `dataset.params`; this also checks an empty one against a model
+    that requires keys. Raises ParamsError naming the file and the key."""
+    from tasks.core.params import ParamsError, validate_plugin_params
+
+    _load_plugin(dataset.module)  # a complete plug-in first
+    try:
+        return validate_plugin_params(dataset.module, dataset.params)
+    except ValueError as exc:
+        raise ParamsError(f"{source}: {exc}") from None
 
 
 @functools.lru_cache(maxsize=None)

@@ -6,14 +6,14 @@ import pytest
 from tasks.compression.chain import CompressionData, apply_chain
 from tasks.compression.export import count_ops, read_metadata
 from tasks.compression.mlp import param_count
+from tasks.core.compression_config import parse_technique
 from tasks.core.errors import CompressionError
 
 
-def test_structured_prune_then_int8(baseline, trained, data):
+def test_structured_prune_then_int8(baseline, trained, data, params):
     before = [p.detach().clone() for p in trained.parameters()]
-    cand = apply_chain(
-        trained, ["prune_structured(0.5)", "int8_dynamic"], data, baseline.onnx_path.parent, parent=baseline
-    )
+    chain = params.compress.chain(["prune_structured(0.5)", "int8_dynamic"])  # the file's chain defaults
+    cand = apply_chain(trained, chain, data, baseline.onnx_path.parent, parent=baseline)
     assert all(np.array_equal(a, b.detach()) for a, b in zip(before, trained.parameters()))
     assert cand.parent is baseline and cand.name == "prune_structured(0.5)+int8_dynamic"
     assert [c["kind"] for c in cand.configs] == ["prune_structured", "int8_dynamic"]
@@ -26,9 +26,10 @@ def test_structured_prune_then_int8(baseline, trained, data):
     assert cand.summary()["chain"] == ["prune_structured(0.5)", "int8_dynamic"]
 
 
-def test_wrong_order_fails_before_any_work(trained, data, tmp_path):
+def test_wrong_order_fails_before_any_work(trained, data, tmp_path, params):
+    prune = parse_technique("prune(0.5)", params.compress.chain_defaults())
     with pytest.raises(CompressionError, match=r"out of order: prune\(0.5\) must come before int8_dynamic"):
-        apply_chain(trained, ["int8_dynamic", "prune(0.5)"], data, tmp_path)
+        apply_chain(trained, ["int8_dynamic", prune], data, tmp_path)
     assert not list(tmp_path.iterdir())
 
 

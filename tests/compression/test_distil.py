@@ -17,8 +17,9 @@ def _spearman(a, b):
     return float(np.corrcoef(ra, rb)[0, 1])
 
 
-def test_student_architecture_and_tracking(trained, rows, held_out):
-    student, info = distil(trained, DistilConfig(hidden=(8,), epochs=40), rows[0])  # labels unused
+def test_student_architecture_and_tracking(trained, rows, held_out, params):
+    cfg = DistilConfig(hidden=(8,), epochs=40, seed=params.compress.seed)
+    student, info = distil(trained, cfg, rows[0])  # labels unused
     assert layer_shapes(student) == [(20, 8), (8, 1)] and student.arch["hidden"] == [8]
     assert param_count(student) == 20 * 8 + 8 + 8 + 1 == info["params"] < param_count(trained)
     assert np.array_equal(student.mean.numpy(), trained.mean.numpy())

@@ -25,8 +25,9 @@ def test_factors_have_the_rank_and_approximate_the_weight(trained):
     assert np.linalg.norm(w - product) == pytest.approx(np.sqrt((s[5:] ** 2).sum()), rel=1e-3)
 
 
-def test_low_rank_model_params_and_shapes(trained, rows):
-    model, info = low_rank(copy.deepcopy(trained), LowRankConfig(rank=4, fine_tune_epochs=1), rows[0])
+def test_low_rank_model_params_and_shapes(trained, rows, params):
+    cfg = LowRankConfig(rank=4, fine_tune_epochs=1, seed=params.compress.seed)
+    model, info = low_rank(copy.deepcopy(trained), cfg, rows[0])
     # Linear(20,32): 4*(20+32) < 640 yes; Linear(32,16): 4*48 < 512 yes; Linear(16,1): 4*17 > 16, left dense
     assert info["factorized_layers"] == [0, 1]
     assert layer_shapes(model) == [(20, 4), (4, 32), (32, 4), (4, 16), (16, 1)]
@@ -35,13 +36,14 @@ def test_low_rank_model_params_and_shapes(trained, rows):
 
 
 @pytest.mark.parametrize("rank", [11, 64])
-def test_rank_out_of_range_is_an_error(trained, rows, rank):
+def test_rank_out_of_range_is_an_error(trained, rows, rank, params):
+    seed = params.compress.seed
     # best saving here: Linear(20, 32) needs rank < 640/52 = 12.3, Linear(32,16) rank < 10.7
     if rank == 11:
-        model, info = low_rank(copy.deepcopy(trained), LowRankConfig(rank=11, fine_tune_epochs=0), rows[0])
+        model, info = low_rank(copy.deepcopy(trained), LowRankConfig(rank=11, fine_tune_epochs=0, seed=seed), rows[0])
         assert info["factorized_layers"] == [0]
         return
     with pytest.raises(CompressionError, match=r"lowrank rank 64 is out of range .* no layer gets smaller"):
-        low_rank(copy.deepcopy(trained), LowRankConfig(rank=rank, fine_tune_epochs=0), rows[0])
+        low_rank(copy.deepcopy(trained), LowRankConfig(rank=rank, fine_tune_epochs=0, seed=seed), rows[0])
     with pytest.raises(ValueError, match="rank"):
-        LowRankConfig(rank=0)
+        LowRankConfig(rank=0, fine_tune_epochs=0, seed=seed)

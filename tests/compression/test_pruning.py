@@ -13,9 +13,9 @@ from tests.compression.conftest import torch_prob
 
 
 @pytest.mark.parametrize("ratio", [0.3, 0.75])
-def test_unstructured_sparsity_equals_the_ratio(trained, rows, ratio):
+def test_unstructured_sparsity_equals_the_ratio(trained, rows, ratio, params):
     model, info = prune_unstructured(
-        copy.deepcopy(trained), PruneConfig(ratio=ratio, fine_tune_epochs=1), rows[0][:200]
+        copy.deepcopy(trained), PruneConfig(ratio=ratio, fine_tune_epochs=1, seed=params.compress.seed), rows[0][:200]
     )
     measured = sparsity(model)
     for frac, (n_in, n_out) in zip(measured["per_layer"], layer_shapes(model)):
@@ -26,15 +26,15 @@ def test_unstructured_sparsity_equals_the_ratio(trained, rows, ratio):
     assert not hasattr(model.net[0], "weight_mask")
 
 
-def test_unstructured_fine_tune_keeps_pruned_weights_at_zero(trained, rows):
-    model, _ = prune_unstructured(copy.deepcopy(trained), PruneConfig(ratio=0.5, fine_tune_epochs=3), rows[0])
+def test_unstructured_fine_tune_keeps_pruned_weights_at_zero(trained, rows, params):
+    cfg = PruneConfig(ratio=0.5, fine_tune_epochs=3, seed=params.compress.seed)
+    model, _ = prune_unstructured(copy.deepcopy(trained), cfg, rows[0])
     assert sparsity(model)["overall"] == pytest.approx(0.5, abs=2e-3)
 
 
-def test_structured_pruning_shrinks_layers_and_params(trained, rows, held_out):
-    model, info = prune_structured(
-        copy.deepcopy(trained), PruneStructuredConfig(ratio=0.5, fine_tune_epochs=20, fine_tune_lr=3e-3), rows[0]
-    )
+def test_structured_pruning_shrinks_layers_and_params(trained, rows, held_out, params):
+    cfg = PruneStructuredConfig(ratio=0.5, fine_tune_epochs=20, fine_tune_lr=3e-3, seed=params.compress.seed)
+    model, info = prune_structured(copy.deepcopy(trained), cfg, rows[0])
     assert layer_shapes(model) == [(20, 16), (16, 8), (8, 1)]
     assert param_count(model) == 20 * 16 + 16 + 16 * 8 + 8 + 8 + 1 == info["params"]
     assert info["params_before"] == param_count(trained) == 20 * 32 + 32 + 32 * 16 + 16 + 16 + 1
@@ -45,26 +45,29 @@ def test_structured_pruning_shrinks_layers_and_params(trained, rows, held_out):
     assert spearman > 0.9, spearman
 
 
-def test_structured_pruning_keeps_the_strongest_neurons(trained, rows):
-    model, _ = prune_structured(copy.deepcopy(trained), PruneStructuredConfig(ratio=0.75, fine_tune_epochs=0), rows[0])
+def test_structured_pruning_keeps_the_strongest_neurons(trained, rows, params):
+    cfg = PruneStructuredConfig(ratio=0.75, fine_tune_epochs=0, seed=params.compress.seed)
+    model, _ = prune_structured(copy.deepcopy(trained), cfg, rows[0])
     norms = trained.net[0].weight.detach().norm(dim=1)
     kept = model.net[0].weight.detach().norm(dim=1)
     assert sorted(kept.tolist()) == pytest.approx(sorted(norms.topk(8).values.tolist()))
     assert layer_shapes(model) == [(20, 8), (8, 4), (4, 1)]
 
 
-def test_ratio_out_of_range_is_an_error():
+def test_ratio_out_of_range_is_an_error(params):
+    rest = {"fine_tune_epochs": params.compress.fine_tune_epochs, "seed": params.compress.seed}
     for bad in (0.0, 1.0, -0.2, 2):
         with pytest.raises(ValueError, match="ratio"):
-            PruneConfig(ratio=bad)
+            PruneConfig(ratio=bad, **rest)
         with pytest.raises(ValueError, match="ratio"):
-            PruneStructuredConfig(ratio=bad)
+            PruneStructuredConfig(ratio=bad, **rest)
 
 
-def test_structured_pruning_refuses_a_factorized_model(trained, rows):
+def test_structured_pruning_refuses_a_factorized_model(trained, rows, params):
     from tasks.compression.lowrank import low_rank
     from tasks.core.compression_config import LowRankConfig
 
-    factored, _ = low_rank(copy.deepcopy(trained), LowRankConfig(rank=4, fine_tune_epochs=0), rows[0])
+    seed = params.compress.seed
+    factored, _ = low_rank(copy.deepcopy(trained), LowRankConfig(rank=4, fine_tune_epochs=0, seed=seed), rows[0])
     with pytest.raises(CompressionError, match="not a plain Linear/ReLU stack"):
-        prune_structured(factored, PruneStructuredConfig(ratio=0.5), rows[0])
+        prune_structured(factored, params.compress.chain(["prune_structured(0.5)"])[0], rows[0])

@@ -28,8 +28,9 @@ def test_dynamic_int8_structure(baseline, trained, data, held_out):
     assert np.max(np.abs(predict(open_session(cand.onnx_path), held_out[0]) - base_p)) < 0.1
 
 
-def test_static_int8_qdq_per_channel_structure(baseline, trained, data):
-    cand = apply_chain(trained, ["int8_static"], data, baseline.onnx_path.parent, parent=baseline)
+def test_static_int8_qdq_per_channel_structure(baseline, trained, data, params):
+    chain = params.compress.chain(["int8_static"])
+    cand = apply_chain(trained, chain, data, baseline.onnx_path.parent, parent=baseline)
     ops = count_ops(cand.onnx_path)
     # per Gemm: its activation input quantized + dequantized, weight and bias dequantized
     assert ops["Gemm"] == 3 and ops["QuantizeLinear"] == 6 and ops["DequantizeLinear"] == 12
@@ -41,9 +42,9 @@ def test_static_int8_qdq_per_channel_structure(baseline, trained, data):
     assert "Sigmoid" in ops and ops["Sigmoid"] == 1
 
 
-def test_calibration_set_errors(baseline, tmp_path, rows):
+def test_calibration_set_errors(baseline, tmp_path, rows, params):
     X, y = rows
-    cfg = Int8StaticConfig(calibration_rows=32)
+    cfg = Int8StaticConfig(calibration_rows=32, seed=params.compress.seed)
     with pytest.raises(CompressionError, match="calibration set is empty"):
         quantize_static_int8(baseline.onnx_path, tmp_path / "q.onnx", cfg, X[:0], y[:0])
     with pytest.raises(CompressionError, match="one-class: all 50 rows are class 0"):
@@ -54,6 +55,7 @@ def test_calibration_set_errors(baseline, tmp_path, rows):
     assert 95 <= len(sample) <= 105
 
 
-def test_static_int8_through_a_chain_without_labels_is_an_error(baseline, trained, rows):
+def test_static_int8_through_a_chain_without_labels_is_an_error(baseline, trained, rows, params):
+    chain = params.compress.chain(["int8_static"])
     with pytest.raises(CompressionError, match="labels"):
-        apply_chain(trained, ["int8_static"], CompressionData(rows[0]), baseline.onnx_path.parent, parent=baseline)
+        apply_chain(trained, chain, CompressionData(rows[0]), baseline.onnx_path.parent, parent=baseline)

@@ -1,6 +1,10 @@
-import pytest
+import re
 
-from tasks.core.params import ParamsError, load_params
+import pytest
+import yaml
+
+from tasks.core.params import DEFAULT_PARAMS_FILE, ParamsError, load_params, parse_params
+from tests.conftest import params_dict, write_params
 
 
 def test_defaults_load_and_digest_is_stable():
@@ -41,8 +45,7 @@ def test_none_override_keeps_file_value():
     ],
 )
 def test_bad_values_name_the_key(tmp_path, text, key):
-    path = tmp_path / "params.yaml"
-    path.write_text(text)
+    path = write_params(tmp_path / "params.yaml", yaml.safe_load(text))
     with pytest.raises(ParamsError, match=key.replace(".", r"\.")):
         load_params(path)
 
@@ -75,9 +78,68 @@ def test_compress_section_is_the_search_config():
 )
 def test_values_are_read_as_meant_or_refused_by_key(tmp_path, text, message):
     path = tmp_path / "params.yaml"
-    path.write_text(text)
+    if message is None:  # the literal as written: the file's train section with lr spelled 1e-3
+        text = re.sub(r"\n  lr: [^\n]*\n", "\n  lr: 1e-3\n", DEFAULT_PARAMS_FILE.read_text(), count=1)
+        assert "\n  lr: 1e-3\n" in text
+        path.write_text(text)
+    elif message == "not valid YAML":
+        path.write_text(text)
+    else:
+        write_params(path, yaml.safe_load(text))
     if message is None:
         assert load_params(path).train.lr == 0.001
     else:
         with pytest.raises(ParamsError, match=message.replace(".", r"\.")):
             load_params(path)
+
+
+@pytest.mark.parametrize("key", ["canary.max_psi", "compress.latency_budget_ms", "train.epochs", "tuning.space"])
+def test_a_missing_key_is_an_error_naming_the_file_and_the_key(tmp_path, key):
+    """No default in code: deleting a line of params.yaml is an error, never a silently changed gate."""
+    section, name = key.split(".")
+    raw = params_dict()
+    del raw[section][name]
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ParamsError) as exc:
+        load_params(path)
+    assert str(exc.value) == f"{path}: missing key {key}"
+
+
+def test_a_missing_section_and_a_missing_nested_key_are_named():
+    raw = params_dict()
+    del raw["canary"]
+    del raw["monitoring"]["alerts"]["p99_budget_ms"]
+    with pytest.raises(ParamsError) as exc:
+        parse_params(raw)
+    assert str(exc.value).splitlines() == [
+        "params.yaml: missing section canary",
+        "params.yaml: missing key monitoring.alerts.p99_budget_ms",
+    ]
+
+
+def test_the_checkouts_file_names_itself_as_params_yaml(tmp_path, monkeypatch):
+    text = DEFAULT_PARAMS_FILE.read_text()
+    assert "\n  max_psi: 2.0\n" in text
+    monkeypatch.chdir(tmp_path)  # relative to the checkout, wherever the process runs
+    with pytest.raises(ParamsError, match=r"^params\.yaml: missing key canary\.max_psi$"):
+        parse_params(yaml.safe_load(text.replace("\n  max_psi: 2.0\n", "\n")), "params.yaml")
+
+
+def test_no_section_has_a_default_in_code():
+    """params.yaml is the one home of every value: every field of every section is required (the
+    exceptions: per-entry fields of lists the file leaves empty, and technique configs' own knobs)."""
+    from pydantic import BaseModel
+
+    from tasks.core.params import NotifierSpec, Params
+
+    def defaults(model, prefix=""):
+        for name, field in model.model_fields.items():
+            if not field.is_required():
+                yield prefix + name
+            ann = field.annotation
+            if isinstance(ann, type) and issubclass(ann, BaseModel):
+                yield from defaults(ann, f"{prefix}{name}.")
+
+    assert list(defaults(Params)) == []
+    assert list(defaults(NotifierSpec)) == ["kwargs"]

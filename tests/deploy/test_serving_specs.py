@@ -171,9 +171,9 @@ def test_quantities_parse_and_requests_fit_limits(container, pod):
 
 
 def test_the_state_volume_holds_the_rotated_prediction_log(pod):
-    from tasks.core.params import ServingParams
+    from tasks.core.params import repo_params
 
-    sp = ServingParams()
+    sp = repo_params().serving
     state = next(v for v in pod["volumes"] if v["name"] == "state")
     need = sp.prediction_log_mb * 1024 * 1024 * (sp.prediction_log_keep + 1)
     assert parse_quantity(state["emptyDir"]["sizeLimit"]) >= 2 * need

@@ -50,13 +50,12 @@ def test_gold_budget_draws_are_seeded_per_row_not_per_batch():
     assert not gold_budget_mask(ids, 0.0, 7).any() and gold_budget_mask(ids, 1.0, 7).all()
 
 
-def test_gold_is_replayed_from_the_source_never_for_the_test_set(emails):
-    from tasks.core.params import DemoParams
+def test_gold_is_replayed_from_the_source_never_for_the_test_set(emails, params):
     from tasks.datasets import load_dataset
     from tasks.datasets.demo_feed import split_demo
 
     ds = load_dataset("tasks.datasets.emails")
-    dev, test, batches = split_demo(emails, DemoParams(), ds)
+    dev, test, batches = split_demo(emails, params.demo, ds)
     test_ids = set(test[ds.ID_COLUMN])
     assert not any(b[ds.ID_COLUMN].isin(test_ids).any() for b in batches)  # the demo feed never replays them
     batch = batches[0]

@@ -5,12 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
+import yaml
 
 from tasks.core.context import StepContext
 from tasks.core.params import NotifierSpec, ParamsError, load_params
 from tasks.core.settings import Settings
 from tasks.monitoring import alerts
 from tasks.monitoring.store import MetricsStore
+from tests.conftest import write_params
 from tests.monitoring.steps_for_tests import canary_work
 
 
@@ -54,8 +56,9 @@ def test_grad_variance_explosion_utilization_p99_accuracy_and_cost():
 
 
 def params_with_notifiers(tmp_path, monkeypatch, notifiers: list[dict]) -> Settings:
-    f = tmp_path / "params.yaml"
-    f.write_text(json.dumps({"monitoring": {"notifiers": notifiers, "alerts": {"p99_budget_ms": 50}}}))
+    f = write_params(
+        tmp_path / "params.yaml", {"monitoring": {"notifiers": notifiers, "alerts": {"p99_budget_ms": 50}}}
+    )
     monkeypatch.setenv("SLUICE_PARAMS", str(f))
     return Settings.from_env()
 
@@ -95,16 +98,18 @@ def test_a_notifier_that_is_not_one_is_refused():
 
 
 def test_the_smtp_providers_notifier_loads_from_params(tmp_path):
-    f = tmp_path / "params.yaml"
-    f.write_text(
-        "monitoring:\n  notifiers:\n    - class_path: airflow.providers.smtp.notifications.smtp.SmtpNotifier\n"
-        "      kwargs: {to: ops@example.com, from_email: sluice@example.com, subject: 'Sluice {{ sluice_run_id }}',"
-        " html_content: '{{ sluice_alerts_text }}'}\n"
+    f = write_params(
+        tmp_path / "params.yaml",
+        yaml.safe_load(
+            "monitoring:\n  notifiers:\n    - class_path: airflow.providers.smtp.notifications.smtp.SmtpNotifier\n"
+            "      kwargs: {to: ops@example.com, from_email: sluice@example.com, subject: 'Sluice {{ sluice_run_id }}',"
+            " html_content: '{{ sluice_alerts_text }}'}\n"
+        ),
     )
     (spec,) = load_params(f).monitoring.notifiers
     n = alerts.load_notifier(spec)
     assert type(n).__name__ == "SmtpNotifier" and n.to == "ops@example.com"
-    f.write_text("monitoring:\n  notifiers:\n    - class_path: 'not a path'\n")
+    write_params(f, {"monitoring": {"notifiers": [{"class_path": "not a path"}]}})
     with pytest.raises(ParamsError, match="monitoring.notifiers.0.class_path"):
         load_params(f)
 
@@ -133,7 +138,7 @@ def test_alerts_go_out_by_email_through_the_smtp_providers_notifier(settings, tm
                 "html_content": "<pre>{{ sluice_alerts_text }}</pre>",
             },
         }
-        params.write_text(json.dumps({"monitoring": {"notifiers": [notifier]}}))
+        write_params(params, {"monitoring": {"notifiers": [notifier]}})
         conn = {"conn_type": "smtp", "host": "127.0.0.1", "port": sink.port}
         conn["extra"] = {"disable_tls": True, "disable_ssl": True, "retry_limit": 0, "timeout": 10}
         env = {

@@ -6,7 +6,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from tasks.core.params import CostParams, load_params
+from tasks.core.params import load_params, repo_params
 from tasks.monitoring.cost import (
     GB,
     directory_bytes,
@@ -20,13 +20,15 @@ from tasks.monitoring.cost import (
 )
 from tasks.monitoring.store import TaskUsage
 
-PRICES = CostParams(gpu_hour=3.0, cpu_hour=0.05, memory_gb_hour=0.01, storage_gb_month=0.03, manual_label=0.1)
+PRICES = repo_params().cost.replace(
+    gpu_hour=3.0, cpu_hour=0.05, memory_gb_hour=0.01, storage_gb_month=0.03, manual_label=0.1
+)
 T0 = datetime(2026, 11, 30, 23, 30, tzinfo=timezone.utc)
 
 
 def test_params_yaml_has_the_cost_section_with_documented_defaults():
-    cost = load_params().cost
-    assert cost == CostParams()  # params.yaml states the documented defaults
+    cost = load_params().cost  # params.yaml is the prices' one home (docs/monitoring.md lists them)
+    assert (cost.currency, cost.gpu_hour, cost.storage_gb_month, cost.engineer_hour) == ("USD", 2.50, 0.023, 90.0)
     assert cost.gpu_hour > cost.cpu_hour > 0 and cost.manual_label > 0 and cost.engineer_hour > 0
 
 
@@ -58,7 +60,7 @@ def test_storage_labor_and_avoided_labels():
     assert s.amount == pytest.approx(3 * 0.03 / 30) and s.unit == "gb_day"
     (a,) = labor_avoided(445, PRICES, "2026-11-30")
     assert a.kind == "avoided" and a.amount == pytest.approx(44.5)
-    inc = incident_lines(["quarantine_raw"], CostParams(), "2026-11-30")
+    inc = incident_lines(["quarantine_raw"], repo_params().cost, "2026-11-30")
     assert inc[0].amount == pytest.approx(0.5 * 90.0) and inc[0].kind == "labor"
     t = totals([s, a, *inc])
     assert t["total"] == pytest.approx(s.amount + inc[0].amount) and t["avoided"] == pytest.approx(44.5)

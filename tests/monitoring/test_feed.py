@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tasks.core.params import CostParams
+from tasks.core.params import repo_params
 from tasks.monitoring import feed
 from tests.monitoring.steps_for_tests import canary_record
 from tests.steps.records import train_record
@@ -16,7 +16,7 @@ END = datetime(2026, 12, 1, 1, 0, tzinfo=timezone.utc)
 
 
 def info(tmp_path, **kw):
-    return feed.RunInfo(run_dir=tmp_path, ended=END, prices=CostParams(), data_version="data-v3", **kw)
+    return feed.RunInfo(run_dir=tmp_path, ended=END, prices=repo_params().cost, data_version="data-v3", **kw)
 
 
 def write_engine_lines(path, losses):

@@ -8,6 +8,7 @@ import pytest
 from tasks.core.context import StepContext
 from tasks.monitoring.cost import price_usage, totals
 from tasks.monitoring.store import MetricsStore, TaskUsage
+from tests.conftest import write_params
 from tests.monitoring.steps_for_tests import failing_work, labeling_work, quarantine_work
 
 
@@ -86,7 +87,7 @@ def test_a_broken_store_never_fails_the_step(settings, capsys):
 
 def test_monitoring_off_records_nothing(settings, tmp_path, monkeypatch):
     params = tmp_path / "params.yaml"
-    params.write_text("monitoring:\n  enabled: false\n")
+    write_params(params, {"monitoring": {"enabled": False}})
     monkeypatch.setenv("SLUICE_PARAMS", str(params))
     from tasks.core.settings import Settings
 

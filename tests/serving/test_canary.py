@@ -10,11 +10,21 @@ import pytest
 from scipy.stats import norm
 from sklearn.metrics import f1_score, roc_auc_score
 
-from tasks.core.params import CanaryParams
+from tasks.core.params import repo_params
 from tasks.serving import canary
 from tasks.serving.canary import CHALLENGER, CHAMPION, Verdict, judge
 
-PARAMS = CanaryParams()  # the defaults: min_samples 50, min_labeled 200, max_p99_ms 250, max_psi 0.25, ...
+# The thresholds these windows were sized for (the code defaults before params.yaml became their one
+# home): min_samples 50, min_labeled 200, max_p99_ms 250, max_psi 0.25, max_auc_drop 0.02, ...
+PARAMS = repo_params().canary.replace(
+    steps=(10, 50, 100),
+    requests_per_step=300,
+    replay_rate=200.0,
+    min_labeled=200,
+    max_p99_ratio=2.0,
+    max_psi=0.25,
+    max_auc_drop=0.02,
+)
 FEW_LABELS = PARAMS.replace(min_labeled=50)  # online quality judged from 50 labeled rows per variant
 
 

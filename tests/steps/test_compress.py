@@ -15,6 +15,7 @@ from tasks.datasets.demo_feed import DemoFeed
 from tasks.datasets.emails import FEATURE_NAMES, featurize
 from tasks.registry import Registry
 from tasks.training.model import SpamMLP, save_model
+from tests.conftest import write_params
 from tests.steps.records import train_record
 
 FAST = {
@@ -116,8 +117,7 @@ def test_unreachable_floor_fails_the_gate_naming_it(home):
     ],
 )
 def test_bad_chain_in_params_names_the_key(tmp_path, candidates, fragment):
-    path = tmp_path / "params.yaml"
-    path.write_text(json.dumps({"compress": {"candidates": candidates}}))
+    path = write_params(tmp_path / "params.yaml", {"compress": {"candidates": candidates}})
     with pytest.raises(ParamsError, match=r"compress\.candidates") as exc:
         load_params(path)
     assert fragment in str(exc.value)

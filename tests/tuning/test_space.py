@@ -3,9 +3,10 @@
 import pytest
 
 from tasks.core.context import StepContext
-from tasks.core.params import ParamsError, TrainParams, parse_params
+from tasks.core.params import ParamsError, parse_params
 from tasks.core.tuning_config import ChoiceSpec, RangeSpec, check_space
 from tasks.tuning.space import decode, suggest
+from tests.conftest import params_dict
 from tests.tuning.conftest import tiny_overrides
 
 
@@ -21,8 +22,10 @@ from tests.tuning.conftest import tiny_overrides
     ],
 )
 def test_bad_space_is_refused_naming_the_key(space, says):
+    raw = params_dict()
+    raw["tuning"]["space"] = space  # the whole space, not merged into the file's
     with pytest.raises(ParamsError) as err:
-        parse_params({"tuning": {"space": space}})
+        parse_params(raw)
     assert says in str(err.value)
     assert len(str(err.value).splitlines()) == 1  # one error, not one per union member
 
@@ -36,27 +39,27 @@ def test_bad_space_is_refused_naming_the_key(space, says):
         ({"batch_size": ChoiceSpec(choices=(0, 64))}, "batch_size: 0 is not a valid train.batch_size"),
     ],
 )
-def test_values_train_would_refuse_are_caught(space, says):
+def test_values_train_would_refuse_are_caught(space, says, params):
     with pytest.raises(ValueError, match=None) as err:
-        check_space(space, TrainParams())
+        check_space(space, params.train)
     assert says in str(err.value)
 
 
-def test_suggest_and_decode_round_trip():
+def test_suggest_and_decode_round_trip(params):
     import optuna
 
-    space = parse_params({}).tuning.space
+    space = params.tuning.space
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     trial = study.ask()
     values = suggest(trial, space)
     assert set(values) == set(space) and isinstance(values["hidden"], list)
     assert decode(trial.params, space) == values
-    assert TrainParams().replace(**values)  # a valid train section
+    assert params.train.replace(**values)  # a valid train section
 
 
 def test_parallelism_above_the_dag_bound_is_refused():
     with pytest.raises(ParamsError, match="tuning.parallelism: Value error, must be at most tuning.max_parallelism=4"):
-        parse_params({"tuning": {"parallelism": 5}})
+        parse_params(params_dict({"tuning": {"parallelism": 5}}))
 
 
 def test_ceiling_below_one_trial_is_refused_in_the_first_task(tuning_home):

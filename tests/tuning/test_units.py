@@ -4,7 +4,6 @@ import json
 
 import pytest
 
-from tasks.core.params import TrainParams
 from tasks.registry import RegistryError
 from tasks.registry.tuning import TunedOverlays
 from tasks.tuning.overlay import apply_overlay
@@ -66,10 +65,10 @@ def test_trial_pod_renders_to_a_valid_restricted_pod():
     assert pod["metadata"]["labels"]["sluice/data-version"] == "data-v3"
 
 
-def test_overlay_registered_resolved_and_applied(settings):
+def test_overlay_registered_resolved_and_applied(settings, params):
     overlays = TunedOverlays(settings)
     assert overlays.resolve_overlay("latest") is None
-    p = TrainParams(params_overlay="latest")
+    p = params.train.replace(params_overlay="latest")
     assert apply_overlay(settings, p) == (p, None, None)
     first = overlays.register_overlay("run-a", {"study": "s", "data_version": "data-v1", "train": {"lr": 0.01}})
     again = overlays.register_overlay("run-a", {"study": "s", "data_version": "data-v1", "train": {"lr": 0.02}})
@@ -83,9 +82,9 @@ def test_overlay_registered_resolved_and_applied(settings):
     applied, version, values = apply_overlay(settings, p)
     assert version == "tuned-v2" and values == {"lr": 0.02, "hidden": [8]}
     assert (applied.lr, applied.hidden, applied.params_overlay) == (0.02, (8,), "tuned-v2")
-    assert apply_overlay(settings, TrainParams(params_overlay="tuned-v1"))[0].lr == 0.01
+    assert apply_overlay(settings, params.train.replace(params_overlay="tuned-v1"))[0].lr == 0.01
     with pytest.raises(RegistryError, match="tuned overlay tuned-v7 does not exist"):
-        apply_overlay(settings, TrainParams(params_overlay="tuned-v7"))
+        apply_overlay(settings, params.train.replace(params_overlay="tuned-v7"))
     audit = [json.loads(x) for x in (settings.layout.registry / "audit.jsonl").read_text().splitlines()]
     assert [a["version"] for a in audit if a["action"] == "tuned_overlay"] == ["tuned-v1", "tuned-v2"]
 
@@ -121,7 +120,7 @@ def test_epoch_reporter_prunes_by_the_pruner_and_by_the_cost_ceiling(tmp_path):
 
 
 @pytest.mark.slow
-def test_engine_epoch_hook_stops_training_where_it_says(tuning_home, tmp_path):
+def test_engine_epoch_hook_stops_training_where_it_says(tuning_home, tmp_path, params):
     """The engine's on_epoch hook (one process, in this one): called after each epoch; True stops there."""
     from tasks.training.engine import run_training
 
@@ -131,7 +130,7 @@ def test_engine_epoch_hook_stops_training_where_it_says(tuning_home, tmp_path):
         calls.append((epoch, type(model).__name__))
         return epoch == 2
 
-    p = TrainParams(epochs=5, nproc=1, batch_size=64, warm_start=False)
+    p = params.train.replace(epochs=5, nproc=1, batch_size=64, warm_start=False)
     result = run_training("data-v1", str(tmp_path / "out"), p, on_epoch=hook)
     assert calls == [(1, "SpamMLP"), (2, "SpamMLP")]
     assert result["stopped_at_epoch"] == 2 and len(result["losses"]) == 2
