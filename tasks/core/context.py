@@ -29,7 +29,7 @@ class StepContext:
         cls, run_id: str, settings: Settings | None = None, overrides: dict[str, dict[str, Any]] | None = None
     ) -> "StepContext":
         settings = settings or Settings.from_env()
-        return cls(run_id, settings, load_params(settings.params, overrides))
+        return cls(run_id, settings, load_params(overrides=overrides, settings=settings))
 
     @property
     def run_dir(self) -> Path:

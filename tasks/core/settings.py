@@ -1,12 +1,16 @@
 """Deployment settings (environment variables prefixed SLUICE_) and the state layout.
 
-`Settings` is the only reader of SLUICE_* variables. Nothing here touches the disk at
-import time; `Settings.from_env()` only reads the environment, and
+`Settings` is the only reader of SLUICE_* variables: every one the code knows is a field (with
+the description docs/settings.md is generated from, `python -m ops.settings_doc`), and a SLUICE_*
+variable that is none of them is refused, naming the closest field (a typo is never silently
+ignored). Build it once per process (`Settings.from_env()` at the entry point) and pass it down.
+Nothing here touches the disk at import time; `Settings.from_env()` only reads the environment, and
 `StateLayout.ensure()` creates folders when a task asks.
 """
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass
@@ -57,8 +61,10 @@ class SettingsError(ValueError):
 
 
 class Settings(BaseSettings):
-    """Where state lives and how steps run: one field per SLUICE_<NAME> variable."""
+    """Where state lives and how steps run: one field per SLUICE_<NAME> variable (a SLUICE_*
+    variable that is no field is an error, from_env)."""
 
+    # extra="ignore" only for what the constructor would read itself; from_env refuses unknown names
     model_config = SettingsConfigDict(env_prefix=PREFIX, frozen=True, extra="ignore")
 
     home: Path = Field(DEFAULT_HOME, description="SLUICE_HOME: all state (registry, runs, Airflow's database)")
@@ -79,6 +85,12 @@ class Settings(BaseSettings):
     k8s_namespace: str = Field("", description="kubernetes: the trainers' namespace")
     k8s_nodes: int | None = Field(None, ge=1, description="kubernetes: nodes (overrides the scaling profile)")
     k8s_gpus_per_node: int | None = Field(None, ge=1, description="kubernetes: GPUs per node (overrides the profile)")
+    k8s_socket_ifname: str = Field(
+        "",
+        pattern=r"^[A-Za-z0-9_.:-]{0,15}$",
+        description="kubernetes, more than one node: the pod network's interface for gloo's and NCCL's "
+        "sockets (empty: eth0)",
+    )
     tuning_storage: str = Field(
         "", description="a tuning study's storage: empty, a journal file under SLUICE_HOME; or postgresql://..."
     )
@@ -132,9 +144,28 @@ class Settings(BaseSettings):
         return v
 
     @classmethod
+    def variables(cls) -> list[str]:
+        """The SLUICE_* variables there are (one per field)."""
+        return [PREFIX + name.upper() for name in cls.model_fields]
+
+    @classmethod
+    def unknown_variables(cls, env: Mapping[str, str]) -> list[str]:
+        """Why each SLUICE_* name in `env` that is no setting is refused, naming the closest one."""
+        known = [name.upper() for name in cls.model_fields]  # compared without the prefix all share
+        out = []
+        for name in sorted(k for k in env if k.startswith(PREFIX) and k[len(PREFIX) :].lower() not in cls.model_fields):
+            close = difflib.get_close_matches(name[len(PREFIX) :].upper(), known, n=1, cutoff=0.6)
+            hint = f"did you mean {PREFIX}{close[0]}?" if close else "the settings are listed in docs/settings.md"
+            out.append(f"{name}: not a Sluice setting ({hint})")
+        return out
+
+    @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> "Settings":
-        """Settings from `env` (default: the process environment); an error names the variable."""
+        """Settings from `env` (default: the process environment); an error names the variable. A
+        SLUICE_* variable that is no setting is an error too (a typo would otherwise be ignored).
+        Call it once, where the process starts, and pass the object down."""
         env = os.environ if env is None else env
+        problems = cls.unknown_variables(env)
         values = {
             k[len(PREFIX) :].lower(): v
             for k, v in env.items()
@@ -142,14 +173,15 @@ class Settings(BaseSettings):
         }
         try:
             # model_validate, not the constructor: only `env` is read (the constructor also reads os.environ)
-            return cls.model_validate(values)
+            settings = cls.model_validate(values)
         except ValidationError as exc:
-            raise SettingsError(
-                "; ".join(
-                    f"{PREFIX}{'.'.join(map(str, e['loc'])).upper()}: {e['msg'].removeprefix('Value error, ')}"
-                    for e in exc.errors()
-                )
-            ) from None
+            problems += [
+                f"{PREFIX}{'.'.join(map(str, e['loc'])).upper()}: {e['msg'].removeprefix('Value error, ')}"
+                for e in exc.errors()
+            ]
+        if problems:
+            raise SettingsError("; ".join(problems))
+        return settings
 
     def child_env(self) -> dict[str, str]:
         """These settings as SLUICE_* variables, for a child process that must see the same state."""

@@ -17,12 +17,15 @@ from __future__ import annotations
 import bisect
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 import torch
 
 from tasks.training.batching import seeded_permutation
+
+if TYPE_CHECKING:
+    from tasks.core.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -124,12 +127,21 @@ class StreamingVersion:
     """The trainable rows (label != -1 and label_weight > 0) of a data version: features and
     (soft target, weight) pairs."""
 
-    def __init__(self, data_version: str, registry_url: str | None = None, cache_mb: float = 256, seed: int = 0):
+    def __init__(
+        self,
+        data_version: str,
+        registry_url: str | None = None,
+        cache_mb: float = 256,
+        seed: int = 0,
+        settings: Settings | None = None,
+    ):
+        """`settings`: the process's Settings (else read from the environment)."""
         from tasks.core.settings import Settings
         from tasks.datasets import load_dataset
         from tasks.registry import Registry
 
-        self.fs, info = Registry(Settings.from_env()).open_data_version(data_version, repo_url=registry_url)
+        settings = settings if settings is not None else Settings.from_env()
+        self.fs, info = Registry(settings).open_data_version(data_version, repo_url=registry_url)
         self.paths = [p["path"] for p in info["partitions"]]
         self.featurize = load_dataset().featurize
         self.seed = seed

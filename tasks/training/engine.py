@@ -149,22 +149,25 @@ def naming_lost_peers(ranks: Ranks, state: TrainState, timeout_s: int):
         raise error from exc
 
 
-def read_init_model(init_from: str, registry_url: str | None) -> dict:
+def read_init_model(init_from: str, registry_url: str | None, settings: Settings | None = None) -> dict:
     """A previous model's blob: a registered version (model-vN, read by tag through DVC, as a
-    pod does) or a model.pt path."""
+    pod does) or a model.pt path. `settings`: the process's (else read from the environment)."""
     if is_model_version(init_from):
         from tasks.registry import Registry
 
-        data = Registry(Settings.from_env()).read_model_artifact(init_from, "model.pt", repo_url=registry_url)
+        settings = settings if settings is not None else Settings.from_env()
+        data = Registry(settings).read_model_artifact(init_from, "model.pt", repo_url=registry_url)
         return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
     return torch.load(init_from, map_location="cpu", weights_only=True)
 
 
-def warm_start(model, init_from: str | None, registry_url: str | None = None) -> str | None:
+def warm_start(
+    model, init_from: str | None, registry_url: str | None = None, settings: Settings | None = None
+) -> str | None:
     """Load a previous model's weights (and its input scaling) when the architecture matches."""
     if not init_from:
         return None
-    blob = read_init_model(init_from, registry_url)
+    blob = read_init_model(init_from, registry_url, settings)
     if blob["arch"] != model.arch:
         log(f"not warm-starting: {init_from} has architecture {blob['arch']}, this run {model.arch}")
         return None
@@ -179,6 +182,7 @@ def resume_or_warm_start(
     device: torch.device,
     init_from: str | None,
     registry_url: str | None,
+    settings: Settings | None = None,
 ) -> str | None:
     """Continue from the newest valid checkpoint of this same training (its fingerprint), else
     start from `init_from`'s weights when the architecture matches. Returns the warm start used."""
@@ -197,7 +201,7 @@ def resume_or_warm_start(
         if ranks.master:
             log(f"resumed from {found[0].name} at step {state.step}")
         return None
-    warm = warm_start(state.model, init_from, registry_url)
+    warm = warm_start(state.model, init_from, registry_url, settings)
     if warm and ranks.master:
         log(f"warm start from {warm}")
     return warm
@@ -360,15 +364,17 @@ def run_training(
     on_micro_batch: MicroBatchHook | None = None,
     sync_checkpoints: bool = False,
     on_epoch: EpochHook | None = None,
+    settings: Settings | None = None,
 ) -> dict:
     """Train `p.epochs` epochs of `data_version` into `out` (resuming if a checkpoint of this same
     training is there); returns what train_metrics.json holds. `sync_checkpoints`: wait for each
     periodic checkpoint's write in the step loop (a benchmark's control: what the background
-    writer saves)."""
+    writer saves). `settings`: the process's, passed down (else read from the environment once)."""
+    settings = settings if settings is not None else Settings.from_env()
     device = pick_device(p)
     ranks = join_process_group(device, store_dir, dist_timeout_s)
-    stop, store = StopSignal(), OutputStore(out, workdir)
-    data = StreamingVersion(data_version, registry_url, cache_mb=p.stream_cache_mb, seed=p.seed)
+    stop, store = StopSignal(), OutputStore(out, workdir, settings)
+    data = StreamingVersion(data_version, registry_url, cache_mb=p.stream_cache_mb, seed=p.seed, settings=settings)
     batch = min(p.batch_size, len(data))
     steps_per_epoch = max(1, len(data) // batch)  # full global batches only; the order changes each epoch
     total_steps = p.epochs * steps_per_epoch
@@ -379,7 +385,7 @@ def run_training(
         equal_splits(batch, ranks.world),
         training_fingerprint(data_version, p, init_from, ranks.world),
     )
-    warm = resume_or_warm_start(state, store, ranks, device, init_from, registry_url)
+    warm = resume_or_warm_start(state, store, ranks, device, init_from, registry_url, settings)
     resumed_from = state.step
     if ranks.master:
         log(
@@ -561,12 +567,14 @@ def main(
     on_micro_batch: MicroBatchHook | None = None,
     sync_checkpoints: bool = False,
     on_epoch: EpochHook | None = None,
+    settings: Settings | None = None,
 ) -> int:
     """The torchrun worker: arguments and settings in, `run_training` (`on_micro_batch`: see
     MicroBatchHook; `sync_checkpoints`: see run_training; bench/slow_engine.py passes them;
-    `on_epoch`: see EpochHook, tasks/tuning/worker.py passes it)."""
+    `on_epoch`: see EpochHook, tasks/tuning/worker.py passes it; `settings`: a caller's own,
+    else read from the environment here, once for the whole run)."""
     args = parse_args(argv)
-    settings = Settings.from_env()
+    settings = settings if settings is not None else Settings.from_env()
     raw = json.loads(args.params)
     raw["hidden"] = tuple(raw["hidden"])
     run_training(
@@ -581,6 +589,7 @@ def main(
         on_micro_batch=on_micro_batch,
         sync_checkpoints=sync_checkpoints,
         on_epoch=on_epoch,
+        settings=settings,
     )
     return 0
 

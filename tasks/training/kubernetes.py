@@ -33,14 +33,14 @@ Kubernetes API schema.
 
 from __future__ import annotations
 
-import os
 import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from tasks.core.params import TrainParams
+from tasks.core.params import ScalingParams, TrainParams, load_params
+from tasks.core.settings import Settings
 from tasks.training.local import engine_args, params_json
 
 RDZV_PORT = 29500
@@ -87,25 +87,32 @@ class KubernetesTraining:
                 raise ValueError(f"{name} {why}")
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, profile: str | None = None) -> "KubernetesTraining":
-        """Shape from params.yaml `scaling` (its selected profile, or `profile`), then SLUICE_K8S_* overrides."""
-        from tasks.core.params import load_params
-
-        env = os.environ if env is None else env
-        scaling = load_params().scaling
+    def from_env(
+        cls,
+        env: Mapping[str, str] | None = None,
+        profile: str | None = None,
+        *,
+        settings: Settings | None = None,
+        scaling: ScalingParams | None = None,
+    ) -> "KubernetesTraining":
+        """Shape from params.yaml `scaling` (its selected profile, or `profile`), then the SLUICE_K8S_*
+        settings (and the registry URL, S3 endpoint and collectives' timeout). Pass the process's
+        `settings` (else they are read from `env`, default the environment) and, where the params
+        are at hand, their `scaling` section (else params.yaml, as `settings` names it, is read)."""
+        settings = settings if settings is not None else Settings.from_env(env)
+        scaling = scaling if scaling is not None else load_params(settings=settings).scaling
         kw: dict[str, Any] = dict(scaling.profiles[profile or scaling.profile])
-        for key, name, cast in (
-            ("SLUICE_K8S_IMAGE", "image", str),
-            ("SLUICE_K8S_NAMESPACE", "namespace", str),
-            ("SLUICE_K8S_NODES", "nodes", int),
-            ("SLUICE_K8S_GPUS_PER_NODE", "gpus_per_node", int),
-            ("SLUICE_REGISTRY_URL", "registry_url", str),
-            ("SLUICE_S3_ENDPOINT_URL", "s3_endpoint_url", str),
-            ("SLUICE_K8S_SOCKET_IFNAME", "socket_ifname", str),
-            ("SLUICE_DIST_TIMEOUT_S", "dist_timeout_s", int),
-        ):
-            if env.get(key):
-                kw[name] = cast(env[key])
+        overrides = {
+            "image": settings.k8s_image,
+            "namespace": settings.k8s_namespace,
+            "nodes": settings.k8s_nodes,
+            "gpus_per_node": settings.k8s_gpus_per_node,
+            "registry_url": settings.registry_url,
+            "s3_endpoint_url": settings.s3_endpoint_url,
+            "socket_ifname": settings.k8s_socket_ifname,
+            "dist_timeout_s": settings.dist_timeout_s,
+        }
+        kw.update({name: value for name, value in overrides.items() if value not in (None, "")})
         return cls(**kw)
 
 

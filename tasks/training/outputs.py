@@ -26,12 +26,13 @@ def is_uri(out: str) -> bool:
     return "://" in out and not out.startswith("file://")
 
 
-def _filesystem(uri: str):
-    """An fsspec filesystem and path for `uri`; S3 honours SLUICE_S3_ENDPOINT_URL (MinIO, moto)."""
+def _filesystem(uri: str, settings: Settings | None = None):
+    """An fsspec filesystem and path for `uri`; S3 honours SLUICE_S3_ENDPOINT_URL (MinIO, moto).
+    `settings`: the process's (else read from the environment)."""
     import fsspec
 
     options = {}
-    endpoint = Settings.from_env().s3_endpoint_url
+    endpoint = (settings if settings is not None else Settings.from_env()).s3_endpoint_url
     if uri.startswith("s3://") and endpoint:
         options["client_kwargs"] = {"endpoint_url": endpoint}
     return fsspec.core.url_to_fs(uri, **options)
@@ -40,13 +41,13 @@ def _filesystem(uri: str):
 class OutputStore:
     """`local`: the folder the engine writes into. With a URI, `publish` copies a file there."""
 
-    def __init__(self, out: str, workdir: Path | None = None):
+    def __init__(self, out: str, workdir: Path | None = None, settings: Settings | None = None):
         self.uri = out if is_uri(out) else None
         if self.uri:
             if workdir is None:
                 raise ValueError(f"--out {out} is a URI: the engine needs a local --workdir as well")
             self.local = workdir
-            self.fs, self.root = _filesystem(self.uri)
+            self.fs, self.root = _filesystem(self.uri, settings)
         else:
             self.local = Path(out.removeprefix("file://"))
         self.local.mkdir(parents=True, exist_ok=True)
@@ -86,9 +87,9 @@ class OutputStore:
         return fetched
 
 
-def fetch_outputs(uri: str, dest: Path, names: tuple[str, ...]) -> None:
+def fetch_outputs(uri: str, dest: Path, names: tuple[str, ...], settings: Settings | None = None) -> None:
     """Copy a finished run's files from `uri` into `dest` (the pipeline side of a pod's run)."""
-    fs, root = _filesystem(uri)
+    fs, root = _filesystem(uri, settings)
     dest.mkdir(parents=True, exist_ok=True)
     for name in names:
         remote = f"{root.rstrip('/')}/{name}"

@@ -22,9 +22,11 @@ TUNING_SECRET = "sluice-tuning"  # holds SLUICE_TUNING_STORAGE (postgresql://...
 PLAN_FROM_XCOM = "{{ ti.xcom_pull(task_ids='tune_plan', key='result')['%s'] }}"
 
 
-def trial_pod_config(p=None) -> KubernetesTraining:
-    """The trial pod's shape: the scaling profile's pod (params.yaml `scaling`), always one node."""
-    return dataclasses.replace(KubernetesTraining.from_env(), nodes=1)
+def trial_pod_config(p=None, settings=None) -> KubernetesTraining:
+    """The trial pod's shape: the scaling profile's pod (`p`'s `scaling`, else params.yaml's), always one
+    node; `settings`: the process's (else read from the environment)."""
+    scaling = p.scaling if p is not None else None
+    return dataclasses.replace(KubernetesTraining.from_env(settings=settings, scaling=scaling), nodes=1)
 
 
 def trial_arguments(run_id: str, index: int, plan: dict[str, Any]) -> list[str]:

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from tasks.core.params import ParamsError, load_params
+from tasks.core.params import _NOT_HYPERPARAMETERS, ParamsError, load_params
 from tasks.datasets import dataset_params
 from tests.conftest import write_params
 
@@ -51,7 +51,7 @@ def test_an_empty_params_is_checked_against_a_model_that_needs_keys(params):
 
 def test_no_plugin_params_leave_the_digest_as_it_was(params):
     """A model registered before dataset.params existed keeps its params hash: an empty one is left out."""
-    hyper = {k: v for k, v in params.to_dict().items() if k not in ("cost", "monitoring", "tuning")}
+    hyper = {k: v for k, v in params.to_dict().items() if k not in _NOT_HYPERPARAMETERS}
     del hyper["dataset"]["params"]
     assert params.digest() == hashlib.sha256(json.dumps(hyper, sort_keys=True).encode()).hexdigest()[:16]
     plugin = params.dataset.replace(module=PLUGIN)
