@@ -301,8 +301,8 @@ def quality_by_model(models: list[dict[str, Any]], store: Any) -> list[dict[str,
 def labels_by_night(summaries: list[dict[str, Any]], store_runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Oldest night first: the labels each night's runs made, per source (tasks/labeling/mix.py
     label_counts: gold rows, weak rows); a night without a run is a gap. A night is the UTC day the
-    metrics store first saw the run, or the day its summary was written. A run without label counts (before they were recorded) counts
-    its labeled rows as weak and its gold as unknown (None)."""
+    metrics store first saw the run, or the day its summary was written. A run without label counts
+    (before they were recorded) counts its labeled rows as weak and its gold as unknown (None)."""
     nights: dict[str, dict[str, float | None]] = {}
     for s in summaries:
         lab = s.get("labeling") or {}
