@@ -277,7 +277,7 @@ class CanaryWorld:
         """Deploy `case` as the challenger at the first step's weight (deploy_canary), walk the steps
         (run_canary), then roll it back whatever the verdict (the failed branch's rollback_canary;
         a passing one too, to leave the champion for the next case). -> the Rollout."""
-        from tasks.serving.rollout import run_canary
+        from tasks.canary.rollout import run_canary
 
         version, champion = self.versions[case], self.versions["champion"]
         self.registry.start_canary(version, self.params.canary.steps[0], reason=f"bench: canary of {case}", who="bench")
@@ -373,7 +373,7 @@ def requests_until_verdict(rollout: Any) -> int:
 
 # ---- swap_failed_requests ----------------------------------------------------------------------
 def gold_bodies(world: CanaryWorld) -> list[dict]:
-    from tasks.serving.replay import load_replay_rows
+    from tasks.canary.replay import load_replay_rows
 
     rows, keys, _ = load_replay_rows(world.settings.layout.gold)
     return [{"rows": [r], "key": k} for r, k in zip(rows, keys)]

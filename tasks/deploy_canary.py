@@ -1,5 +1,6 @@
 """deploy_canary: the registered challenger goes beside the champion at the first weight of
-params.yaml `canary.steps`; the model server picks the change up from the registry.
+params.yaml `canary.steps`; the model server picks the change up from the registry. The rollout
+(tasks/canary/rollout.py) owns this weight and every later one.
 
 With no champion yet there is nothing to compare with: the first model is promoted directly.
 
@@ -11,9 +12,10 @@ the current data. An operator's rollback in between is kept: the step is refused
 
 from __future__ import annotations
 
-from tasks.compression.served import served_artifact
+from dataclasses import asdict
+
+from tasks.canary.rollout import start
 from tasks.core.context import StepContext
-from tasks.core.log import log
 from tasks.core.records import CanaryRecord, EvaluateRecord, RegisterRecord, TrainRecord
 from tasks.registry import Registry
 from tasks.runner import step
@@ -23,31 +25,10 @@ from tasks.runner import step
 def deploy_canary(
     ctx: StepContext, register: RegisterRecord, evaluate: EvaluateRecord, train: TrainRecord
 ) -> CanaryRecord:
-    registry, version = Registry(ctx.settings), register.model_version
-    champion, data = evaluate.champion_version, train.data_version  # what this run compared and trained on
-    if champion is None:
-        registry.promote(
-            version,
-            reason=f"nightly run {ctx.run_id}: first model, no champion to compare with",
-            who="nightly_pipeline",
-            artifact=served_artifact(registry, version),
-            expect_champion=None,
-            expect_data=data,
-        )
-        log(f"no champion yet: {version} promoted directly")
-        return CanaryRecord(model_version=version, champion=None, weight=100, promoted_directly=True)
-    weight = ctx.params.canary.steps[0]
-    registry.start_canary(
-        version,
-        weight,
-        reason=f"nightly run {ctx.run_id}: canary of {version} vs {champion}",
-        who="nightly_pipeline",
-        artifact=served_artifact(registry, version),
-        expect_champion=champion,
-        expect_data=data,
-    )
-    log(f"canary: {version} beside champion {champion} at {weight}% of traffic")
-    return CanaryRecord(model_version=version, champion=champion, weight=weight, promoted_directly=False)
+    # what this run compared the challenger with, and trained it on
+    champion, data = evaluate.champion_version, train.data_version
+    release = start(Registry(ctx.settings), ctx.params.canary, register.model_version, champion, data, ctx.run_id)
+    return CanaryRecord(**asdict(release))
 
 
 if __name__ == "__main__":

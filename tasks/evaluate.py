@@ -14,7 +14,7 @@ from tasks.core.log import log
 from tasks.core.records import EvaluateRecord, TrainRecord
 from tasks.evaluation.quality import fmt_quality
 from tasks.evaluation.scoring import gold_quality, load_gold_test, predict_onnx, predict_torch
-from tasks.registry import Registry
+from tasks.registry import Registry, served_artifact
 from tasks.runner import step
 
 
@@ -33,17 +33,6 @@ def model_gate(
     return reasons
 
 
-def champion_artifact(registry: Registry, prod: str) -> Path:
-    """The file the prod champion is served from: the serving state's pointer (older registries'
-    pointers name model.int8.onnx), else the file its model record names as served."""
-    from tasks.compression.served import served_artifact
-
-    pointer = registry.state()["serving"]["champion"]
-    if pointer and pointer["model_version"] == prod:
-        return registry.model_path(prod, pointer["artifact"].rsplit("/", 1)[-1])
-    return registry.model_path(prod, served_artifact(registry, prod))
-
-
 @step
 def evaluate(ctx: StepContext, train: TrainRecord) -> EvaluateRecord:
     p = ctx.params.evaluate
@@ -51,7 +40,8 @@ def evaluate(ctx: StepContext, train: TrainRecord) -> EvaluateRecord:
     challenger = gold_quality(predict_torch(Path(train.model), gold), gold)
     registry = Registry(ctx.settings)
     prod = registry.state()["prod_model"]
-    champion = gold_quality(predict_onnx(champion_artifact(registry, prod), gold), gold) if prod else None
+    champion_file = registry.model_path(prod, served_artifact(registry, prod)) if prod else None
+    champion = gold_quality(predict_onnx(champion_file, gold), gold) if prod else None
     reasons = model_gate(challenger, champion, p.min_roc_auc, p.max_regression)
     log(
         f"challenger: {fmt_quality(challenger)}; champion {prod or '(none)'}: {fmt_quality(champion)}; "

@@ -11,7 +11,6 @@ on; otherwise (an operator's rollback in between) it is refused and nothing chan
 
 from __future__ import annotations
 
-from tasks.compression.served import served_artifact
 from tasks.core.context import StepContext
 from tasks.core.records import CanaryRecord, DeployRecord, RegisterRecord
 from tasks.registry import ANY, Registry
@@ -32,12 +31,10 @@ def promote(
     ours = register is not None and version == register.model_version
     expect_champion = deploy_canary.champion if ours and deploy_canary is not None else ANY
     expect_data = register.data_version if ours else ANY
-    registry = Registry(ctx.settings)
-    result = registry.promote(
+    result = Registry(ctx.settings).promote(  # the file the version is served from: the registry's served_artifact
         version,
         reason=f"nightly run {ctx.run_id} passed every gate",
         who="nightly_pipeline",
-        artifact=served_artifact(registry, version),
         expect_champion=expect_champion,
         expect_data=expect_data,
     )

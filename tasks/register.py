@@ -14,12 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tasks.compression.served import SERVED_NAME
 from tasks.core.context import StepContext
 from tasks.core.log import log
 from tasks.core.records import CompressRecord, EvaluateRecord, RegisterRecord, TrainRecord
 from tasks.core.versions import library_versions
-from tasks.registry import Registry, code_commit
+from tasks.registry import SERVED_NAME, Registry, code_commit
 from tasks.runner import step
 
 

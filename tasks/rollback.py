@@ -10,10 +10,9 @@ second identical rollback changes nothing. The `rollback` DAG runs this step.
 
 from __future__ import annotations
 
-from tasks.compression.served import served_artifact
 from tasks.core.context import StepContext
 from tasks.core.records import RollbackRecord
-from tasks.registry import Registry
+from tasks.registry import Registry, served_artifact
 from tasks.runner import step
 
 

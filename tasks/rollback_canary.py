@@ -9,8 +9,8 @@ this run trained on; an operator's rollback in between is kept (the step is refu
 
 from __future__ import annotations
 
+from tasks.canary.rollout import retire
 from tasks.core.context import StepContext
-from tasks.core.log import log
 from tasks.core.records import CanaryAnalysisRecord, CanaryRecord, RegisterRecord, RollbackCanaryRecord
 from tasks.registry import Registry
 from tasks.runner import step
@@ -20,24 +20,15 @@ from tasks.runner import step
 def rollback_canary(
     ctx: StepContext, canary_analysis: CanaryAnalysisRecord, deploy_canary: CanaryRecord, register: RegisterRecord
 ) -> RollbackCanaryRecord:
-    a = canary_analysis
+    a, d = canary_analysis, deploy_canary
     why = f"nightly run {ctx.run_id}: canary of {a.model_version} failed: {'; '.join(a.reasons) or 'unknown'}"
-    registry = Registry(ctx.settings)
-    registry.rollback_canary(reason=why, who="nightly_pipeline", expect_challenger=deploy_canary.model_version)
-    rolled = registry.rollback_to_prod_lineage(
-        why, who="nightly_pipeline", expect_prod=deploy_canary.champion, expect_data=register.data_version
-    )
-    state = registry.state()
-    log(
-        f"canary rolled back: {a.model_version} retired, {state['prod_model']} serves 100%, "
-        f"data pointer {state['current_data']}"
-    )
+    state, data_rolled_back = retire(Registry(ctx.settings), d.model_version, d.champion, register.data_version, why)
     return RollbackCanaryRecord(
         model_version=a.model_version,
         champion=state["prod_model"],
         reasons=a.reasons,
         current_data=state["current_data"],
-        data_rolled_back=rolled.get("changed", False),
+        data_rolled_back=data_rolled_back,
     )
 
 

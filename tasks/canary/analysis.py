@@ -1,8 +1,7 @@
 """Canary analysis: judge a challenger against the champion from one window of the prediction log.
 
-Pure functions over log records (the only I/O is `read_log`). The server appends one JSON
-object per line to `$SLUICE_HOME/serving/predictions.jsonl` (tasks/serving/predlog.py), one
-record per scored row:
+Pure functions over log records (read with tasks.serving.predlog.read_log). The server appends one
+JSON object per line to its prediction log (tasks/serving/predlog.py), one record per scored row:
 
     prediction  {"kind": "prediction", "request_id", "row", "ts" (unix s), "at" (ISO),
                  "variant": "champion"|"challenger", "model_version", "latency_ms", "score",
@@ -30,67 +29,24 @@ computed (NaN) where a threshold applies, or no challenger at all, is a failure 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 import numpy as np
 
 from tasks.core.files import json_safe
 from tasks.core.params import CanaryParams
-
-CHAMPION = "champion"
-CHALLENGER = "challenger"
-VARIANTS = (CHAMPION, CHALLENGER)
+from tasks.registry.serving import CHALLENGER, CHAMPION, VARIANTS
+from tasks.serving.predlog import Record
 
 PSI_BINS = 10  # equal-width bins over [0, 1]
 PSI_PSEUDO_COUNT = 0.5  # added to every bin's count: the floor of an empty bin (see psi)
 F1_THRESHOLD = 0.5  # score >= this is a positive prediction (as tasks.evaluation.quality)
 
-Record = dict[str, Any]
-
 
 # ---- records ------------------------------------------------------------------------------
-
-
-def read_log(paths: Path | str | Iterable[Path | str]) -> list[Record]:
-    """Every JSON object in one or more JSON-lines files, in the order given.
-
-    Missing files are skipped; a line that is not a JSON object (a torn last line of a log
-    being appended to) is skipped too."""
-    if isinstance(paths, (str, Path)):
-        paths = [paths]
-    out: list[Record] = []
-    for path in paths:
-        try:
-            text = Path(path).read_text(encoding="utf-8", errors="replace")
-        except FileNotFoundError:
-            continue
-        for line in text.splitlines():
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-    return out
-
-
-def log_files(path: Path | str, keep: int) -> list[Path]:
-    """The serving log and its rotated files (`path.1` newest ... `path.keep`), oldest first."""
-    path = Path(path)
-    return [path.with_name(f"{path.name}.{i}") for i in range(keep, 0, -1)] + [path]
-
-
-def read_serving_log(path: Path | str, keep: int) -> list[Record]:
-    """The serving log with its rotated files, oldest record first."""
-    return read_log(log_files(path, keep))
 
 
 def is_feedback(rec: Record) -> bool:
@@ -387,6 +343,79 @@ def _fmt(v: float, unit: str = "", digits: int = 3) -> str:
     return "n/a" if v is None or not math.isfinite(v) else f"{v:.{digits}f}{unit}"
 
 
+def _sample_reasons(stats: dict[str, dict[str, Any]], p: CanaryParams) -> list[str]:
+    """Too few requests cannot be judged (fail closed)."""
+    return [
+        f"{v} requests {stats[v]['requests']} are below the minimum sample {p.min_samples}: cannot judge"
+        for v in VARIANTS
+        if stats[v]["requests"] < p.min_samples
+    ]
+
+
+def _error_reasons(chall: dict[str, Any], p: CanaryParams) -> list[str]:
+    if chall["error_rate"] <= p.max_error_rate:
+        return []
+    return [
+        f"challenger error rate {_fmt(chall['error_rate'], digits=4)} "
+        f"({chall['errors']}/{chall['requests']}) exceeds {p.max_error_rate:.4f}"
+    ]
+
+
+def _latency_reasons(champ: dict[str, Any], chall: dict[str, Any], p: CanaryParams) -> tuple[float, list[str]]:
+    """(challenger p99 / champion p99, reasons): an absolute budget and a ratio to the champion."""
+    ratio = chall["p99_ms"] / champ["p99_ms"] if champ["p99_ms"] and champ["p99_ms"] > 0 else float("nan")
+    reasons = []
+    if not chall["p99_ms"] <= p.max_p99_ms:
+        reasons.append(f"challenger p99 latency {_fmt(chall['p99_ms'], ' ms', 1)} exceeds {p.max_p99_ms:.1f} ms")
+    if not ratio <= p.max_p99_ratio:
+        reasons.append(
+            f"challenger p99 / champion p99 {_fmt(ratio, digits=2)} "
+            f"({_fmt(chall['p99_ms'], ' ms', 1)} / {_fmt(champ['p99_ms'], ' ms', 1)}) "
+            f"exceeds {p.max_p99_ratio:.2f}"
+        )
+    return ratio, reasons
+
+
+def _quality(
+    window: list[Record], p: CanaryParams, require_feedback: bool
+) -> tuple[dict[str, int], dict[str, Any] | None, list[str], list[str]]:
+    """Online quality from feedback: (labeled per variant, the bootstrap comparison or None, reasons, notes)."""
+    ids, arms = labeled_arms(window)
+    labeled = {v: int(arms[v].scores.size) for v in VARIANTS}
+    if min(labeled.values()) < p.min_labeled:
+        why = (
+            f"labeled predictions champion {labeled[CHAMPION]}, challenger {labeled[CHALLENGER]}: "
+            f"below the minimum {p.min_labeled} for judging online quality"
+        )
+        if require_feedback:
+            return labeled, None, [f"online ROC AUC cannot be judged: {why}"], []
+        return labeled, None, [], [f"online ROC AUC not judged: {why}"]
+    quality = bootstrap_difference(arms, len(ids), p.bootstrap, p.confidence, p.seed)
+    auc, bound = quality["roc_auc"], -p.max_auc_drop
+    if auc["ci_low"] > bound:
+        return labeled, quality, [], []
+    reason = (
+        f"online ROC AUC challenger - champion {_fmt(auc['difference'])} "
+        f"({_fmt(auc[CHALLENGER])} vs {_fmt(auc[CHAMPION])}): the {p.confidence:.0%} CI's "
+        f"lower bound {_fmt(auc['ci_low'])} is not above {bound:.3f}"
+    )
+    return labeled, quality, [reason], []
+
+
+THRESHOLDS = (
+    "min_samples",
+    "min_labeled",
+    "max_error_rate",
+    "max_p99_ms",
+    "max_p99_ratio",
+    "max_psi",
+    "max_auc_drop",
+    "confidence",
+    "bootstrap",
+    "seed",
+)
+
+
 def judge(
     window: Iterable[Record],
     params: CanaryParams,
@@ -407,63 +436,12 @@ def judge(
     p = params
     stats = variant_stats(window)
     champ, chall = stats[CHAMPION], stats[CHALLENGER]
-    reasons: list[str] = []
-    notes: list[str] = []
-
-    # sample size: too few requests cannot be judged (fail closed)
-    for v in VARIANTS:
-        if stats[v]["requests"] < p.min_samples:
-            reasons.append(
-                f"{v} requests {stats[v]['requests']} are below the minimum sample {p.min_samples}: cannot judge"
-            )
-
-    # errors
-    if not chall["error_rate"] <= p.max_error_rate:
-        reasons.append(
-            f"challenger error rate {_fmt(chall['error_rate'], digits=4)} "
-            f"({chall['errors']}/{chall['requests']}) exceeds {p.max_error_rate:.4f}"
-        )
-
-    # latency
-    ratio = chall["p99_ms"] / champ["p99_ms"] if champ["p99_ms"] and champ["p99_ms"] > 0 else float("nan")
-    if not chall["p99_ms"] <= p.max_p99_ms:
-        reasons.append(f"challenger p99 latency {_fmt(chall['p99_ms'], ' ms', 1)} exceeds {p.max_p99_ms:.1f} ms")
-    if not ratio <= p.max_p99_ratio:
-        reasons.append(
-            f"challenger p99 / champion p99 {_fmt(ratio, digits=2)} "
-            f"({_fmt(chall['p99_ms'], ' ms', 1)} / {_fmt(champ['p99_ms'], ' ms', 1)}) "
-            f"exceeds {p.max_p99_ratio:.2f}"
-        )
-
-    # score distribution
+    ratio, latency = _latency_reasons(champ, chall, p)
     score_psi = psi(champ["scores"], chall["scores"])
-    if not score_psi <= p.max_psi:
-        reasons.append(f"score PSI (challenger vs champion) {_fmt(score_psi)} exceeds {p.max_psi:.3f}")
-
-    # online quality from feedback
-    ids, arms = labeled_arms(window)
-    labeled = {v: int(arms[v].scores.size) for v in VARIANTS}
-    quality = None
-    if min(labeled.values()) >= p.min_labeled:
-        quality = bootstrap_difference(arms, len(ids), p.bootstrap, p.confidence, p.seed)
-        auc = quality["roc_auc"]
-        bound = -p.max_auc_drop
-        if not auc["ci_low"] > bound:
-            reasons.append(
-                f"online ROC AUC challenger - champion {_fmt(auc['difference'])} "
-                f"({_fmt(auc[CHALLENGER])} vs {_fmt(auc[CHAMPION])}): the {p.confidence:.0%} CI's "
-                f"lower bound {_fmt(auc['ci_low'])} is not above {bound:.3f}"
-            )
-    else:
-        why = (
-            f"labeled predictions champion {labeled[CHAMPION]}, challenger {labeled[CHALLENGER]}: "
-            f"below the minimum {p.min_labeled} for judging online quality"
-        )
-        if require_feedback:
-            reasons.append(f"online ROC AUC cannot be judged: {why}")
-        else:
-            notes.append(f"online ROC AUC not judged: {why}")
-
+    drift = [f"score PSI (challenger vs champion) {_fmt(score_psi)} exceeds {p.max_psi:.3f}"]
+    drift = [] if score_psi <= p.max_psi else drift
+    labeled, quality, online, notes = _quality(window, p, require_feedback)
+    reasons = _sample_reasons(stats, p) + _error_reasons(chall, p) + latency + drift + online
     per_variant = {
         v: {k: val for k, val in stats[v].items() if k != "scores"} | {"labeled": labeled[v]} for v in VARIANTS
     }
@@ -473,21 +451,7 @@ def judge(
         "psi": score_psi,
         "psi_bins": PSI_BINS,
         "quality": quality,
-        "thresholds": {
-            k: getattr(p, k)
-            for k in (
-                "min_samples",
-                "min_labeled",
-                "max_error_rate",
-                "max_p99_ms",
-                "max_p99_ratio",
-                "max_psi",
-                "max_auc_drop",
-                "confidence",
-                "bootstrap",
-                "seed",
-            )
-        },
+        "thresholds": {k: getattr(p, k) for k in THRESHOLDS},
         "notes": notes,
     }
     return Verdict(passed=not reasons, reasons=reasons, metrics=json_safe(metrics))

@@ -8,7 +8,7 @@ go out open-loop at `rate` per second (at most `concurrency` in flight), `count`
 (the rows cycle if there are fewer), within `max_seconds`. `feedback_delay_s` after each
 answer, the row's gold label goes to `POST /v1/feedback` as `{"request_id", "label"}`.
 
-    python -m tasks.serving.replay [--url URL] [--rows N] [--rate R] [--max-seconds T]
+    python -m tasks.canary.replay [--url URL] [--rows N] [--rate R] [--max-seconds T]
 
 Without --url the server's address comes from `$SLUICE_HOME/serving/address.json`. Prints
 the counts as JSON: sent, ok, failed, feedback_sent, feedback_failed, per-variant answers.
@@ -27,8 +27,8 @@ from typing import Any, Sequence
 
 from tasks.core.files import json_safe
 from tasks.core.log import Progress
+from tasks.serving.paths import server_url
 
-ADDRESS_FILE = Path("serving") / "address.json"  # under SLUICE_HOME, written by python -m tasks.serving
 MAX_ERRORS_KEPT = 10
 
 
@@ -55,29 +55,6 @@ class ReplayResult:
     def _error(self, message: str) -> None:
         if len(self.errors) < MAX_ERRORS_KEPT:
             self.errors.append(message)
-
-
-def server_url(home: Path | str | None = None) -> str:
-    """The server's base URL from `$SLUICE_HOME/serving/address.json` ({"url"} or {"host", "port"})."""
-    if home is None:
-        from tasks.core.settings import Settings
-
-        home = Settings.from_env().home
-    path = Path(home) / ADDRESS_FILE
-    try:
-        address = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise FileNotFoundError(
-            f"{path} does not exist: is the model server running (python -m tasks.serving)?"
-        ) from None
-    if address.get("url"):
-        return str(address["url"]).rstrip("/")
-    host = str(address["host"])
-    if host in ("0.0.0.0", "::", ""):
-        host = "127.0.0.1"
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"
-    return f"http://{host}:{int(address['port'])}"
 
 
 def load_replay_rows(
@@ -133,6 +110,104 @@ def _explain(resp: Any) -> str:
     return f"HTTP {resp.status_code}" + (f": {detail}" if detail else "")
 
 
+class _Replay:
+    """One replay's client, pacing and counts (see replay_async)."""
+
+    def __init__(self, client: Any, url: str, rows, labels, keys, feedback_delay_s: float, concurrency: int):
+        self.client, self.url = client, url
+        self.rows, self.labels, self.keys = rows, labels, keys
+        self.feedback_delay_s = feedback_delay_s
+        self.gate = asyncio.Semaphore(concurrency)
+        self.result = ReplayResult()
+        self.feedback_tasks: list[asyncio.Task] = []
+
+    async def feedback(self, request_id: str, label: int) -> None:
+        import httpx
+
+        await asyncio.sleep(self.feedback_delay_s)
+        try:
+            async with self.gate:
+                resp = await self.client.post(
+                    f"{self.url}/v1/feedback", json={"request_id": request_id, "label": label}
+                )
+            if resp.is_success:
+                self.result.feedback_sent += 1
+                return
+            self.result._error(f"feedback {request_id}: {_explain(resp)}")
+        except httpx.HTTPError as exc:
+            self.result._error(f"feedback {request_id}: {type(exc).__name__}: {exc}")
+        self.result.feedback_failed += 1
+
+    async def predict(self, j: int) -> None:
+        """Row j as one request; its label follows as feedback when it was answered."""
+        import httpx
+
+        result, name = self.result, self.keys[j] if self.keys else j
+        body: dict[str, Any] = {"rows": [self.rows[j]]}
+        if self.keys is not None:
+            body["key"] = self.keys[j]
+        result.sent += 1
+        try:
+            async with self.gate:
+                resp = await self.client.post(f"{self.url}/v1/predict", json=body)
+            answer = resp.json() if resp.is_success else None
+        except (httpx.HTTPError, ValueError) as exc:
+            result.failed += 1
+            result._error(f"predict row {name}: {type(exc).__name__}: {exc}")
+            return
+        request_id = _request_id(answer)
+        if request_id is None:
+            result.failed += 1
+            result._error(
+                f"predict row {name}: " + (_explain(resp) if not resp.is_success else "no request_id in the answer")
+            )
+            return
+        result.ok += 1
+        variant = _variant(answer)
+        result.variants[variant] = result.variants.get(variant, 0) + 1
+        if self.labels is not None:
+            self.feedback_tasks.append(asyncio.create_task(self.feedback(request_id, int(self.labels[j]))))
+
+    async def send(self, count: int, rate: float, offset: int, t0: float, deadline: float) -> list[asyncio.Task]:
+        """Start request i at t0 + i / rate (open loop) until `count` or the deadline."""
+        tasks, tracker = [], Progress(f"replay to {self.url}", count, unit="request", first=False)
+        for i in range(count):
+            due = t0 + i / rate
+            now = time.monotonic()
+            if due >= deadline or now >= deadline:
+                break
+            if due > now:
+                await asyncio.sleep(due - now)
+            tasks.append(asyncio.create_task(self.predict((offset + i) % len(self.rows))))
+            tracker.update(i + 1)  # requests sent so far, the rate, the ETA at this rate
+        return tasks
+
+
+async def _settle(tasks: list[asyncio.Task], timeout_s: float) -> int:
+    """Wait up to `timeout_s` for `tasks`; cancel the rest. -> how many were cancelled."""
+    if not tasks:
+        return 0
+    _, pending = await asyncio.wait(tasks, timeout=timeout_s)
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    return len(pending)
+
+
+def _check_arguments(rows, labels, keys, count: int, rate: float, max_seconds: float, concurrency: int) -> None:
+    if not rows:
+        raise ValueError("no rows to replay")
+    if count < 0 or rate <= 0 or max_seconds <= 0 or concurrency < 1:
+        raise ValueError(
+            f"need count >= 0, rate > 0, max_seconds > 0, concurrency >= 1; got "
+            f"count={count}, rate={rate}, max_seconds={max_seconds}, concurrency={concurrency}"
+        )
+    if labels is not None and len(labels) != len(rows):
+        raise ValueError(f"{len(rows)} rows but {len(labels)} labels")
+    if keys is not None and len(keys) != len(rows):
+        raise ValueError(f"{len(rows)} rows but {len(keys)} keys")
+
+
 async def replay_async(
     url: str,
     rows: Sequence[dict],
@@ -157,93 +232,22 @@ async def replay_async(
     gets `feedback_delay_s + timeout_s` more before it is given up (counted as failed)."""
     import httpx
 
-    if not rows:
-        raise ValueError("no rows to replay")
-    if count < 0 or rate <= 0 or max_seconds <= 0 or concurrency < 1:
-        raise ValueError(
-            f"need count >= 0, rate > 0, max_seconds > 0, concurrency >= 1; got "
-            f"count={count}, rate={rate}, max_seconds={max_seconds}, concurrency={concurrency}"
-        )
-    if labels is not None and len(labels) != len(rows):
-        raise ValueError(f"{len(rows)} rows but {len(labels)} labels")
-    if keys is not None and len(keys) != len(rows):
-        raise ValueError(f"{len(rows)} rows but {len(keys)} keys")
+    _check_arguments(rows, labels, keys, count, rate, max_seconds, concurrency)
     url = url.rstrip("/")
-    result = ReplayResult()
-    gate = asyncio.Semaphore(concurrency)
-    feedback_tasks: list[asyncio.Task] = []
     t0 = time.monotonic()
     deadline = t0 + max_seconds
-
     async with httpx.AsyncClient(
         timeout=timeout_s, transport=transport, limits=httpx.Limits(max_connections=concurrency * 2)
     ) as client:
-
-        async def feedback(request_id: str, label: int) -> None:
-            await asyncio.sleep(feedback_delay_s)
-            try:
-                async with gate:
-                    resp = await client.post(f"{url}/v1/feedback", json={"request_id": request_id, "label": label})
-                if resp.is_success:
-                    result.feedback_sent += 1
-                    return
-                result._error(f"feedback {request_id}: {_explain(resp)}")
-            except httpx.HTTPError as exc:
-                result._error(f"feedback {request_id}: {type(exc).__name__}: {exc}")
-            result.feedback_failed += 1
-
-        async def predict(i: int) -> None:
-            j = (offset + i) % len(rows)
-            body: dict[str, Any] = {"rows": [rows[j]]}
-            if keys is not None:
-                body["key"] = keys[j]
-            result.sent += 1
-            try:
-                async with gate:
-                    resp = await client.post(f"{url}/v1/predict", json=body)
-                answer = resp.json() if resp.is_success else None
-            except (httpx.HTTPError, ValueError) as exc:
-                result.failed += 1
-                result._error(f"predict row {keys[j] if keys else j}: {type(exc).__name__}: {exc}")
-                return
-            request_id = _request_id(answer)
-            if request_id is None:
-                result.failed += 1
-                result._error(
-                    f"predict row {keys[j] if keys else j}: "
-                    + (_explain(resp) if not resp.is_success else "no request_id in the answer")
-                )
-                return
-            result.ok += 1
-            variant = _variant(answer)
-            result.variants[variant] = result.variants.get(variant, 0) + 1
-            if labels is not None:
-                feedback_tasks.append(asyncio.create_task(feedback(request_id, int(labels[j]))))
-
-        tasks, tracker = [], Progress(f"replay to {url}", count, unit="request", first=False)
-        for i in range(count):
-            due = t0 + i / rate
-            now = time.monotonic()
-            if due >= deadline or now >= deadline:
-                break
-            if due > now:
-                await asyncio.sleep(due - now)
-            tasks.append(asyncio.create_task(predict(i)))
-            tracker.update(i + 1)  # requests sent so far, the rate, the ETA at this rate
-        if tasks:
-            done, pending = await asyncio.wait(tasks, timeout=max(deadline - time.monotonic(), 0) + timeout_s)
-            for t in pending:
-                t.cancel()
-                result.failed += 1
-            await asyncio.gather(*pending, return_exceptions=True)
-        if feedback_tasks:
-            done, pending = await asyncio.wait(feedback_tasks, timeout=feedback_delay_s + timeout_s)
-            for t in pending:
-                t.cancel()
-                result.feedback_failed += 1
-            await asyncio.gather(*pending, return_exceptions=True)
-    result.seconds = round(time.monotonic() - t0, 3)
-    return result
+        run = _Replay(client, url, rows, labels, keys, feedback_delay_s, concurrency)
+        tasks = await run.send(count, rate, offset, t0, deadline)
+        # (awaited first: `x += await ...` would read x before the requests still running add to it)
+        given_up = await _settle(tasks, max(deadline - time.monotonic(), 0) + timeout_s)
+        run.result.failed += given_up
+        feedback_given_up = await _settle(run.feedback_tasks, feedback_delay_s + timeout_s)
+        run.result.feedback_failed += feedback_given_up
+    run.result.seconds = round(time.monotonic() - t0, 3)
+    return run.result
 
 
 def replay(
@@ -280,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
 
     canary = load_params().canary
     ap = argparse.ArgumentParser(
-        prog="python -m tasks.serving.replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="python -m tasks.canary.replay", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     ap.add_argument("--url", help="the server's base URL (default: from $SLUICE_HOME/serving/address.json)")
     ap.add_argument(

@@ -1,9 +1,17 @@
-"""The canary rollout as the nightly run drives it: move the challenger's weight step by step,
-wait until the running server serves it, send traffic (the replay client on the embedded
-default), and judge each step's window of the prediction log (tasks/serving/canary.py).
+"""The canary rollout: every weight change of a release, in one place.
 
-The server follows the registry's serving state by itself; this module only changes that
-state through the registry and reads what the server reports (`GET /v1/serving`) and logs.
+    start        the challenger beside the champion at the first weight of `canary.steps`
+                 (deploy_canary); with no champion yet the first model is promoted directly
+    run_canary   each weight of `canary.steps` in turn: set it, wait until the running server
+                 serves it, send traffic (the replay client on the embedded default), judge the
+                 canary's window of the prediction log (analysis.py); stop at the first failed step
+    analyse      run_canary against the server in $SLUICE_HOME, failing closed without one (canary_analysis)
+    retire       the challenger retired, the data pointer back to the champion's lineage (rollback_canary)
+
+(A passed canary ends in the registry's `promote`, which makes the challenger the champion.)
+
+The server follows the registry's serving state by itself; this module changes that state only
+through the registry and reads what the server reports (`GET /v1/serving`) and logs.
 """
 
 from __future__ import annotations
@@ -16,12 +24,25 @@ import httpx
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
 
 from tasks.core.log import Progress, log
-from tasks.core.params import Params
+from tasks.core.params import CanaryParams, Params
 from tasks.core.settings import Settings
+from tasks.registry import Registry
+
+WHO = "nightly_pipeline"
 
 
 class RolloutError(RuntimeError):
     """The rollout cannot proceed (no server, the server does not take the new state)."""
+
+
+@dataclass(frozen=True)
+class Release:
+    """What `start` did: the challenger at `weight`, or (no champion yet) promoted directly."""
+
+    model_version: str
+    champion: str | None
+    weight: int
+    promoted_directly: bool
 
 
 @dataclass
@@ -48,10 +69,60 @@ class StepOutcome:
 class Rollout:
     passed: bool
     steps: list[StepOutcome] = field(default_factory=list)
+    refused: str | None = None
+    """Why the canary could not be judged at all (no server, or one that does not follow)."""
 
     @property
     def reasons(self) -> list[str]:
+        if self.refused is not None:
+            return [self.refused]
         return [f"at {s.weight}%: {r}" for s in self.steps if not s.passed for r in s.reasons]
+
+
+def start(
+    registry: Registry, canary: CanaryParams, version: str, champion: str | None, data_version: str, run_id: str
+) -> Release:
+    """`version` beside `champion` at the first weight of `canary.steps`; with no champion, promoted.
+
+    Compare-and-set: the registry must still hold `champion` as prod and `data_version` as the
+    current data (what this run compared with and trained on), else RegistryError and no change."""
+    if champion is None:
+        registry.promote(
+            version,
+            reason=f"nightly run {run_id}: first model, no champion to compare with",
+            who=WHO,
+            expect_champion=None,
+            expect_data=data_version,
+        )
+        log(f"no champion yet: {version} promoted directly")
+        return Release(version, None, 100, promoted_directly=True)
+    weight = canary.steps[0]
+    registry.start_canary(
+        version,
+        weight,
+        reason=f"nightly run {run_id}: canary of {version} vs {champion}",
+        who=WHO,
+        expect_champion=champion,
+        expect_data=data_version,
+    )
+    log(f"canary: {version} beside champion {champion} at {weight}% of traffic")
+    return Release(version, champion, weight, promoted_directly=False)
+
+
+def retire(
+    registry: Registry, challenger: str, champion: str | None, data_version: str, why: str
+) -> tuple[dict[str, Any], bool]:
+    """Retire `challenger` (only that one: another challenger in place is refused) and put the data
+    pointer back to the champion's lineage, if the prod model is still `champion` and the current
+    data still `data_version`. -> (the registry state after, whether the data pointer moved)."""
+    registry.rollback_canary(reason=why, who=WHO, expect_challenger=challenger)
+    rolled = registry.rollback_to_prod_lineage(why, who=WHO, expect_prod=champion, expect_data=data_version)
+    state = registry.state()
+    log(
+        f"canary rolled back: {challenger} retired, {state['prod_model']} serves 100%, "
+        f"data pointer {state['current_data']}"
+    )
+    return state, bool(rolled.get("changed", False))
 
 
 def served(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
@@ -61,23 +132,20 @@ def served(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
     return r.json()
 
 
+def _serves(now: dict[str, Any], champion: str, challenger: str | None, weight: int) -> bool:
+    v = now.get("variants", {})
+    return (
+        not now.get("pending")
+        and v.get("champion", {}).get("model_version") == champion
+        and (
+            challenger is None
+            or (v.get("challenger", {}).get("model_version") == challenger and now.get("challenger_weight") == weight)
+        )
+    )
+
+
 def wait_until_served(url: str, champion: str, challenger: str | None, weight: int, timeout_s: float) -> dict:
     """Poll the server until it has loaded `champion` (and `challenger` at `weight`), or fail naming what it serves."""
-
-    def matches(now: dict[str, Any]) -> bool:
-        v = now.get("variants", {})
-        return (
-            not now.get("pending")
-            and v.get("champion", {}).get("model_version") == champion
-            and (
-                challenger is None
-                or (
-                    v.get("challenger", {}).get("model_version") == challenger
-                    and now.get("challenger_weight") == weight
-                )
-            )
-        )
-
     last: dict[str, Any] = {}
 
     def probe() -> bool:
@@ -87,7 +155,7 @@ def wait_until_served(url: str, champion: str, challenger: str | None, weight: i
         except httpx.HTTPError as exc:
             last = {"error": f"{type(exc).__name__}: {exc}"}
             return False
-        return matches(last)
+        return _serves(last, champion, challenger, weight)
 
     Retrying(
         stop=stop_after_delay(timeout_s),
@@ -95,7 +163,7 @@ def wait_until_served(url: str, champion: str, challenger: str | None, weight: i
         retry=retry_if_result(lambda ok: not ok),
         retry_error_callback=lambda _: False,
     )(probe)
-    if not matches(last):
+    if not _serves(last, champion, challenger, weight):
         raise RolloutError(
             f"the model server at {url} does not serve champion {champion}"
             + (f" + challenger {challenger} at {weight}%" if challenger else "")
@@ -104,21 +172,26 @@ def wait_until_served(url: str, champion: str, challenger: str | None, weight: i
     return last
 
 
+def set_weight(registry: Registry, weight: int, step: int, steps: int) -> None:
+    """The challenger's share of traffic for one step (the first is already set by `start`)."""
+    if registry.serving().challenger_weight != weight:
+        registry.set_canary_weight(weight, reason=f"canary step {step}/{steps}", who=WHO)
+
+
 def run_canary(settings: Settings, params: Params, champion: str, challenger: str, url: str) -> Rollout:
-    """Walk `params.canary.steps` (the first weight is already set by deploy_canary); stop at the first failed step."""
+    """Walk `params.canary.steps` (the challenger already beside the champion); stop at the first failed step."""
+    from tasks.canary.analysis import judge, select_window
+    from tasks.canary.replay import replay_gold
     from tasks.datasets import load_dataset
-    from tasks.registry import Registry
-    from tasks.serving.canary import judge, read_serving_log, select_window
-    from tasks.serving.replay import replay_gold
+    from tasks.serving.paths import prediction_log_file
+    from tasks.serving.predlog import read_log
 
     c, registry = params.canary, Registry(settings)
-    log_path = settings.home / "serving" / "predictions.jsonl"
     dataset = load_dataset(params.dataset.module)
     rollout, started = Rollout(passed=True), time.time()
     tracker = Progress(f"canary {challenger} vs {champion}", len(c.steps), unit="weight step", every_s=0)
     for i, weight in enumerate(c.steps):
-        if i:
-            registry.set_canary_weight(weight, reason=f"canary step {i + 1}/{len(c.steps)}", who="nightly_pipeline")
+        set_weight(registry, weight, i + 1, len(c.steps))
         wait_until_served(url, champion, challenger, weight, timeout_s=max(30.0, params.serving.poll_s * 20))
         t0 = time.time()
         traffic = replay_gold(
@@ -134,7 +207,7 @@ def run_canary(settings: Settings, params: Params, champion: str, challenger: st
         # Each step is judged on all the canary's traffic so far: the champion's earlier traffic is
         # the comparison at 100%, and online quality needs every label there is.
         window = select_window(
-            read_serving_log(log_path, params.serving.prediction_log_keep),
+            read_log(prediction_log_file(settings.home), params.serving.prediction_log_keep),
             start=started,
             model_versions={"champion": champion, "challenger": challenger},
         )
@@ -152,3 +225,15 @@ def run_canary(settings: Settings, params: Params, champion: str, challenger: st
             rollout.passed = False
             break
     return rollout
+
+
+def analyse(settings: Settings, params: Params, champion: str, challenger: str) -> Rollout:
+    """`run_canary` against the server whose address is in $SLUICE_HOME; no server there, or one that
+    does not follow the registry, fails closed (a Rollout that did not pass, with the reason)."""
+    from tasks.serving.paths import server_url
+
+    try:
+        return run_canary(settings, params, champion, challenger, server_url(settings.home))
+    except (RolloutError, FileNotFoundError) as exc:
+        log(f"canary cannot be judged: {exc}")
+        return Rollout(passed=False, refused=f"canary cannot be judged: {exc}")

@@ -23,7 +23,8 @@ def serving_summary(log: Path, keep: int, start: float, end: float) -> dict[str,
     model_versions. Empty when nothing was served (or there is no log)."""
     import numpy as np
 
-    from tasks.serving.canary import labeled_arms, read_serving_log, roc_auc, select_window, variant_stats
+    from tasks.canary.analysis import labeled_arms, roc_auc, select_window, variant_stats
+    from tasks.serving.predlog import read_log as read_serving_log
 
     window = select_window(read_serving_log(log, keep), start, end)
     stats = variant_stats(window)

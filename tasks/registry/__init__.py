@@ -15,8 +15,9 @@ under a file lock; versions are immutable git tags (`data-vN`, `model-vN`).
 The parts:
     repo.py     the repository: git/DVC plumbing, lock, transaction(), recovery, commits, audit
     data.py     data versions: snapshot, open/read a version
-    models.py   model versions and stages: register, promote, rollback
-    serving.py  the serving state's shape (champion, challenger, weight, mode): pure functions
+    models.py   model versions and stages: register, promote, rollback; served_artifact (which file is served)
+    serving.py  the serving state (ServingState: champion, challenger, weight, mode), the served file's
+                name in a model record: pure
     canary.py   canary releases: start_canary, set_canary_weight, rollback_canary
 
 A killed transaction leaves an uncommitted working tree; the next one starts by
@@ -28,9 +29,20 @@ from __future__ import annotations
 from tasks.core.versions import DATA_VERSION, MODEL_VERSION
 from tasks.registry.canary import CanaryReleases
 from tasks.registry.data import BATCH_ID, DEFAULT_DATASET, DataVersions
-from tasks.registry.models import ModelVersions, file_digest
+from tasks.registry.models import ModelVersions, file_digest, served_artifact
 from tasks.registry.repo import ANY, EMPTY_STATE, MirrorError, RegistryError, RepoBase, check_version, code_commit
-from tasks.registry.serving import MODES, SERVED_ARTIFACT, serving_state
+from tasks.registry.serving import (
+    CHALLENGER,
+    CHAMPION,
+    MODES,
+    SERVED_ARTIFACT,
+    SERVED_NAME,
+    VARIANTS,
+    ServedModel,
+    ServingState,
+    served_artifact_of,
+    serving_state,
+)
 
 
 class Registry(DataVersions, CanaryReleases):
@@ -49,6 +61,14 @@ __all__ = [
     "check_version",
     "code_commit",
     "serving_state",
+    "ServingState",
+    "ServedModel",
+    "served_artifact",
+    "served_artifact_of",
+    "SERVED_NAME",
+    "CHAMPION",
+    "CHALLENGER",
+    "VARIANTS",
     "file_digest",
     "EMPTY_STATE",
     "SERVED_ARTIFACT",

@@ -14,9 +14,9 @@ from __future__ import annotations
 from typing import Any
 
 from tasks.core.log import log
-from tasks.registry.models import ModelVersions
+from tasks.registry.models import ModelVersions, served_artifact
 from tasks.registry.repo import ANY, RegistryError, check_expected, check_version
-from tasks.registry.serving import SERVED_ARTIFACT, check_artifact_name, check_mode, check_reason, check_weight
+from tasks.registry.serving import check_artifact_name, check_mode, check_reason, check_weight
 
 
 class CanaryReleases(ModelVersions):
@@ -27,7 +27,7 @@ class CanaryReleases(ModelVersions):
         mode: str = "split",
         reason: str | None = None,
         *,
-        artifact: str = SERVED_ARTIFACT,
+        artifact: str | None = None,
         who: str | None = None,
         expect_champion: Any = ANY,
         expect_data: Any = ANY,
@@ -35,7 +35,8 @@ class CanaryReleases(ModelVersions):
         """Serve `version` as the challenger at `weight` percent. It must exist and not be the
         champion; there must be a champion (the first model is promoted directly), and no other
         challenger (promote or roll that one back first). With the same challenger already in
-        place, its weight, mode and artifact are updated.
+        place, its weight, mode and artifact are updated. `artifact` None: the file the version is
+        served from (models.served_artifact).
 
         Compare-and-set: with `expect_champion` (the prod model `version` was evaluated against)
         and/or `expect_data` (the data version it was trained on, still current), a registry that
@@ -43,13 +44,15 @@ class CanaryReleases(ModelVersions):
         check_version("model", version)
         check_weight(weight)
         check_mode(mode)
-        check_artifact_name(artifact)
+        if artifact is not None:
+            check_artifact_name(artifact)
         check_reason("start_canary", reason)
         with self.transaction():
             if version not in self.tags("model"):
                 raise RegistryError(
                     f"model version {version} does not exist (have: {', '.join(self.tags('model')) or 'none'})"
                 )
+            artifact = artifact or served_artifact(self, version)
             state = self.state()
             before = state["serving"]
             champion, challenger = before["champion"], before["challenger"]

@@ -34,7 +34,14 @@ from tasks.registry.repo import (
     check_version,
     remote_read_errors,
 )
-from tasks.registry.serving import SERVED_ARTIFACT, check_artifact_name, serving_state
+from tasks.registry.serving import (
+    ServedModel,
+    ServingState,
+    artifact_path,
+    check_artifact_name,
+    served_artifact_of,
+    serving_state,
+)
 
 
 def file_digest(path: Path) -> dict[str, Any]:
@@ -47,12 +54,25 @@ def file_digest(path: Path) -> dict[str, Any]:
     return {"sha256": h.hexdigest(), "bytes": size}
 
 
+def served_artifact(registry: ModelVersions, version: str) -> str:
+    """The file of `version` that serving loads (a file name in its version folder): the file its
+    pointer names while it is served (champion or challenger), else the one its model record names."""
+    pointer = registry.serving().pointer(version)
+    if pointer is not None:
+        return pointer.artifact_name
+    return served_artifact_of(registry.model_version_info(version))
+
+
 class ModelVersions(RepoBase):
     def state(self) -> dict[str, Any]:
         """registry.json, its serving value in the current shape (an old one is normalized)."""
         state = super().state()
         state["serving"] = serving_state(state)
         return state
+
+    def serving(self) -> ServingState:
+        """The serving state, typed (what the model server follows)."""
+        return ServingState.of(super().state())
 
     def _mirror(self) -> None:
         """Before each push to the git mirror (and at the end of every transaction): GTO tags for what
@@ -136,7 +156,7 @@ class ModelVersions(RepoBase):
                 raise RegistryError(f"model version {version} has no {artifact} in {redact(where)}") from None
 
     def _pointer(self, version: str, artifact: str) -> dict[str, Any]:
-        """What the server loads for `version`: {"model_version", "artifact" (path in the registry), "sha256"}.
+        """What the server loads for `version` (a ServedModel as registry.json holds it).
         The sha256 comes from the model record; a record made before they were recorded has the
         registered file hashed. Refused if the version has no such artifact."""
         check_artifact_name(artifact)
@@ -149,13 +169,13 @@ class ModelVersions(RepoBase):
                 f"(has: {', '.join(sorted(recorded or [])) or 'none'})"
             )
         sha = recorded[artifact]["sha256"] if isinstance(recorded, dict) else file_digest(path)["sha256"]
-        return {"model_version": version, "artifact": f"models/{version}/{artifact}", "sha256": sha}
+        return ServedModel(model_version=version, artifact=artifact_path(version, artifact), sha256=sha).model_dump()
 
     def promote(
         self,
         version: str,
         reason: str,
-        artifact: str = SERVED_ARTIFACT,
+        artifact: str | None = None,
         who: str | None = None,
         *,
         expect_champion: Any = ANY,
@@ -163,16 +183,18 @@ class ModelVersions(RepoBase):
     ) -> dict[str, Any]:
         """Move the prod pointer to `version`: the previous prod becomes archived, and the serving
         state becomes champion=version, no challenger (a displaced challenger is archived).
-        Idempotent.
+        `artifact` None: the file the version is served from (`served_artifact`). Idempotent.
 
         Compare-and-set: with `expect_champion` (the prod model `version` was evaluated against; None:
         none yet) and/or `expect_data` (the data version it was trained on, which must still be the
         current one), a registry that moved since is refused (RegistryError naming what moved)."""
         check_version("model", version)
-        check_artifact_name(artifact)
+        if artifact is not None:
+            check_artifact_name(artifact)
         with self.transaction():
             if version not in self.tags("model"):
                 raise RegistryError(f"model version {version} does not exist")
+            artifact = artifact or served_artifact(self, version)
             state = self.state()
             previous, before = state["prod_model"], state["serving"]
             serving = serving_state({"serving": {"champion": self._pointer(version, artifact)}})
@@ -231,7 +253,7 @@ class ModelVersions(RepoBase):
 
         Either version may be None (that pointer stays). Both are validated before anything
         changes; versions are never deleted. The champion becomes the prod model (`artifact`,
-        default: the champion's current one if the model stays, else SERVED_ARTIFACT) and any
+        default: the file it is served from, `served_artifact`) and any
         challenger is retired (stage rolled_back). Running it again is a no-op (`changed: False`).
         """
         problems = []  # every problem at once: a missing reason must not hide a bad version
@@ -268,17 +290,9 @@ class ModelVersions(RepoBase):
             "data_version": data_version or before["data_version"],
             "model_version": model_version or before["model_version"],
         }
-        champion = state["serving"]["champion"]
-        if artifact is None:
-            same = champion and champion["model_version"] == after["model_version"]
-            artifact = champion["artifact"].rsplit("/", 1)[-1] if same else SERVED_ARTIFACT
-        serving = serving_state(
-            {
-                "serving": {
-                    "champion": self._pointer(after["model_version"], artifact) if after["model_version"] else None
-                }
-            }
-        )
+        model = after["model_version"]
+        champion = self._pointer(model, artifact or served_artifact(self, model)) if model else None
+        serving = serving_state({"serving": {"champion": champion}})
         if before == after and state["serving"] == serving:
             log(f"registry: already at {after}; nothing to roll back")
             return {"changed": False, "from": before, "to": after}

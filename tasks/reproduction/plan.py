@@ -44,7 +44,7 @@ def commit_known(repo: Path, sha: str) -> bool:
 def make_plan(registry: Any, version: str, repo: Path, info: dict[str, Any] | None = None) -> Plan:
     """The plan for `version` (its record read through the registry unless `info` is given).
     Raises ReproductionError naming everything that stands in the way."""
-    from tasks.compression.served import served_artifact_of
+    from tasks.registry.serving import served_artifact_of
 
     info = registry.model_version_info(version) if info is None else info  # RegistryError: no such version
     rep = info.get("reproduce")

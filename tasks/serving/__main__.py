@@ -10,15 +10,14 @@ follows it every serving.poll_s, and stops cleanly on SIGTERM or SIGINT.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
-import signal
 import socket
 import sys
 import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 
 def parse_args(argv: list[str] | None, default_host: str, default_port: int) -> argparse.Namespace:
@@ -44,10 +43,6 @@ def parse_args(argv: list[str] | None, default_host: str, default_port: int) -> 
     return args
 
 
-def serving_dir(home: Path) -> Path:
-    return home / "serving"
-
-
 def bind(host: str, port: int) -> socket.socket:
     """Bind before anything slow, so the port is ours and known; uvicorn then serves on it."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -58,87 +53,78 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
-def main(argv: list[str] | None = None) -> int:
-    from tasks.core.params import load_params
-    from tasks.core.settings import Settings
-
-    params = load_params()
-    sp = params.serving
-    args = parse_args(argv, sp.host, sp.port)
-    settings = Settings.from_env()
-
-    import uvicorn
-
-    from tasks.core.files import atomic_write_json
-    from tasks.core.log import log
+def build_context(params: Any, settings: Any) -> Any:
+    """The ServingContext: the dataset plug-in and its row model, the registry's variants (nothing
+    loaded yet: the follower loads them), metrics, the prediction log, the limits."""
     from tasks.datasets import load_dataset
     from tasks.registry import Registry
-    from tasks.serving.app import ServingContext, create_app, shadow_worker
+    from tasks.serving.context import ServingContext
     from tasks.serving.metrics import ServerMetrics
-    from tasks.serving.predlog import LOG_NAME, PredictionLog
-    from tasks.serving.schema import load_row_model
-    from tasks.serving.variants import Follower, Variants
+    from tasks.serving.paths import prediction_log_file
+    from tasks.serving.predlog import PredictionLog
+    from tasks.serving.v1_models import load_row_model
+    from tasks.serving.variants import Variants
 
-    sock = bind(args.host, args.port)
-    host, port = sock.getsockname()[:2]
+    sp = params.serving
     dataset = load_dataset(params.dataset.module)
     registry = Registry(settings)
     metrics = ServerMetrics()
-    variants = Variants(registry.state, registry.read_model_artifact, len(dataset.FEATURE_NAMES), metrics)
-    out = serving_dir(settings.home)
-    ctx = ServingContext(
+    log_bytes = int(sp.prediction_log_mb * 1024 * 1024)
+    return ServingContext(
         dataset=dataset,
         row_model=load_row_model(dataset),
-        variants=variants,
+        variants=Variants(registry.serving, registry.read_model_artifact, len(dataset.FEATURE_NAMES), metrics),
         metrics=metrics,
-        predlog=PredictionLog(out / LOG_NAME, int(sp.prediction_log_mb * 1024 * 1024), sp.prediction_log_keep),
+        predlog=PredictionLog(prediction_log_file(settings.home), log_bytes, sp.prediction_log_keep),
         max_rows=sp.max_rows,
         max_body_bytes=sp.max_body_bytes,
     )
-    app = create_app(ctx)
-    follower = Follower(variants, sp.poll_s)
+
+
+def url_of(host: str, port: int) -> str:
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+def announce(address_file: Path, host: str, port: int, model_name: str) -> None:
+    """Once the server accepts connections: its address, atomically (what clients and tests wait for)."""
+    from tasks.core.files import atomic_write_json
+    from tasks.core.log import log
+
+    url = url_of(host, port)
+    started = datetime.now(timezone.utc).isoformat()
+    atomic_write_json(address_file, {"host": host, "port": port, "url": url, "pid": os.getpid(), "started_at": started})
+    log(f"serving: listening on {url} (model {model_name!r}); address in {address_file}")
+
+
+def withdraw(address_file: Path) -> None:
+    """Remove the address file if it is still this process's (another server may have replaced it)."""
+    from tasks.core.files import read_json
+
+    try:
+        if read_json(address_file).get("pid") == os.getpid():
+            address_file.unlink()
+    except (OSError, ValueError):
+        pass
+
+
+def serve(ctx: Any, sock: socket.socket, address_file: Path, poll_s: float, log_level: str) -> None:
+    """Serve on `sock` until SIGTERM or SIGINT, following the serving state every `poll_s`."""
+    import uvicorn
+
+    from tasks.core.log import log
+    from tasks.serving.app import create_app
+    from tasks.serving.scoring import shadow_worker
+    from tasks.serving.uvicorn_server import GracefulServer
+    from tasks.serving.variants import Follower
+
+    host, port = sock.getsockname()[:2]
+    follower = Follower(ctx.variants, poll_s)
     stop_shadow = threading.Event()
     shadow = threading.Thread(target=shadow_worker, args=(ctx, stop_shadow), name="serving-shadow", daemon=True)
-    address_file = out / "address.json"
-    url_host = f"[{host}]" if ":" in host else host
-
-    class Server(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self):  # type: ignore[override]
-            """uvicorn re-raises SIGTERM after its graceful shutdown, which kills the process before
-            our cleanup runs (and exits -15); here a signal only asks for the graceful shutdown."""
-            previous = {
-                s: signal.signal(s, lambda signum, _frame: self.handle_exit(signum, None))
-                for s in (signal.SIGTERM, signal.SIGINT)
-            }
-            try:
-                yield
-            finally:
-                for s, h in previous.items():
-                    signal.signal(s, h)
-
-        async def startup(self, sockets=None):  # type: ignore[override]
-            await super().startup(sockets=sockets)
-            if not self.should_exit:
-                atomic_write_json(
-                    address_file,
-                    {
-                        "host": host,
-                        "port": port,
-                        "url": f"http://{url_host}:{port}",
-                        "pid": os.getpid(),
-                        "started_at": datetime.now(timezone.utc).isoformat(),
-                    },
-                )
-                log(
-                    f"serving: listening on http://{url_host}:{port} (model {dataset.NAME!r}); "
-                    f"address in {address_file}"
-                )
-
     config = uvicorn.Config(
-        app, log_level=args.log_level, access_log=False, timeout_graceful_shutdown=5, lifespan="off"
+        create_app(ctx), log_level=log_level, access_log=False, timeout_graceful_shutdown=5, lifespan="off"
     )
-    server = Server(config)
+    server = GracefulServer(config, on_started=lambda: announce(address_file, host, port, ctx.model_name))
     follower.start()
     shadow.start()
     t0 = time.monotonic()
@@ -150,14 +136,20 @@ def main(argv: list[str] | None = None) -> int:
         follower.join(timeout=5)
         shadow.join(timeout=5)
         ctx.predlog.close()
-        try:
-            from tasks.core.files import read_json
-
-            if read_json(address_file).get("pid") == os.getpid():
-                address_file.unlink()
-        except (OSError, ValueError):
-            pass
+        withdraw(address_file)
         log(f"serving: stopped after {time.monotonic() - t0:.1f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    from tasks.core.params import load_params
+    from tasks.core.settings import Settings
+    from tasks.serving.paths import address_file
+
+    params = load_params()
+    args = parse_args(argv, params.serving.host, params.serving.port)
+    settings = Settings.from_env()
+    sock = bind(args.host, args.port)
+    serve(build_context(params, settings), sock, address_file(settings.home), params.serving.poll_s, args.log_level)
     return 0
 
 

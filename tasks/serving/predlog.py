@@ -1,8 +1,9 @@
 """The prediction log: every served (and shadow) prediction and every feedback label, one JSON
-line each, in $SLUICE_HOME/serving/predictions.jsonl, rotated by size.
+line each, in $SLUICE_HOME/serving/predictions.jsonl (paths.prediction_log_file), rotated by size.
 
-The canary analysis reads it (with the rotated files `predictions.jsonl.1` ... `.N`, newest
-first), so its records are the contract between the server and the analysis:
+The canary analysis and the monitoring read it through `read_log` (the one reader: the log with
+its rotated files `predictions.jsonl.1` ... `.N`), so its records are the contract between the
+server and its readers:
 
     {"kind": "prediction", "request_id", "row", "at" (ISO UTC), "ts" (unix s), "variant",
      "model_version", "latency_ms", "score", "shadow" (bool), "endpoint" ("predict" | "infer")}
@@ -11,7 +12,7 @@ first), so its records are the contract between the server and the analysis:
 
 Appends are serialized by a lock and flushed per request (no fsync: a crash may lose the last
 lines, never tear earlier ones). Rotation renames files, so a reader holding an open file keeps
-reading whole lines.
+reading whole lines; a reader skips the torn last line of a log being appended to.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable
 
 LOG_NAME = "predictions.jsonl"
+Record = dict[str, Any]
 
 
 def rotated_paths(path: Path, keep: int) -> list[Path]:
@@ -125,11 +127,25 @@ class PredictionLog:
             self._file.close()
 
 
-def read_log(path: Path, keep: int) -> Iterator[dict[str, Any]]:
-    """Every record of the log and its rotated files, oldest first (for analysis and tests)."""
+def read_log(path: Path | str, keep: int = 0) -> list[Record]:
+    """Every record of the log and its `keep` rotated files, oldest first.
+
+    Missing files are skipped; a line that is not a JSON object (the torn last line of a log
+    being appended to) is skipped too."""
+    out: list[Record] = []
     for p in reversed(rotated_paths(Path(path), keep)):
-        if p.exists():
-            with open(p, encoding="utf-8") as f:
-                for line in f:
-                    if line.strip():
-                        yield json.loads(line)
+        try:
+            text = p.read_text(encoding="utf-8", errors="replace")
+        except FileNotFoundError:
+            continue
+        for line in text.splitlines():
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out

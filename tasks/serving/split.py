@@ -13,8 +13,7 @@ import hashlib
 import random
 from typing import Callable
 
-CHAMPION, CHALLENGER = "champion", "challenger"
-VARIANTS = (CHAMPION, CHALLENGER)
+from tasks.registry.serving import CHALLENGER, CHAMPION
 
 
 def key_bucket(key: str) -> float:

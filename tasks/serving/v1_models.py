@@ -1,4 +1,5 @@
-"""Request models for /v1/predict, generated from the dataset plug-in and its raw contract.
+"""The /v1 API's pydantic models: /v1/predict's request generated from the dataset plug-in and its raw
+contract, /v1/feedback's request, and the answers of /v1/predict, /v1/feedback and /v1/serving.
 
 The plug-in lists its raw columns (RAW_COLUMNS); its landing-batch contract (RAW_CONTRACT, the
 same Great Expectations suite that gates every nightly batch) says what each column holds:
@@ -125,3 +126,41 @@ def load_row_model(dataset: Any) -> type[BaseModel]:
     from tasks.contracts.suite import load_suite_spec
 
     return row_model(dataset, load_suite_spec(dataset.RAW_CONTRACT))
+
+
+class Prediction(BaseModel):
+    score: float
+    label: Literal[0, 1] = Field(description="score >= 0.5")
+    model_version: str
+    variant: str
+    request_id: str
+
+
+class PredictResponse(BaseModel):
+    request_id: str = Field(description="what /v1/feedback takes")
+    model_name: str
+    model_version: str
+    variant: str
+    predictions: list[Prediction]
+
+
+class FeedbackResponse(BaseModel):
+    request_id: str
+    labels: int
+
+
+class ServedVariant(BaseModel):
+    model_version: str
+    sha256: str
+    loaded_at: float
+
+
+class ServingResponse(BaseModel):
+    """What is served now (read-only: only the registry's serving state changes it)."""
+
+    model_name: str
+    mode: str
+    challenger_weight: Union[int, float]
+    variants: dict[str, ServedVariant]
+    pending: bool
+    last_error: Union[str, None] = None

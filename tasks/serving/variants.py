@@ -1,14 +1,14 @@
-"""The models being served: reading the serving state, loading and warming versions off the
+"""The models being served: following the serving state, loading and warming versions off the
 request path, and swapping them in atomically.
 
-The registry's `serving` value names what to serve (only the pipeline and the rollback DAG
-change it). A `Follower` thread polls it; when it changes, the new versions are read from the
-registry (never from anywhere else), checked against their recorded sha256, opened in
-onnxruntime and warmed, all before anything is swapped. The swap is one reference assignment
-of an immutable `Snapshot`: a request takes the snapshot once and finishes on it, so a promote,
-a weight change or a rollback drops no request. A version that fails to read, verify, load or
-warm is logged, counted (`sluice_model_load_failures_total`), and the previous snapshot keeps
-serving; the same state is retried after `retry_s`.
+The registry's serving state (tasks.registry.serving.ServingState, the one schema) names what to
+serve; only the pipeline and the rollback DAG change it. A `Follower` thread polls it; when it
+changes, the new versions are read from the registry (never from anywhere else), checked against
+their recorded sha256, opened in onnxruntime and warmed, all before anything is swapped. The swap
+is one reference assignment of an immutable `Snapshot`: a request takes the snapshot once and
+finishes on it, so a promote, a weight change or a rollback drops no request. A version that fails
+to read, verify, load or warm is logged, counted (`sluice_model_load_failures_total`), and the
+previous snapshot keeps serving; the same state is retried after `retry_s`.
 """
 
 from __future__ import annotations
@@ -22,13 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from tasks.core.log import log
-from tasks.serving.split import CHALLENGER, CHAMPION
-
-MODES = ("split", "shadow")
-
-
-class StateError(ValueError):
-    """The registry's serving value is malformed."""
+from tasks.registry.serving import CHALLENGER, CHAMPION, ServedModel, ServingState
 
 
 class LoadError(RuntimeError):
@@ -41,74 +35,11 @@ class ScoreError(ValueError):
     and the canary counts it in the variant's error rate; a NaN is never served as an answer."""
 
 
-@dataclass(frozen=True)
-class VariantSpec:
-    model_version: str
-    artifact: str  # path in the registry, e.g. models/model-v2/model.int8.onnx
-    sha256: str | None = None  # None: an older registry that recorded none (not checked)
-
-    @property
-    def artifact_name(self) -> str:
-        """The artifact's file name inside its version folder (what Registry.read_model_artifact takes)."""
-        prefix = f"models/{self.model_version}/"
-        return self.artifact[len(prefix) :] if self.artifact.startswith(prefix) else self.artifact.rsplit("/", 1)[-1]
-
-
-@dataclass(frozen=True)
-class DesiredState:
-    """What the registry says to serve."""
-
-    champion: VariantSpec | None = None
-    challenger: VariantSpec | None = None
-    challenger_weight: float = 0.0
-    mode: str = "split"
-
-    def specs(self) -> dict[str, VariantSpec]:
-        return {v: s for v, s in ((CHAMPION, self.champion), (CHALLENGER, self.challenger)) if s is not None}
-
-
-def _spec(raw: Any, where: str) -> VariantSpec | None:
-    if raw is None:
-        return None
-    if (
-        not isinstance(raw, dict)
-        or not isinstance(raw.get("model_version"), str)
-        or not isinstance(raw.get("artifact"), str)
-    ):
-        raise StateError(f"serving.{where} must be null or {{model_version, artifact, sha256}}, got {raw!r}")
-    sha = raw.get("sha256")
-    if sha is not None and not (isinstance(sha, str) and len(sha) == 64):
-        raise StateError(f"serving.{where}.sha256 must be 64 hex digits, got {sha!r}")
-    return VariantSpec(raw["model_version"], raw["artifact"], sha.lower() if sha else None)
-
-
-def parse_serving(raw: Any) -> DesiredState:
-    """The registry's `serving` value -> DesiredState. Pure.
-
-    Accepts the current shape ({champion, challenger, challenger_weight, mode}), the older
-    champion-only pointer ({model_version, artifact}: no sha256 to check) and null."""
-    if raw is None:
-        return DesiredState()
-    if not isinstance(raw, dict):
-        raise StateError(f"serving must be a mapping or null, got {type(raw).__name__}")
-    if "model_version" in raw and "champion" not in raw:
-        return DesiredState(champion=_spec(raw, "champion"))
-    weight = raw.get("challenger_weight", 0)
-    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0 <= weight <= 100:
-        raise StateError(f"serving.challenger_weight must be a number in 0..100, got {weight!r}")
-    mode = raw.get("mode", "split")
-    if mode not in MODES:
-        raise StateError(f"serving.mode must be one of {MODES}, got {mode!r}")
-    return DesiredState(
-        _spec(raw.get("champion"), "champion"), _spec(raw.get("challenger"), "challenger"), float(weight), mode
-    )
-
-
 @dataclass
 class LoadedModel:
     """An onnxruntime session of one verified, warmed model version."""
 
-    spec: VariantSpec
+    spec: ServedModel
     sha256: str
     session: Any
     input_name: str
@@ -130,7 +61,7 @@ class LoadedModel:
         return scores
 
 
-def open_model(spec: VariantSpec, data: bytes, n_features: int, warm_rows: tuple[int, ...] = (1, 32)) -> LoadedModel:
+def open_model(spec: ServedModel, data: bytes, n_features: int, warm_rows: tuple[int, ...] = (1, 32)) -> LoadedModel:
     """Verify `data` against the spec's sha256, open it, check its signature, warm it.
 
     Raises LoadError naming what was wrong. Warming runs the shapes requests will use, so the
@@ -185,7 +116,7 @@ def open_model(spec: VariantSpec, data: bytes, n_features: int, warm_rows: tuple
 class Snapshot:
     """What is served now: immutable, replaced whole."""
 
-    desired: DesiredState
+    desired: ServingState
     models: dict[str, LoadedModel]
 
     @property
@@ -203,7 +134,7 @@ class Snapshot:
         return None
 
 
-EMPTY = Snapshot(DesiredState(), {})
+EMPTY = Snapshot(ServingState(), {})
 
 
 class Variants:
@@ -211,21 +142,21 @@ class Variants:
 
     def __init__(
         self,
-        read_state: Callable[[], Any],
+        read_serving: Callable[[], ServingState],
         read_artifact: Callable[[str, str], bytes],
         n_features: int,
         metrics: Any = None,
         retry_s: float = 30.0,
     ):
-        self.read_state = read_state
+        self.read_serving = read_serving
         self.read_artifact = read_artifact
         self.n_features = n_features
         self.metrics = metrics
         self.retry_s = retry_s
         self.current: Snapshot = EMPTY
-        self.pending: DesiredState | None = None  # a state seen but not (yet) applied
+        self.pending: ServingState | None = None  # a state seen but not (yet) applied
         self.last_error: str | None = None
-        self._failed: dict[DesiredState, float] = {}  # state -> monotonic time of its last failure
+        self._failed: dict[ServingState, float] = {}  # state -> monotonic time of its last failure
         self._apply_lock = threading.Lock()
 
     @property
@@ -237,13 +168,13 @@ class Variants:
     def poll(self) -> bool:
         """Read the serving state once and apply it if it changed. True when a swap happened."""
         try:
-            desired = parse_serving(self.read_state().get("serving"))
+            desired = self.read_serving()
         except Exception as exc:  # noqa: BLE001 - a bad read must not stop the follower
             self._fail(None, f"cannot read the serving state: {type(exc).__name__}: {exc}")
             return False
         return self.apply(desired)
 
-    def apply(self, desired: DesiredState) -> bool:
+    def apply(self, desired: ServingState) -> bool:
         with self._apply_lock:
             if desired == self.current.desired:
                 self.pending = None
@@ -269,11 +200,11 @@ class Variants:
             log(f"serving: {before} -> {self.describe()}")
             return True
 
-    def _load(self, desired: DesiredState) -> dict[str, LoadedModel]:
+    def _load(self, desired: ServingState) -> dict[str, LoadedModel]:
         """Every variant of `desired`, reusing sessions already loaded for the same artifact."""
         have = {(m.spec.model_version, m.spec.artifact): m for m in self.current.models.values()}
         models: dict[str, LoadedModel] = {}
-        for variant, spec in desired.specs().items():
+        for variant, spec in desired.variants().items():
             reuse = have.get((spec.model_version, spec.artifact))
             if reuse is not None and (spec.sha256 is None or spec.sha256 == reuse.sha256):
                 models[variant] = LoadedModel(

@@ -345,10 +345,20 @@ def test_copy_sources_exist_and_are_not_ignored():
 SERVER_IMPORTS = [
     "tasks.serving.__main__",
     "tasks.serving.app",
+    "tasks.serving.body_limit",
+    "tasks.serving.context",
+    "tasks.serving.errors",
     "tasks.serving.metrics",
+    "tasks.serving.paths",
     "tasks.serving.predlog",
-    "tasks.serving.schema",
+    "tasks.serving.scoring",
     "tasks.serving.split",
+    "tasks.serving.tensors",
+    "tasks.serving.uvicorn_server",
+    "tasks.serving.v1_models",
+    "tasks.serving.v1_routes",
+    "tasks.serving.v2_models",
+    "tasks.serving.v2_routes",
     "tasks.serving.variants",
     "tasks.registry",
     "tasks.datasets",
@@ -403,7 +413,7 @@ for m in wanted:
         failed[m] = f"{type(exc).__name__}: {exc}"
 try:
     from tasks.datasets import load_dataset
-    from tasks.serving.schema import load_row_model
+    from tasks.serving.v1_models import load_row_model
     load_row_model(load_dataset(dataset))
 except Exception as exc:
     failed["load_row_model"] = f"{type(exc).__name__}: {exc}"

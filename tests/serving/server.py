@@ -17,6 +17,7 @@ import numpy as np
 
 from tasks.core.processes import stop_groups
 from tasks.core.settings import REPO_ROOT
+from tasks.serving.paths import address_file, serving_dir
 
 
 def write_onnx(path: Path, n_features: int, seed: int) -> Path:
@@ -63,10 +64,10 @@ class ServerProcess:
 
     def __init__(self, home: Path, params: Path | None = None, args: tuple[str, ...] = ()):
         self.home = Path(home)
-        self.address_file = self.home / "serving" / "address.json"
+        self.address_file = address_file(self.home)
         self.params, self.args = params, args
         self.proc: subprocess.Popen | None = None
-        self.log_path = self.home / "serving" / f"server-{time.time_ns()}.log"
+        self.log_path = serving_dir(self.home) / f"server-{time.time_ns()}.log"
         self.url = ""
         self.started_at = 0.0
 

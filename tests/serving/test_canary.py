@@ -1,4 +1,4 @@
-"""Canary analysis on synthetic prediction-log windows (tasks/serving/canary.py)."""
+"""Canary analysis on synthetic prediction-log windows (tasks/canary/analysis.py)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,11 @@ import pytest
 from scipy.stats import norm
 from sklearn.metrics import f1_score, roc_auc_score
 
+from tasks.canary import analysis as canary
+from tasks.canary.analysis import Verdict, judge
 from tasks.core.params import repo_params
-from tasks.serving import canary
-from tasks.serving.canary import CHALLENGER, CHAMPION, Verdict, judge
+from tasks.registry import CHALLENGER, CHAMPION
+from tasks.serving.predlog import read_log
 
 # The thresholds these windows were sized for (the code defaults before params.yaml became their one
 # home): min_samples 50, min_labeled 200, max_p99_ms 250, max_psi 0.25, max_auc_drop 0.02, ...
@@ -316,8 +318,9 @@ def test_read_log_skips_a_torn_line_and_missing_files(tmp_path):
     log = tmp_path / "predictions.jsonl"
     recs = make_window(n=3)
     log.write_text("".join(json.dumps(r) + "\n" for r in recs) + '{"request_id": "torn", "sco')
-    assert canary.read_log(log) == recs
-    assert canary.read_log([tmp_path / "rotated.1.jsonl", log]) == recs
+    assert read_log(log) == recs
+    assert read_log(log, keep=3) == recs  # rotated files that are not there are skipped
+    assert read_log(tmp_path / "missing.jsonl", keep=2) == []
 
 
 def test_select_window_keeps_late_feedback_and_drops_other_versions():
@@ -425,8 +428,8 @@ def test_the_servers_own_records_are_understood():
     assert v.metrics[CHALLENGER]["labeled"] == 80 and v.metrics["quality"]["roc_auc"]["difference"] == 0.0
 
 
-def test_read_serving_log_reads_rotated_files_oldest_first(tmp_path):
+def test_read_log_reads_rotated_files_oldest_first(tmp_path):
     log = tmp_path / "predictions.jsonl"
     for i, p in enumerate([log.with_name("predictions.jsonl.2"), log.with_name("predictions.jsonl.1"), log]):
         p.write_text(json.dumps({"kind": "feedback", "request_id": str(i), "label": 1}) + "\n")
-    assert [r["request_id"] for r in canary.read_serving_log(log, keep=5)] == ["0", "1", "2"]
+    assert [r["request_id"] for r in read_log(log, keep=5)] == ["0", "1", "2"]

@@ -15,7 +15,8 @@ import pytest
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
-from tasks.serving import replay as rp
+from tasks.canary import replay as rp
+from tasks.serving.paths import address_file, server_url
 
 ROWS = [{"email_id": i, "x": i * 1.5, "word": f"w{i}"} for i in range(1, 21)]
 KEYS = [str(r["email_id"]) for r in ROWS]
@@ -184,16 +185,16 @@ def test_arguments_are_checked():
 
 
 def test_server_url_reads_the_address_file(tmp_path):
-    (tmp_path / "serving").mkdir()
-    address = tmp_path / "serving" / "address.json"
+    address = address_file(tmp_path)
+    address.parent.mkdir()
     address.write_text(json.dumps({"host": "127.0.0.1", "port": 8123, "url": "http://127.0.0.1:8123/", "pid": 1}))
-    assert rp.server_url(tmp_path) == "http://127.0.0.1:8123"
+    assert server_url(tmp_path) == "http://127.0.0.1:8123"
     address.write_text(json.dumps({"host": "0.0.0.0", "port": 8124}))
-    assert rp.server_url(tmp_path) == "http://127.0.0.1:8124"
+    assert server_url(tmp_path) == "http://127.0.0.1:8124"
     address.write_text(json.dumps({"host": "::1", "port": 8125}))
-    assert rp.server_url(tmp_path) == "http://[::1]:8125"
+    assert server_url(tmp_path) == "http://[::1]:8125"
     with pytest.raises(FileNotFoundError, match="python -m tasks.serving"):
-        rp.server_url(tmp_path / "elsewhere")
+        server_url(tmp_path / "elsewhere")
 
 
 @pytest.fixture
@@ -233,8 +234,8 @@ def test_load_replay_rows_writes_datetimes_as_utc_iso(tmp_path):
 def test_cli_replays_the_gold_set_to_the_address_in_sluice_home(gold_home, serve, capsys):
     rec = Recorder()
     url = serve(rec)
-    (gold_home.home / "serving").mkdir(parents=True)
-    (gold_home.home / "serving" / "address.json").write_text(json.dumps({"url": url}))
+    address_file(gold_home.home).parent.mkdir(parents=True)
+    address_file(gold_home.home).write_text(json.dumps({"url": url}))
     assert rp.main(["--rows", "12", "--rate", "200", "--feedback-delay", "0"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert {k: out[k] for k in ("sent", "ok", "failed", "feedback_sent")} == {

@@ -15,7 +15,7 @@ import dataclasses
 import pytest
 
 from bench.canary import CANARY, CanaryWorld, batch1_ms, build_world, requests_until_verdict
-from tasks.serving.canary import CHALLENGER, CHAMPION
+from tasks.registry import CHALLENGER, CHAMPION
 
 pytestmark = pytest.mark.slow
 

@@ -22,6 +22,7 @@ import yaml
 
 from tasks.core.settings import REPO_ROOT, Settings
 from tasks.registry import Registry
+from tasks.serving.paths import prediction_log_file
 from tasks.serving.predlog import read_log
 from tasks.serving.split import choose_variant
 from tests.conftest import row
@@ -325,7 +326,7 @@ def test_feedback_and_the_prediction_log(world, emails):
         httpx.post(url + "/v1/feedback", json={"request_id": three["request_id"], "label": [0, 1, 0]}).status_code
         == 200
     )
-    log = list(read_log(world["home"] / "serving" / "predictions.jsonl", 3))
+    log = read_log(prediction_log_file(world["home"]), 3)
     preds = [r for r in log if r["kind"] == "prediction" and r["request_id"] == three["request_id"]]
     assert [p["row"] for p in preds] == [0, 1, 2]
     assert all(
@@ -400,7 +401,7 @@ def test_shadow_mode_mirrors_to_the_challenger(world):
     wanted = {r["request_id"] for r in ids}
 
     def shadows():
-        log = list(read_log(world["home"] / "serving" / "predictions.jsonl", 3))
+        log = read_log(prediction_log_file(world["home"]), 3)
         return [r for r in log if r["request_id"] in wanted and r["shadow"]]
 
     mirrored = wait_for(lambda: len(shadows()) == 20 and shadows(), 10, "shadow predictions")

@@ -1,4 +1,4 @@
-"""Pure parts of the server: the sticky split, the serving-state reader, the request schema
+"""Pure parts of the server: the sticky split, the serving state it follows, the request schema
 generated from the plug-in, the prediction log's rotation, and OIP request parsing."""
 
 from __future__ import annotations
@@ -8,11 +8,15 @@ import math
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
-from tasks.serving.app import ApiError, describe_validation, infer_features, parse_infer_body, wants_binary
+from tasks.registry import CHALLENGER, CHAMPION, ServedModel, ServingState
+from tasks.serving.errors import ApiError, describe_validation
 from tasks.serving.predlog import PredictionLog, prediction_records, read_log, rotated_paths
-from tasks.serving.split import CHALLENGER, CHAMPION, choose_variant, key_bucket
-from tasks.serving.variants import DesiredState, LoadError, StateError, VariantSpec, open_model, parse_serving
+from tasks.serving.split import choose_variant, key_bucket
+from tasks.serving.tensors import input_features, split_binary, wants_binary
+from tasks.serving.v2_models import InferenceRequest
+from tasks.serving.variants import LoadError, open_model
 from tests.conftest import row
 
 
@@ -34,27 +38,37 @@ def test_split_weight_stickiness_and_monotone_rollout():
 
 
 def test_serving_state_shapes():
+    """The one schema of the registry's serving value, as the server reads it."""
     sha = "a" * 64
     full = {
         "champion": {"model_version": "model-v2", "artifact": "models/model-v2/model.int8.onnx", "sha256": sha},
-        "challenger": {"model_version": "model-v3", "artifact": "models/model-v3/model.int8.onnx", "sha256": sha},
+        "challenger": {"model_version": "model-v3", "artifact": "models/model-v3/model.served.onnx", "sha256": sha},
         "challenger_weight": 25,
         "mode": "shadow",
     }
-    d = parse_serving(full)
-    assert d.champion.model_version == "model-v2" and d.challenger.artifact_name == "model.int8.onnx"
+    d = ServingState.model_validate(full)
+    assert d.champion.model_version == "model-v2" and d.challenger.artifact_name == "model.served.onnx"
     assert (d.challenger_weight, d.mode) == (25, "shadow")
-    legacy = parse_serving({"model_version": "model-v1", "artifact": "models/model-v1/model.int8.onnx"})
-    assert legacy == DesiredState(champion=VariantSpec("model-v1", "models/model-v1/model.int8.onnx", None))
-    assert parse_serving(None) == DesiredState()
+    assert list(d.variants()) == [CHAMPION, CHALLENGER] and d.pointer("model-v3") == d.challenger
+    legacy = ServingState.model_validate({"model_version": "model-v1", "artifact": "models/model-v1/model.int8.onnx"})
+    assert legacy == ServingState(
+        champion=ServedModel(model_version="model-v1", artifact="models/model-v1/model.int8.onnx")
+    )
+    assert ServingState.model_validate(None) == ServingState() == ServingState.of({})
+    older = ServingState.model_validate({**full, "champion": {"model_version": "model-v2", "sha256": "ABC"}})
+    assert older.champion.artifact == "models/model-v2/model.int8.onnx" and older.champion.sha256 == "abc"
+    alone = ServingState.model_validate({**full, "challenger": None})  # no challenger: weight 0, split
+    assert (alone.challenger_weight, alone.mode) == (0, "split")
+    assert hash(d) == hash(ServingState.model_validate(json.loads(json.dumps(full))))  # the follower's key
     for bad, what in (
         ({**full, "challenger_weight": 101}, "challenger_weight"),
+        ({**full, "challenger_weight": True}, "challenger_weight"),
         ({**full, "mode": "ab"}, "mode"),
-        ({**full, "champion": {"model_version": "model-v2"}}, "champion"),
-        ({**full, "champion": {**full["champion"], "sha256": "abc"}}, "sha256"),
+        ({**full, "champion": {"model_version": 2, "artifact": "models/2/x.onnx"}}, "model_version"),
+        ("champion", "ServingState"),
     ):
-        with pytest.raises(StateError, match=what):
-            parse_serving(bad)
+        with pytest.raises(ValidationError, match=what):
+            ServingState.model_validate(bad)
 
 
 def test_a_model_that_does_not_match_its_sha256_or_does_not_load_is_refused(tmp_path):
@@ -63,15 +77,16 @@ def test_a_model_that_does_not_match_its_sha256_or_does_not_load_is_refused(tmp_
     data = write_onnx(tmp_path / "m.onnx", 21, seed=1).read_bytes()
     import hashlib
 
-    good = VariantSpec("model-v1", "models/model-v1/model.int8.onnx", hashlib.sha256(data).hexdigest())
+    digest = hashlib.sha256(data).hexdigest()
+    good = ServedModel(model_version="model-v1", artifact="models/model-v1/model.int8.onnx", sha256=digest)
     m = open_model(good, data, 21)
     assert m.predict(np.zeros((3, 21), np.float32)).shape == (3,)
     with pytest.raises(LoadError, match="sha256"):
         open_model(good, data + b"x", 21)
     with pytest.raises(LoadError, match="dataset has 22 features"):
-        open_model(VariantSpec("model-v1", "a"), data, 22)
+        open_model(ServedModel(model_version="model-v1", artifact="a"), data, 22)
     with pytest.raises(LoadError, match="onnxruntime cannot load"):
-        open_model(VariantSpec("model-v1", "a"), b"garbage", 21)
+        open_model(ServedModel(model_version="model-v1", artifact="a"), b"garbage", 21)
 
 
 def test_schema_from_the_plugin_and_its_contract():
@@ -79,7 +94,7 @@ def test_schema_from_the_plugin_and_its_contract():
 
     import tests.toy.dataset as toy
     from tasks.datasets import load_dataset
-    from tasks.serving.schema import load_row_model, predict_request_model
+    from tasks.serving.v1_models import load_row_model, predict_request_model
 
     Row = load_row_model(load_dataset("tasks.datasets.emails"))
     Req = predict_request_model(Row, 3)
@@ -127,7 +142,7 @@ def test_prediction_log_rotates_and_keeps_whole_lines(tmp_path):
     files = [p for p in rotated_paths(path, 2) if p.exists()]
     assert len(files) == 3 and not path.with_name("predictions.jsonl.3").exists()
     assert all(p.stat().st_size <= 2000 for p in files)
-    records = list(read_log(path, 2))
+    records = read_log(path, 2)
     ids = [int(r["request_id"][1:]) for r in records]
     assert ids == sorted(ids) and ids[-1] == 59 and len(ids) < 60  # oldest dropped, order kept
     assert all(json.dumps(r) for r in records)
@@ -141,21 +156,24 @@ def test_oip_binary_and_json_inputs():
             "parameters": {"binary_data_output": True},
         }
     ).encode()
-    req, tail = parse_infer_body(head + x.tobytes(), str(len(head)))
-    np.testing.assert_array_equal(infer_features(req, tail, "f", 3, 10), x)
+    js, tail = split_binary(head + x.tobytes(), str(len(head)))
+    req = InferenceRequest.model_validate_json(js)
+    np.testing.assert_array_equal(input_features(req, tail, "f", 3, 10), x)
     assert wants_binary(req)
-    req, tail = parse_infer_body(
-        json.dumps(
-            {"inputs": [{"name": "f", "datatype": "FP32", "shape": [2, 3], "data": [[0, 1, 2], [3, 4, 5]]}]}
-        ).encode(),
-        None,
+    req = InferenceRequest.model_validate(
+        {"inputs": [{"name": "f", "datatype": "FP32", "shape": [2, 3], "data": [[0, 1, 2], [3, 4, 5]]}]}
     )
-    np.testing.assert_array_equal(infer_features(req, tail, "f", 3, 10), x)
+    np.testing.assert_array_equal(input_features(req, b"", "f", 3, 10), x)
     assert not wants_binary(req)
     with pytest.raises(ApiError, match="outside the body"):
-        parse_infer_body(head, "9999")
+        split_binary(head, "9999")
+    js, tail = split_binary(head + b"\0" * 8, str(len(head)))
     with pytest.raises(ApiError, match="binary_data_size"):
-        infer_features(*parse_infer_body(head + b"\0" * 8, str(len(head))), "f", 3, 10)
+        input_features(InferenceRequest.model_validate_json(js), tail, "f", 3, 10)
+    with pytest.raises(ApiError, match="exactly one tensor named 'f'"):
+        input_features(InferenceRequest(inputs=[]), b"", "f", 3, 10)
+    with pytest.raises(ValidationError):  # the protocol's structure is the model's
+        InferenceRequest.model_validate({"inputs": [{"name": "f", "datatype": "FP32", "shape": [True, 3]}]})
 
 
 def test_a_non_finite_score_is_refused_logged_against_its_variant_and_counted(tmp_path):
@@ -166,15 +184,16 @@ def test_a_non_finite_score_is_refused_logged_against_its_variant_and_counted(tm
 
     from bench.canary import nan_onnx
     from tasks.datasets import load_dataset
-    from tasks.serving.app import ServingContext, create_app
+    from tasks.serving.app import create_app
+    from tasks.serving.context import ServingContext
     from tasks.serving.metrics import ServerMetrics
-    from tasks.serving.schema import load_row_model
+    from tasks.serving.v1_models import load_row_model
     from tasks.serving.variants import ScoreError, Variants
 
     n = 21
     # NaN exactly where feature 3 >= 2 (the warm-up's random inputs in [0, 1) never are: it loads)
     data = nan_onnx(tmp_path / "nan.onnx", np.full(n, 0.1), -1.0, feature=3, above=2.0).read_bytes()
-    spec = VariantSpec("model-v7", "models/model-v7/model.int8.onnx")
+    spec = ServedModel(model_version="model-v7", artifact="models/model-v7/model.int8.onnx")
     model = open_model(spec, data, n)
     x = np.zeros((4, n), np.float32)
     assert np.all(np.isfinite(model.predict(x)))
@@ -184,7 +203,7 @@ def test_a_non_finite_score_is_refused_logged_against_its_variant_and_counted(tm
 
     metrics = ServerMetrics()
     variants = Variants(
-        lambda: {"serving": {"champion": {"model_version": "model-v7", "artifact": spec.artifact}}},
+        lambda: ServingState(champion=spec),
         lambda version, artifact: data,
         n,
         metrics,
@@ -224,7 +243,7 @@ def test_a_non_finite_score_is_refused_logged_against_its_variant_and_counted(tm
     assert bad.status_code == 500 and bad.json() == {"error": "model model-v7 gave a non-finite score"}
     assert "NaN" not in bad.text and "nan" not in bad.text
     predlog.close()
-    records = list(read_log(tmp_path / "predictions.jsonl", 2))
+    records = read_log(tmp_path / "predictions.jsonl", 2)
     errors = [r for r in records if r.get("error")]
     assert len(errors) == 1 and errors[0]["variant"] == "champion" and errors[0]["model_version"] == "model-v7"
     assert errors[0]["error"].startswith("ScoreError: model-v7 gave a non-finite score")

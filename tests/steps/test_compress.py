@@ -124,8 +124,7 @@ def test_bad_chain_in_params_names_the_key(tmp_path, candidates, fragment):
 
 
 def test_served_artifact_name_from_the_model_record():
-    from tasks.compression.served import SERVED_NAME, served_artifact_of
-    from tasks.registry import SERVED_ARTIFACT
+    from tasks.registry import SERVED_ARTIFACT, SERVED_NAME, served_artifact_of
 
     assert served_artifact_of({"compression": {"artifact": SERVED_NAME}}) == SERVED_NAME
     assert served_artifact_of({"artifacts": {SERVED_NAME: {}}}) == SERVED_NAME

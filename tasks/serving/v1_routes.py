@@ -1,0 +1,138 @@
+"""Sluice's own routes beside the protocol: /v1/predict on the dataset's raw rows (featurized by the
+plug-in's own `featurize`), /v1/feedback for delayed labels, /v1/serving (what is served, read-only),
+and /metrics (Prometheus). Read-only towards the registry.
+
+/v1/predict's body model is generated at start from the plug-in (v1_models.predict_request_model),
+so its route is declared by `v1_router(PredictRequest)`; the others are declared here.
+
+(No `from __future__ import annotations` here: FastAPI reads the models from the endpoints' annotations.)
+"""
+
+import time
+from typing import Any, Optional
+
+import numpy as np
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from tasks.serving.context import REQUEST_INDEX_SIZE, Context, ServingContext
+from tasks.serving.errors import ApiError, ErrorBody
+from tasks.serving.predlog import feedback_records
+from tasks.serving.scoring import KEY_HEADER, pick, score, snapshot
+from tasks.serving.v1_models import (
+    FeedbackRequest,
+    FeedbackResponse,
+    Prediction,
+    PredictResponse,
+    ServedVariant,
+    ServingResponse,
+)
+
+
+def _errors(**described: str) -> dict[int | str, dict[str, Any]]:
+    return {int(k[1:]): {"model": ErrorBody, "description": d} for k, d in described.items()}
+
+
+PREDICT_ERRORS = _errors(
+    e413="a body or a batch over the limit",
+    e422="a row the schema refuses, or that cannot be featurized",
+    e500="the model failed, or gave a non-finite score (never answered)",
+    e503="no version loaded yet",
+)
+FEEDBACK_ERRORS = _errors(e404="a request id this server does not know", e422="not one label per row")
+
+
+def predict_rows(ctx: ServingContext, rows: list[Any], key: Optional[str]) -> JSONResponse:
+    """Featurize validated raw rows with the plug-in, score them with the split's choice for `key`."""
+    import pandas as pd
+
+    snap = snapshot(ctx, ctx.model_name)
+    answer = pick(snap, key)
+    variant, model, _ = answer
+    t0 = time.perf_counter()
+    df = pd.DataFrame([r.model_dump() for r in rows], columns=list(ctx.dataset.RAW_COLUMNS))
+    try:
+        x = np.ascontiguousarray(ctx.dataset.featurize(df), dtype=np.float32)
+    except Exception as exc:  # noqa: BLE001 - the plug-in's own error, reported to the caller
+        raise ApiError(422, f"rows could not be featurized: {type(exc).__name__}: {exc}", variant) from exc
+    if x.shape != (len(df), model.n_features) or not np.all(np.isfinite(x)):
+        raise ApiError(422, "rows featurize to non-finite or misshaped features", variant)
+    request_id, scores = score(ctx, x, answer, "predict", t0)
+    version = model.spec.model_version
+    common = {"model_version": version, "variant": variant, "request_id": request_id}
+    body = PredictResponse(
+        model_name=ctx.model_name,
+        **common,
+        predictions=[Prediction(score=float(s), label=int(s >= 0.5), **common) for s in scores],
+    )
+    return JSONResponse(body.model_dump(), headers={"X-Request-Id": request_id, "X-Sluice-Variant": variant})
+
+
+def v1_router(predict_request: Any) -> APIRouter:
+    """The /v1 routes, /v1/predict taking `predict_request` (the plug-in's generated body model)."""
+    router = APIRouter(prefix="/v1", tags=["v1"])
+
+    async def predict(request: Request, body: predict_request, ctx: Context) -> JSONResponse:  # type: ignore[valid-type]
+        return predict_rows(ctx, body.rows, request.headers.get(KEY_HEADER) or body.key)
+
+    router.add_api_route(
+        "/predict",
+        predict,
+        methods=["POST"],
+        response_model=PredictResponse,
+        responses=PREDICT_ERRORS,
+        summary="Score raw rows of the dataset",
+    )
+    router.add_api_route(
+        "/feedback",
+        feedback,
+        methods=["POST"],
+        responses=FEEDBACK_ERRORS,
+        summary="A delayed label for a served request",
+    )
+    router.add_api_route("/serving", serving, methods=["GET"], summary="What is served now (read-only)")
+    return router
+
+
+async def feedback(body: FeedbackRequest, ctx: Context) -> FeedbackResponse:
+    rows = ctx.rows_of(body.request_id)
+    if rows is None:
+        raise ApiError(
+            404,
+            f"unknown request id {body.request_id!r} (not served by this server, "
+            f"or older than its last {REQUEST_INDEX_SIZE:,} requests)",
+        )
+    labels = body.label if isinstance(body.label, list) else [body.label]
+    if len(labels) != rows:
+        raise ApiError(
+            422,
+            f"request {body.request_id} scored {rows} rows; label must be "
+            f"{'one label or ' if rows == 1 else ''}a list of {rows} labels, got {len(labels)}",
+        )
+    ctx.predlog.append(feedback_records(body.request_id, labels))
+    ctx.metrics.feedback.inc(len(labels))
+    return FeedbackResponse(request_id=body.request_id, labels=len(labels))
+
+
+async def serving(ctx: Context) -> ServingResponse:
+    snap, v = ctx.variants.current, ctx.variants
+    return ServingResponse(
+        model_name=ctx.model_name,
+        mode=snap.desired.mode,
+        challenger_weight=snap.desired.challenger_weight,
+        variants={
+            name: ServedVariant(model_version=m.spec.model_version, sha256=m.sha256, loaded_at=m.loaded_at)
+            for name, m in snap.models.items()
+        },
+        pending=v.pending is not None,
+        last_error=v.last_error,
+    )
+
+
+ops = APIRouter(tags=["ops"])
+
+
+@ops.get("/metrics", response_class=Response, summary="Prometheus exposition")
+async def metrics(ctx: Context) -> Response:
+    body, ctype = ctx.metrics.exposition()
+    return Response(body, media_type=ctype)
