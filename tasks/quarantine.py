@@ -17,7 +17,7 @@ from pathlib import Path
 from tasks.core.context import StepContext
 from tasks.core.records import ContractRecord, IngestRecord, QuarantineRecord, failed_gate
 from tasks.core.settings import Settings
-from tasks.landing.quarantine import listing_line, quarantine_batch, readmit
+from tasks.landing.quarantine import listing_line, quarantine_batch, readmit_any
 from tasks.runner import step
 
 
@@ -44,21 +44,30 @@ def main(argv: list[str] | None = None) -> int:
     if any(a == "--run-id" or a.startswith("--run-id=") for a in argv):
         return quarantine.main(argv)
     parser = argparse.ArgumentParser(
-        description="List quarantined batches, or re-admit one after a fix. "
-        "(With --run-id ID: quarantine that run's rejected batch.)"
+        description="List quarantined batches and the batches held out of the data (a rejected model's, "
+        "or left out by a rollback), or re-admit one. (With --run-id ID: quarantine that run's rejected batch.)"
     )
-    parser.add_argument("--readmit", metavar="BATCH_ID", help="move the batch back to landing/ for the next run")
+    parser.add_argument(
+        "--readmit",
+        metavar="BATCH_ID",
+        help="a quarantined batch: back to landing/ for the next run; a batch a rollback left out: into the "
+        "next snapshot with its stored labels",
+    )
     args = parser.parse_args(argv)
     settings = Settings.from_env()
     if args.readmit is not None:
         try:
-            target = readmit(settings, args.readmit)
+            print(readmit_any(settings, args.readmit))
         except (ValueError, FileNotFoundError, FileExistsError) as exc:
             parser.error(str(exc))  # exit 2, one line
-        print(f"re-admitted to {target}")
         return 0
     for report in sorted(settings.layout.quarantine.glob("*/report.json")):
         print(listing_line(json.loads(report.read_text())))
+    from tasks.registry import Registry
+    from tasks.registry.held import listing
+
+    for line in listing(Registry(settings).state()):
+        print(f"held\t{line}")
     return 0
 
 

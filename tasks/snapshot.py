@@ -58,8 +58,15 @@ def snapshot(
             f"archived {source.name}"
             + (f" as {kept.name} (another {source.name} is archived)" if kept.name != source.name else "")
         )
+    if result.get("reentered"):
+        log(f"held batch(es) re-entered {result['data_version']} with their stored labels: {result['reentered']}")
     keep = ("data_version", "created", "parent", "total_rows")
-    return SnapshotRecord(**{k: result.get(k) for k in keep}, partitions=len(result["partitions"]))
+    return SnapshotRecord(
+        **{k: result.get(k) for k in keep},
+        partitions=len(result["partitions"]),
+        reentered=result.get("reentered") or [],
+        held=result.get("held") or [],
+    )
 
 
 if __name__ == "__main__":

@@ -89,6 +89,10 @@ class SnapshotRecord(Record):
     parent: str | None = None
     total_rows: int | None = None
     partitions: int
+    reentered: list[str] = []
+    """Held batches (a rejected model's) that re-entered with this version, their stored labels kept."""
+    held: list[str] = []
+    """Batches still held after it: waiting for a readmit, or quarantined."""
 
 
 class TrainPlanRecord(Record):
@@ -174,6 +178,10 @@ class RejectRecord(Record):
     prod_model: str | None
     current_data: str | None
     rolled_back: bool
+    held: list[str] = []
+    """Batches this rejection left out of the data: they re-enter the next snapshot."""
+    quarantined: list[str] = []
+    """Held batches rejected too often in a row: moved to quarantine/ with every reason."""
 
 
 class RegisterRecord(Record):
@@ -215,6 +223,10 @@ class RollbackCanaryRecord(Record):
     reasons: list[str]
     current_data: str | None
     data_rolled_back: bool
+    held: list[str] = []
+    """Batches this rejection left out of the data: they re-enter the next snapshot."""
+    quarantined: list[str] = []
+    """Held batches rejected too often in a row: moved to quarantine/ with every reason."""
 
 
 class RollbackRecord(Record):

@@ -131,7 +131,54 @@ def readmit(settings: Settings, batch_id: str) -> Path:
     source.unlink()
     atomic_write_json(folder / "readmitted.json", {"to": str(target)})
     forget_batch(layout, target.name)
+    from tasks.registry import Registry
+
+    Registry(settings).release_held(batch_id, who="readmit")  # a twice-rejected batch: listed no more
     return target
+
+
+def readmit_any(settings: Settings, batch_id: str) -> str:
+    """`--readmit BATCH`: a batch an operator's rollback left out re-enters the next snapshot (the
+    registry marks it); a quarantined one goes back to landing/. Returns what was done, one line."""
+    from tasks.registry import BATCH_ID, Registry
+
+    if isinstance(batch_id, str) and BATCH_ID.fullmatch(batch_id):
+        entry = Registry(settings).readmit_held(batch_id, who="readmit")
+        if entry is not None:
+            return f"{batch_id} re-enters the next snapshot with its stored labels (from {entry.get('from_version')})"
+    return f"re-admitted to {readmit(settings, batch_id)}"
+
+
+def quarantine_rejected(layout: StateLayout, entry: dict) -> Path:
+    """A held batch rejected `limit` times in a row (tasks/registry/held.py): its delivered file moves
+    from landing/archive/ to quarantine/<batch_id>/ beside a report with every rejection. Idempotent
+    (a re-run finds it there). Without the delivered file the report says so: the labeled partition
+    stays in the registry, in the version the report names."""
+    batch = entry["batch_id"]
+    dest = layout.quarantine / batch
+    dest.mkdir(parents=True, exist_ok=True)
+    reasons = [r["reason"] for r in entry.get("rejections", [])]
+    sha = (entry.get("partition") or {}).get("source_sha256", "")
+    stems = [batch, *([f"{batch}.{sha[:12]}"] if sha else [])]  # archived as is, or content-named beside another
+    found = [layout.archive / f"{stem}{suffix}" for stem in stems for suffix in (".csv", ".parquet")]
+    archived = next((p for p in found if p.is_file()), None)
+    summary = f"batch {batch}: its model was rejected {len(reasons)} times in a row: " + " | ".join(reasons)
+    if (dest / "report.json").exists() and json.loads((dest / "report.json").read_text()).get("gate") == "model":
+        return dest  # done by an earlier try
+    keep_earlier_report(dest, str(entry.get("from_version")))
+    report = {"batch_id": batch, "gate": "model", "summary": summary, "rejections": entry.get("rejections", [])}
+    report["from_version"] = entry.get("from_version")
+    if archived is None:
+        report["note"] = f"no delivered file in {layout.archive}: the partition stays in {report['from_version']}"
+    atomic_write_json(dest / "report.json", report)
+    atomic_write_bytes(dest / "report.txt", (summary + "\n").encode())
+    if archived is not None:
+        kept = move_without_replacing(archived, dest)
+        plain = dest / f"{batch}{kept.suffix}"  # the name readmit looks for; never onto another file
+        if kept != plain and not plain.exists():
+            kept.rename(plain)
+    log(f"quarantined {batch} at {dest} (gate model): {summary}")
+    return dest
 
 
 def first_cause(report: dict) -> str:
@@ -188,3 +235,14 @@ def quarantine_crashing_batch(layout: StateLayout, source: Path, run_id: str) ->
     forget_batch(layout, source.name)
     log(f"quarantined {batch_id} at {dest} (gate ingest): {summary}")
     return dest
+
+
+def quarantine_rejected_batches(layout: StateLayout, held: dict[str, dict]) -> list[str]:
+    """Every held batch the registry marked quarantined (rejected too often in a row) gets its
+    quarantine folder (`quarantine_rejected`; idempotent, so a re-run after a kill completes it)."""
+    done = []
+    for batch, entry in sorted(held.items()):
+        if entry.get("status") == "quarantined":
+            quarantine_rejected(layout, entry)
+            done.append(batch)
+    return done

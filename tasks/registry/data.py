@@ -19,6 +19,7 @@ from typing import Any
 from tasks.core.files import atomic_write_json
 from tasks.core.log import log
 from tasks.core.settings import redact
+from tasks.registry.held import mark_reentered, mark_to_reenter, reentering, release, waiting
 from tasks.registry.repo import RegistryError, RepoBase, check_version, remote_read_errors
 
 BATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -45,6 +46,9 @@ class DataVersions(RepoBase):
 
         `sources` ({batch_id: sha256 of the delivered file}) is recorded with each new partition
         (`source_sha256`): a batch's identity is its content, not only its name.
+
+        Batches held after a rejected challenger (tasks/registry/held.py) re-enter here: the new
+        version also holds their stored partitions (`reentered`), and lists what is still held.
 
         Idempotent: if every batch is already in the current data version with the same content,
         that version is returned. The same batch id with other content (a corrected re-delivery)
@@ -76,6 +80,7 @@ class DataVersions(RepoBase):
                 return {"data_version": current, "created": False, **self.data_version_info(current)}
             if set(partitions) & have:
                 raise RegistryError(f"batches {sorted(set(partitions) & have)} are already in {current}")
+            back = reentering(state, have | set(partitions))  # held after a rejection: back with their labels
 
             version = self._next_version("data")
             targets = {}
@@ -103,16 +108,26 @@ class DataVersions(RepoBase):
                 "version": version,
                 "dataset": dataset,
                 "parent": current,
-                "partitions": [*parts, *new],
+                "partitions": [*parts, *back, *new],
                 "created_at": datetime.now(timezone.utc).isoformat(),
                 **{k: v for k, v in meta.items() if k != "rows_by_batch"},
             }
             info["total_rows"] = sum(p.get("rows") or 0 for p in info["partitions"])
+            info["reentered"] = [p["batch_id"] for p in back]
+            mark_reentered(state, info["reentered"], version)
+            info["held"] = sorted(waiting(state))  # still out after this version: waiting or quarantined
             atomic_write_json(self.root / "data" / "versions" / f"{version}.json", info)
             state["current_data"] = version
             self._write_state(state)
-            self._audit("snapshot", data_version=version, previous=current, batches=sorted(partitions))
-            commit = self._commit(f"{version}: add partition(s) {', '.join(sorted(partitions))}", tag=version)
+            self._audit(
+                "snapshot",
+                data_version=version,
+                previous=current,
+                batches=sorted(partitions),
+                reentered=info["reentered"],
+            )
+            added = sorted(partitions) + [f"{b} (held, re-entered)" for b in info["reentered"]]
+            commit = self._commit(f"{version}: add partition(s) {', '.join(added)}", tag=version)
             self._push([str(self.root / rel) for rel in targets.values()])  # only what is new
             log(f"registry: {version} tagged at {commit[:10]} with {len(info['partitions'])} partitions, pushed")
             return {"data_version": version, "created": True, "commit": commit, **info}
@@ -137,6 +152,37 @@ class DataVersions(RepoBase):
                     f"corrected re-delivery is not taken under a known batch id, and the versioned original is "
                     f"kept. Deliver it under a new batch id (e.g. {batch_id}-r2), or remove it from landing/"
                 )
+
+    # ---- held batches (tasks/registry/held.py) ----------------------------------------------------
+    def held(self) -> dict[str, dict[str, Any]]:
+        """{batch_id: entry} of the batches out of the current data (held, left out, quarantined)."""
+        return waiting(self.state())
+
+    def readmit_held(self, batch_id: str, who: str | None = None) -> dict[str, Any] | None:
+        """A batch an operator's rollback left out re-enters the next snapshot (one commit); None when
+        no batch is held that way under this id."""
+        with self.transaction():
+            state = self.state()
+            entry = mark_to_reenter(state, batch_id)
+            if entry is None:
+                return None
+            self._write_state(state)
+            self._audit("readmit_held", who=who, batch_id=batch_id)
+            self._commit(f"{batch_id}: readmitted, re-enters the next snapshot")
+            return entry
+
+    def release_held(self, batch_id: str, who: str | None = None) -> bool:
+        """A quarantined held batch went back to landing (it will be labeled and snapshotted anew):
+        the registry stops listing it. False when it was not held."""
+        with self.transaction():
+            state = self.state()
+            if batch_id not in waiting(state):
+                return False
+            release(state, [batch_id])
+            self._write_state(state)
+            self._audit("release_held", who=who, batch_id=batch_id)
+            self._commit(f"{batch_id}: released from held (back to landing)")
+            return True
 
     def open_data_version(self, version: str, repo_url: str | None = None) -> tuple[Any, dict[str, Any]]:
         """(a DVC filesystem at the version's tag, the version's metadata): read partitions with

@@ -28,7 +28,7 @@ from tasks.core.versions import is_data_version, is_model_version, version_numbe
 # current_data: the data version the next snapshot builds on; prod_model: the champion;
 # serving: what the model server loads (see models.serving_state; null: nothing yet);
 # models: version -> {"stage"}, see models.py for the stages.
-EMPTY_STATE: dict[str, Any] = {"current_data": None, "prod_model": None, "serving": None, "models": {}}
+EMPTY_STATE: dict[str, Any] = {"current_data": None, "prod_model": None, "serving": None, "models": {}, "held": {}}
 
 
 class RegistryError(RefusedError):

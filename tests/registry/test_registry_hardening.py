@@ -60,7 +60,7 @@ def test_rollback_to_prod_lineage_is_refused_when_prod_moved(settings, tmp_path)
     reg = nightly_registry(settings, tmp_path)
     reg.rollback("data-v1", "model-v1", "operator")
     with pytest.raises(RegistryError, match="prod model is model-v1, not model-v2"):
-        reg.rollback_to_prod_lineage("rejected", expect_prod="model-v2")
+        reg.rollback_to_prod_lineage("rejected", expect_prod="model-v2", quarantine_after=2)
     assert pair(reg) == ("data-v1", "model-v1")
 
 
@@ -81,7 +81,7 @@ def test_the_reject_branchs_read_and_write_are_one_transaction(settings, tmp_pat
         return read(version)
 
     monkeypatch.setattr(reg, "model_version_info", read_then_race)
-    reg.rollback_to_prod_lineage("challenger rejected")
+    reg.rollback_to_prod_lineage("challenger rejected", quarantine_after=2)
     operator.join(timeout=60)
     assert fired and not operator.is_alive()
     assert pair(reg) == ("data-v1", "model-v1")
