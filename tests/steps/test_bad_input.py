@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from tasks.core.context import StepContext
-from tasks.core.settings import REPO_ROOT
+from tasks.core.settings import REPO_ROOT, Settings
 from tasks.datasets.emails import GOLD_COLUMN
 from tasks.ingest import ingest
 from tasks.landing.quarantine import readmit
@@ -131,16 +131,18 @@ def test_bad_batch_is_quarantined_with_its_cause(settings, good, case):
     assert Registry(settings).tags("data") == []  # no data version came of it
 
 
-def _use_lf_module(monkeypatch, tmp_path, module):
+def _use_lf_module(monkeypatch, tmp_path, module) -> Settings:
+    """The settings of a process started with SLUICE_PARAMS naming a copy of params.yaml that uses `module`."""
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     params["weak_label"]["lf_module"] = module
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     monkeypatch.setenv("SLUICE_PARAMS", str(path))
+    return Settings.from_env()
 
 
 def test_every_lf_abstaining_is_stopped_by_the_labeled_contract(settings, good, monkeypatch, tmp_path):
-    _use_lf_module(monkeypatch, tmp_path, "tests.lf_all_abstain")
+    settings = _use_lf_module(monkeypatch, tmp_path, "tests.lf_all_abstain")
     layout = settings.layout.ensure()
     good.to_csv(layout.landing / "b.csv", index=False)
     outcome, gate, report = through_data_gates(settings, "b")
@@ -150,7 +152,7 @@ def test_every_lf_abstaining_is_stopped_by_the_labeled_contract(settings, good, 
 
 
 def test_an_lf_that_raises_fails_the_step_naming_it_and_loses_nothing(settings, good, monkeypatch, tmp_path):
-    _use_lf_module(monkeypatch, tmp_path, "tests.lf_one_raises")
+    settings = _use_lf_module(monkeypatch, tmp_path, "tests.lf_one_raises")
     layout = settings.layout.ensure()
     good.to_csv(layout.landing / "b.csv", index=False)
     before = (layout.landing / "b.csv").read_bytes()
