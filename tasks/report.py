@@ -87,7 +87,29 @@ def build_summary(
         "canary": pick(steps.get("canary_analysis"), "passed", "reasons", "champion", "model_version", "steps"),
         "prod_model": registry_state.get("prod_model"),
         "quarantine": steps["quarantine"].model_dump() if "quarantine" in steps else None,
+        "held": held_summary(steps, registry_state),
         "failed_steps": failed_steps,
+    }
+
+
+def held_summary(steps: dict[str, Any], registry_state: dict[str, Any]) -> dict[str, Any]:
+    """The batches out of the data after this run (tasks/registry/held.py), what tonight held or
+    quarantined (a rejected model's batches), what re-entered with tonight's snapshot, and the rows
+    tonight held."""
+    from tasks.registry.held import describe, held_batches
+
+    rejection = steps.get("reject_model") or steps.get("rollback_canary")
+    tonight = list(getattr(rejection, "held", None) or [])
+    quarantined = list(getattr(rejection, "quarantined", None) or [])
+    entries = held_batches(registry_state)
+    rows = sum((entries.get(b, {}).get("partition") or {}).get("rows") or 0 for b in tonight + quarantined)
+    snap = steps.get("snapshot")
+    return {
+        "batches": describe(registry_state),
+        "tonight": tonight,
+        "quarantined_tonight": quarantined,
+        "rows_tonight": rows,
+        "reentered": list(snap.reentered) if snap else [],
     }
 
 
@@ -177,6 +199,18 @@ def training_label_lines(lab: dict[str, Any]) -> list[str]:
     return lines
 
 
+def held_lines(h: dict[str, Any]) -> list[str]:
+    """The summary's lines about held batches: re-entered tonight, and every batch still out."""
+    lines = []
+    if h.get("reentered"):
+        lines.append(f"  re-entered     {', '.join(h['reentered'])} (held batches, back with their stored labels)")
+    for b in h.get("batches", []):
+        lines.append(
+            f"  held batch     {b['batch_id']} {b['status']} (from {b['from_version']}): {b['why']}; {b['next']}"
+        )
+    return lines
+
+
 def render_text(s: dict[str, Any]) -> str:
     lines = [f"Sluice nightly run {s['run_id']}", f"  outcome        {s['outcome']}"]
     b = s["batch"]
@@ -213,6 +247,7 @@ def render_text(s: dict[str, Any]) -> str:
         f"  data version   {s['data_version'] or '(none)'}"
         + (f" ({s['data_version_rows']} rows)" if s["data_version_rows"] else "")
     )
+    lines += held_lines(s.get("held") or {})
     if s["train"]:
         t = s["train"]
         lines.append(

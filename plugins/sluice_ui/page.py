@@ -15,10 +15,6 @@ from tasks.rendering import plots
 from tasks.rendering.html import render, usd
 
 CHART_WIDTH = 6.0  # inches: two charts side by side on a wide screen
-HELD_NOTE = (
-    "Held labels are not shown: no step holds a batch's labels back yet, so the pipeline records no held "
-    "count (not a count of 0)."
-)
 
 
 def _chart(build: Any, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -91,8 +87,8 @@ def labels_chart(nights: list[dict[str, Any]]) -> dict[str, Any]:
     return _chart(
         plots.bar_chart,
         [n["day"] for n in nights],
-        {"gold": [n["gold"] for n in nights], "weak": [n["weak"] for n in nights]},
-        "labels per night, by source (rows of the night's batches)",
+        {k: [n.get(k) for n in nights] for k in ("gold", "weak", "held")},
+        "labels per night, by source (rows of the night's batches; held: a rejected model's)",
         "rows",
         stacked=True,
     )
@@ -120,10 +116,12 @@ def tables(state: dict[str, Any], base: str) -> list[dict[str, Any]]:
         for m in state["model_versions"]
     ]  # fmt: skip
     data = [
-        [d["version"], "yes" if d["current"] else "", d["rows"], d["parent"], d["spam_share"], d["label_source"],
+        [d["version"], "yes" if d["current"] else "", d["rows"], d["parent"], ", ".join(d["batches"]),
+         ", ".join(d["reentered"]) or "none", ", ".join(d["held"]) or "none", d["spam_share"], d["label_source"],
          d["created_at"]]
         for d in state["data_versions"]
     ]  # fmt: skip
+    held = [[h["batch_id"], h["status"], h["from_version"], h["why"], h["next"]] for h in state["held"]]
     alerts = [[a["ts"], a["run_id"], a["task"], a["rule"], a["severity"], a["message"]] for a in state["alerts"]]
     costs = [[c["day"], usd(c["billed"]), usd(c["waste"]), usd(c["avoided"])] for c in state["costs"]]
     cur = state["currency"]
@@ -133,7 +131,9 @@ def tables(state: dict[str, Any], base: str) -> list[dict[str, Any]]:
         {"title": "Model versions", "id": "model-versions", "rows": models, "header": ["version", "stage",
          "data version", "parent", "served ROC AUC (gold test)", "code commit", "card"]},
         {"title": "Data versions", "id": "data-versions", "rows": data, "header": ["version", "current", "rows",
-         "parent", "spam share of its batch", "labels from", "created"]},
+         "parent", "batches", "re-entered", "held after it", "spam share of its batch", "labels from", "created"]},
+        {"title": "Held batches (out of the current data)", "id": "held-batches", "rows": held, "header": [
+         "batch", "status", "from", "why", "what brings it back"]},
         {"title": "Alerts", "id": "alerts", "rows": alerts, "header": ["time", "run", "task", "rule", "severity",
          "message"]},
         {"title": f"Recent costs ({cur} per day)", "id": "costs", "rows": costs, "header": ["day", "billed",
@@ -150,6 +150,4 @@ def render_page(state: dict[str, Any], root: str) -> str:
         cost_chart(trends["cost_by_day"], state["currency"]),
         labels_chart(trends["labels_by_night"]),
     ]
-    return render(
-        "sluice_page.html", state=state, charts=charts, held_note=HELD_NOTE, tables=tables(state, root.rstrip("/"))
-    )
+    return render("sluice_page.html", state=state, charts=charts, tables=tables(state, root.rstrip("/")))

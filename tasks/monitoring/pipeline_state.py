@@ -57,6 +57,7 @@ def branch_of(outcome: str | None, failed_steps: list[str] | None = None) -> str
 def read_state(settings: Any, today: date | None = None) -> dict[str, Any]:
     """Everything above, each part read on its own: one that fails is an `errors` entry."""
     from tasks.registry import Registry
+    from tasks.registry.held import describe
 
     today = today or datetime.now(timezone.utc).date()
     out: dict[str, Any] = {"errors": {}, "yesterday": (today - timedelta(days=1)).isoformat()}
@@ -72,6 +73,7 @@ def read_state(settings: Any, today: date | None = None) -> dict[str, Any]:
     state = part("registry", reg.state, {})
     out["current_data"], out["prod_model"] = state.get("current_data"), state.get("prod_model")
     out["serving"] = serving(state)
+    out["held"] = describe(state)  # batches out of the current data (tasks/registry/held.py)
     out["currency"] = part("params", _currency, "USD")
     store = part("monitoring", lambda: _existing_store(settings), None)
     out["store"] = store is not None
@@ -157,6 +159,9 @@ def data_versions(reg: Any, state: dict[str, Any], limit: int = LIMIT) -> list[d
                 "created_at": info.get("created_at"),
                 "spam_share": stats.get("spam_share"),
                 "label_source": info.get("label_source"),
+                "batches": [p["batch_id"] for p in info.get("partitions", [])],
+                "reentered": info.get("reentered") or [],
+                "held": info.get("held") or [],
                 "record": info,
             }
         )
@@ -300,7 +305,8 @@ def quality_by_model(models: list[dict[str, Any]], store: Any) -> list[dict[str,
 
 def labels_by_night(summaries: list[dict[str, Any]], store_runs: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """Oldest night first: the labels each night's runs made, per source (tasks/labeling/mix.py
-    label_counts: gold rows, weak rows); a night without a run is a gap. A night is the UTC day the
+    label_counts: gold rows, weak rows; held: the rows of batches a rejected model left out, None before
+    the summaries recorded it); a night without a run is a gap. A night is the UTC day the
     metrics store first saw the run, or the day its summary was written. A run without label counts
     (before they were recorded) counts its labeled rows as weak and its gold as unknown (None)."""
     nights: dict[str, dict[str, float | None]] = {}
@@ -311,12 +317,14 @@ def labels_by_night(summaries: list[dict[str, Any]], store_runs: dict[str, dict[
         if not counts and labeled is None:
             continue
         day = (store_runs.get(s.get("run_id")) or {}).get("day") or _utc_day(s["written"])
-        n = nights.setdefault(day, {"gold": 0.0, "weak": 0.0})
+        n = nights.setdefault(day, {"gold": 0.0, "weak": 0.0, "held": 0.0})
         gold = counts["gold"]["rows"] if counts else None
         n["gold"] = None if gold is None or n["gold"] is None else n["gold"] + gold
         n["weak"] = (n["weak"] or 0.0) + (counts["weak"]["rows"] if counts else labeled)
+        held = (s.get("held") or {}).get("rows_tonight")  # rows a rejected model's batches held back
+        n["held"] = None if held is None or n["held"] is None else n["held"] + held
     kept = sorted(nights)[-TREND_DAYS:]
-    return [{"day": d, **nights.get(d, {"gold": None, "weak": None})} for d in _day_range(kept)]
+    return [{"day": d, **nights.get(d, {"gold": None, "weak": None, "held": None})} for d in _day_range(kept)]
 
 
 def _utc_day(ts: float) -> str:
@@ -348,6 +356,9 @@ def state_lines(state: dict[str, Any]) -> list[str]:
     lines = ["pipeline:", f"  data version   {state['current_data'] or 'none yet'}"]
     lines.append(f"  prod model     {state['prod_model'] or 'none yet'}")
     lines += _served_lines(state["serving"])
+    held = state.get("held") or []
+    lines.append(f"  held batches   {len(held) or 'none'}")
+    lines += [f"    {h['batch_id']} {h['status']} (from {h['from_version']}): {h['why']}; {h['next']}" for h in held]
     run = state["last_run"]
     if run:
         when = datetime.fromtimestamp(run["written"], timezone.utc).strftime("%Y-%m-%d %H:%M UTC")

@@ -106,11 +106,23 @@ def mark_to_reenter(state: dict[str, Any], batch: str) -> dict[str, Any] | None:
     return entry
 
 
+def describe(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each batch out of the current data, as the summary, `ops status` and the Sluice page show it:
+    id, status, the version it came from, why, and what brings it back."""
+    return [
+        {
+            "batch_id": b,
+            "status": e.get("status"),
+            "from_version": e.get("from_version"),
+            "why": e.get("left_out_by") or "; ".join(r["reason"] for r in e.get("rejections", [])) or "unknown",
+            "next": "re-enters the next snapshot" if e.get("reenter") else f"readmit: {e.get('readmit')}",
+        }
+        for b, e in sorted(waiting(state).items())
+    ]
+
+
 def listing(state: dict[str, Any]) -> list[str]:
     """One line a held batch: id, status, where it came from, why, and what brings it back."""
-    lines = []
-    for b, e in sorted(waiting(state).items()):
-        why = e.get("left_out_by") or "; ".join(r["reason"] for r in e.get("rejections", [])) or "unknown"
-        nxt = "re-enters the next snapshot" if e.get("reenter") else f"readmit: {e.get('readmit')}"
-        lines.append(f"{b}\t{e.get('status')} (from {e.get('from_version')})\t{why}\t{nxt}")
-    return lines
+    return [
+        f"{d['batch_id']}\t{d['status']} (from {d['from_version']})\t{d['why']}\t{d['next']}" for d in describe(state)
+    ]

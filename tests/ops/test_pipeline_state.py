@@ -14,22 +14,28 @@ def test_serving_shares_split_and_shadow():
 
 
 def test_labels_per_night_sum_a_nights_runs_and_leave_a_night_without_runs_as_a_gap():
-    def summary(run, written_day, gold=None, weak=None, labeled=None):
+    def summary(run, written_day, gold=None, weak=None, labeled=None, held=None):
         counts = {"gold": {"rows": gold}, "weak": {"rows": weak}} if gold is not None else None
+        held_part = {"held": {"rows_tonight": held}} if held is not None else {}
         return {"run_id": run, "written": 0.0, "labeling": {"label_counts": counts} if counts else None,
-                "batch": {"rows_labeled": labeled}}  # fmt: skip
+                "batch": {"rows_labeled": labeled}, **held_part}  # fmt: skip
 
     store_runs = {"a": {"day": "2026-11-01"}, "b": {"day": "2026-11-01"}, "c": {"day": "2026-11-03"},
                   "old": {"day": "2026-11-04"}}  # fmt: skip
     rows = labels_by_night(
-        [summary("a", 1, 10, 400), summary("b", 1, 5, 300), summary("c", 3, 7, 90), summary("old", 4, labeled=120)],
+        [
+            summary("a", 1, 10, 400, held=0),
+            summary("b", 1, 5, 300, held=250),
+            summary("c", 3, 7, 90, held=0),
+            summary("old", 4, labeled=120),
+        ],  # fmt: skip
         store_runs,
     )
     assert rows == [
-        {"day": "2026-11-01", "gold": 15, "weak": 700},
-        {"day": "2026-11-02", "gold": None, "weak": None},
-        {"day": "2026-11-03", "gold": 7, "weak": 90},
-        {"day": "2026-11-04", "gold": None, "weak": 120},  # a summary from before label counts: gold unknown
+        {"day": "2026-11-01", "gold": 15, "weak": 700, "held": 250},  # b's model rejected: its batch held
+        {"day": "2026-11-02", "gold": None, "weak": None, "held": None},
+        {"day": "2026-11-03", "gold": 7, "weak": 90, "held": 0},
+        {"day": "2026-11-04", "gold": None, "weak": 120, "held": None},  # before label and held counts: unknown
     ]
 
 

@@ -8,10 +8,12 @@ import pandas as pd
 from tasks.core.context import StepContext
 from tasks.core.records import EvaluateRecord
 from tasks.landing.quarantine import readmit_any
+from tasks.monitoring.pipeline_state import read_state, state_lines
 from tasks.quarantine import main as quarantine_cli
 from tasks.registry import Registry
 from tasks.registry.held import listing
 from tasks.reject_model import reject_model
+from tasks.report import build_summary, render_text
 from tests.registry.test_registry import partition
 
 
@@ -43,6 +45,18 @@ def test_a_rejected_models_batch_is_held_and_reenters_the_next_snapshot_with_its
     assert held["status"] == "held" and held["reenter"] and held["from_version"] == "data-v2"
     assert "below the floor" in held["rejections"][0]["reason"]
     assert any(line.startswith("batch-0002\theld") for line in listing(reg.state()))
+    # The run summary (what make run prints), ops status and the Sluice page name it.
+    summary = build_summary("run-2", {"reject_model": out}, reg.state(), [])
+    assert summary["held"]["tonight"] == ["batch-0002"] and summary["held"]["rows_tonight"] == len(df2)
+    text = render_text(summary)
+    line = next(x for x in text.splitlines() if x.startswith("  held batch     batch-0002 held (from data-v2): "))
+    assert "rejected at evaluate: test ROC AUC 0.61" in line and line.endswith("re-enters the next snapshot")
+    status = "\n".join(state_lines(read_state(settings)))
+    assert "held batches   1" in status and "batch-0002 held (from data-v2)" in status
+    from tests.e2e.test_ui_sluice_page import _ui
+
+    page = _ui().render_page(read_state(settings), "/sluice")
+    assert 'id="held-batches"' in page and "batch-0002" in page
 
     v3, df3 = _night(reg, tmp_path, "batch-0003", 3)  # the next night
     assert v3["data_version"] == "data-v3" and v3["reentered"] == ["batch-0002"] and v3["held"] == []
