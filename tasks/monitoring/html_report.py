@@ -333,9 +333,33 @@ def section_gates(inp: ReportInputs) -> dict[str, Any]:
     }
 
 
+def section_held(inp: ReportInputs) -> dict[str, Any]:
+    """The batches out of the current data after this run (the summary's `held`: tasks/registry/held.py)
+    and the data versions with the batches each holds."""
+    held = inp.summary.get("held")
+    if held is None:
+        raise Missing("this run's summary has no held batches (a summary from before they were recorded)")
+    return {
+        "rows": [[b["batch_id"], b["status"], b["from_version"], b["why"], b["next"]] for b in held["batches"]],
+        "tonight": held["tonight"],
+        "quarantined": held["quarantined_tonight"],
+        "reentered": held["reentered"],
+        "versions": [
+            [
+                v.get("version"),
+                ", ".join(p["batch_id"] for p in v.get("partitions", [])),
+                ", ".join(v.get("reentered") or []) or "none",
+                ", ".join(v.get("held") or []) or "none",
+            ]
+            for v in inp.data_versions[-10:]
+        ],  # fmt: skip
+    }
+
+
 SECTIONS: list[tuple[str, str, Callable[[ReportInputs], dict[str, Any]]]] = [
     ("lineage", "Lineage of what is deployed", section_lineage),
     ("gates", "Gates", section_gates),
+    ("held", "Held batches: a rejected model's, kept and listed", section_held),
     ("labeling", "Labeling: LF coverage and dev accuracy", section_labeling),
     ("balance", "Label balance across data versions", section_label_balance),
     ("training", "Training: loss and throughput", section_training),

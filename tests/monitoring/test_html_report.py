@@ -46,6 +46,7 @@ def summary(**changes) -> dict:
                   "seconds": 3.0, "warm_start": "model-v1", "metrics": {}},
         "test": {"challenger": QUALITY, "champion": QUALITY, "champion_version": "model-v1"},
         "compression": None,
+        "held": {"batches": [], "tonight": [], "quarantined_tonight": [], "rows_tonight": 0, "reentered": []},
         "registered": "model-v2",
         "canary": {
             "passed": True, "reasons": [], "champion": "model-v1", "model_version": "model-v2",

@@ -57,6 +57,14 @@ def test_a_rejected_models_batch_is_held_and_reenters_the_next_snapshot_with_its
 
     page = _ui().render_page(read_state(settings), "/sluice")
     assert 'id="held-batches"' in page and "batch-0002" in page
+    from tasks.monitoring.html_report import ReportInputs, render_report
+
+    report = render_report(ReportInputs("run-2", summary, reg.state(), [reg.data_version_info("data-v2")]))
+    assert (
+        "Held batches" in report
+        and "Held tonight: batch-0002" in report
+        and "Missing:" not in report.split("Held batches")[1].split("<h2")[0]
+    )
 
     v3, df3 = _night(reg, tmp_path, "batch-0003", 3)  # the next night
     assert v3["data_version"] == "data-v3" and v3["reentered"] == ["batch-0002"] and v3["held"] == []
