@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from pydantic import BaseModel
 
     from tasks.core.params import DatasetParams
+    from tasks.core.settings import Settings
 
 REQUIRED = (
     "NAME",
@@ -56,13 +57,13 @@ class DatasetError(ValueError):
     """A dataset module is missing or incomplete."""
 
 
-def load_dataset(module: str | None = None) -> ModuleType:
+def load_dataset(module: str | None = None, *, settings: Settings | None = None) -> ModuleType:
     """The dataset plug-in named by `module`, or by params.yaml `dataset.module` (steps pass
-    theirs from the params they were given)."""
+    theirs from the params they were given; `settings`: the process's, naming the params file)."""
     if module is None:
         from tasks.core.params import load_params
 
-        module = load_params().dataset.module
+        module = load_params(settings=settings).dataset.module
     return _load_plugin(module)
 
 

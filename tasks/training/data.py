@@ -143,7 +143,7 @@ class StreamingVersion:
         settings = settings if settings is not None else Settings.from_env()
         self.fs, info = Registry(settings).open_data_version(data_version, repo_url=registry_url)
         self.paths = [p["path"] for p in info["partitions"]]
-        self.featurize = load_dataset().featurize
+        self.featurize = load_dataset(settings=settings).featurize
         self.seed = seed
         self.cache = PartitionCache(self._read, int(cache_mb * 2**20))
         counts: list[int] = []
