@@ -10,7 +10,6 @@ lacks. Standard library only: `make lint` runs the check without importing any b
 from __future__ import annotations
 
 import argparse
-import difflib
 import math
 import re
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.record import RESULTS_FILE, entry_errors, load_results
+from tasks.core.files import stale_page
 
 PAGE = Path(__file__).resolve().parent / "README.md"
 MEASURED_BY_BENCH = "python -m bench"
@@ -159,19 +159,7 @@ def check(results: Path = RESULTS_FILE, page: Path = PAGE) -> list[str]:
     errors = [f"{results.name}: {e}" for e in entry_errors(entries)]
     if errors:
         return errors
-    want = render(entries)
-    have = page.read_text() if page.exists() else ""
-    if want == have:
-        return []
-    diff = list(
-        difflib.unified_diff(have.splitlines(), want.splitlines(), str(page.name), "generated", lineterm="", n=0)
-    )
-    shown = [line for line in diff if not line.startswith(("---", "+++", "@@"))][:20]
-    return [
-        f"{page} does not match {results} (run `python -m bench.readme`); first differences "
-        f"(- on the page, + from the file):",
-        *shown,
-    ]
+    return stale_page(page, render(entries), str(results), "python -m bench.readme")
 
 
 def main(argv: list[str] | None = None) -> int:

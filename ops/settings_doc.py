@@ -10,13 +10,13 @@ description. A field without a description is listed as such (and named by --che
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 import types
 import typing
 from pathlib import Path
 from typing import Any
 
+from tasks.core.files import stale_page
 from tasks.core.settings import PREFIX, REPO_ROOT, Settings
 
 PAGE = REPO_ROOT / "docs" / "settings.md"
@@ -128,17 +128,7 @@ def render() -> str:
 
 def check(page: Path = PAGE) -> list[str]:
     """Why the page is stale (empty when it matches Settings)."""
-    want = render()
-    have = page.read_text() if page.exists() else ""
-    if want == have:
-        return []
-    diff = difflib.unified_diff(have.splitlines(), want.splitlines(), page.name, "generated", lineterm="", n=0)
-    shown = [line for line in diff if not line.startswith(("---", "+++", "@@"))][:20]
-    return [
-        f"{page} does not match tasks/core/settings.py's Settings (run `python -m ops.settings_doc`); first "
-        f"differences (- on the page, + from the fields):",
-        *shown,
-    ]
+    return stale_page(page, render(), "tasks/core/settings.py's Settings", "python -m ops.settings_doc")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -80,3 +80,19 @@ def file_sha256(path: Path) -> str:
         while block := f.read(1 << 20):
             h.update(block)
     return h.hexdigest()
+
+
+def stale_page(page: Path, want: str, source: str, regenerate: str) -> list[str]:
+    """Why a generated page differs from what its source gives (empty when it matches): one line naming
+    both and the command that regenerates it, then the first differing lines (- page, + source)."""
+    import difflib
+
+    have = page.read_text() if page.exists() else ""
+    if want == have:
+        return []
+    diff = difflib.unified_diff(have.splitlines(), want.splitlines(), page.name, "generated", lineterm="", n=0)
+    shown = [line for line in diff if not line.startswith(("---", "+++", "@@"))][:20]
+    return [
+        f"{page} does not match {source} (run `{regenerate}`); first differences (- on the page, + from the source):",
+        *shown,
+    ]
