@@ -139,6 +139,15 @@ class WeakLabelParams(Section):
     weak_weight: Literal["auto"] | Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
     """Weak rows' weight in the noise-aware loss (their target is the label model's P(spam));
     auto: chosen on gold dev folds (tasks/labeling/weak_weight.py), 0 when weak labels do not help."""
+    weak_weight_se: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)]
+    """auto: weights within this many standard errors of the best out-of-fold ROC AUC count as best."""
+    weak_weight_repeats: StrictInt = Field(ge=1, le=50)
+    """auto: the cross-validation repeated this often with reshuffled folds, the scores averaged."""
+    weak_weight_bootstrap: StrictInt = Field(ge=20, le=10_000)
+    """auto: bootstrap resamples of the judging rows for those standard errors."""
+    trust_label_model_auc: Unit
+    """auto: among the near-best weights, the largest when the label model's dev ROC AUC reaches this,
+    else the smallest (tasks/labeling/weak_weight.py `one_se_choice`)."""
     class_balance_prior: StrictBool
     """The label model's class balance from the gold dev labels (false: Snorkel's uniform prior)."""
 
@@ -185,6 +194,14 @@ class EvaluateParams(Section):
     """Absolute floor on the gold test set."""
     max_regression: Unit
     """The challenger may trail the prod champion's ROC AUC by at most this."""
+
+
+class HeldParams(Section):
+    """Batches a rejected model left out of the data (tasks/registry/held.py): held, then re-entered."""
+
+    quarantine_after_rejections: StrictInt = Field(ge=1, le=100)
+    """A held batch whose model is rejected this many times in a row is quarantined with every reason
+    (1: at the first rejection, no re-entry)."""
 
 
 class CompressParams(Section, CompressionSearchConfig):
@@ -355,6 +372,7 @@ class Params(Section):
     weak_label: WeakLabelParams
     train: TrainParams
     evaluate: EvaluateParams
+    held: HeldParams
     compress: CompressParams
     serving: ServingParams
     canary: CanaryParams
@@ -376,7 +394,7 @@ class Params(Section):
         return hashlib.sha256(json.dumps(hyper, sort_keys=True).encode()).hexdigest()[:16]
 
 
-_NOT_HYPERPARAMETERS = ("cost", "monitoring", "tuning")  # tuning: its result enters as train.params_overlay
+_NOT_HYPERPARAMETERS = ("cost", "monitoring", "tuning", "held")  # tuning: its result enters as train.params_overlay
 
 
 class _Loader(yaml.SafeLoader):
