@@ -38,7 +38,7 @@ ISO_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def branch_of(outcome: str | None, failed_steps: list[str] | None = None) -> str:
-    """The DAG branch a run ended on, from its summary's outcome (tasks/report.py outcome_of)."""
+    """The DAG branch a run ended on, from its summary's outcome (tasks/monitoring/run_summary.py outcome_of)."""
     text = outcome or ""
     if failed_steps or text.startswith("FAILED"):
         return "failed"

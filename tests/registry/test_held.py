@@ -9,11 +9,11 @@ from tasks.core.context import StepContext
 from tasks.core.records import EvaluateRecord
 from tasks.landing.quarantine import readmit_any
 from tasks.monitoring.pipeline_state import read_state, state_lines
+from tasks.monitoring.run_summary import build_summary, render_text
 from tasks.quarantine import main as quarantine_cli
 from tasks.registry import Registry
 from tasks.registry.held import listing
 from tasks.reject_model import reject_model
-from tasks.report import build_summary, render_text
 from tests.registry.test_registry import partition
 
 
