@@ -70,6 +70,9 @@ class TensorRequest(Request):
 
 
 class TensorRoute(APIRoute):
+    """The infer routes' class: FastAPI's own handler, given a TensorRequest (FastAPI's documented way
+    to change how a route reads its request)."""
+
     def get_route_handler(self) -> Callable:
         handler = super().get_route_handler()
 
