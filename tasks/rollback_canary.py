@@ -12,6 +12,7 @@ from __future__ import annotations
 from tasks.canary.rollout import retire
 from tasks.core.context import StepContext
 from tasks.core.records import CanaryAnalysisRecord, CanaryRecord, RegisterRecord, RollbackCanaryRecord
+from tasks.landing.quarantine import quarantine_rejected_batches
 from tasks.registry import Registry
 from tasks.runner import step
 
@@ -22,13 +23,17 @@ def rollback_canary(
 ) -> RollbackCanaryRecord:
     a, d = canary_analysis, deploy_canary
     why = f"nightly run {ctx.run_id}: canary of {a.model_version} failed: {'; '.join(a.reasons) or 'unknown'}"
-    state, data_rolled_back = retire(Registry(ctx.settings), d.model_version, d.champion, register.data_version, why)
+    registry, limit = Registry(ctx.settings), ctx.params.held.quarantine_after_rejections
+    state, rolled = retire(registry, d.model_version, d.champion, register.data_version, why, limit)
+    quarantined = quarantine_rejected_batches(ctx.settings.layout.ensure(), registry.held())
     return RollbackCanaryRecord(
         model_version=a.model_version,
         champion=state["prod_model"],
         reasons=a.reasons,
         current_data=state["current_data"],
-        data_rolled_back=data_rolled_back,
+        data_rolled_back=bool(rolled.get("changed")),
+        held=sorted(set(rolled.get("held") or []) - set(quarantined)),
+        quarantined=quarantined,
     )
 
 

@@ -110,19 +110,22 @@ def start(
 
 
 def retire(
-    registry: Registry, challenger: str, champion: str | None, data_version: str, why: str
-) -> tuple[dict[str, Any], bool]:
+    registry: Registry, challenger: str, champion: str | None, data_version: str, why: str, quarantine_after: int
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Retire `challenger` (only that one: another challenger in place is refused) and put the data
     pointer back to the champion's lineage, if the prod model is still `champion` and the current
-    data still `data_version`. -> (the registry state after, whether the data pointer moved)."""
+    data still `data_version`; the batches it leaves out are held (tasks/registry/held.py).
+    -> (the registry state after, rollback_to_prod_lineage's result)."""
     registry.rollback_canary(reason=why, who=WHO, expect_challenger=challenger)
-    rolled = registry.rollback_to_prod_lineage(why, who=WHO, expect_prod=champion, expect_data=data_version)
+    rolled = registry.rollback_to_prod_lineage(
+        why, who=WHO, expect_prod=champion, expect_data=data_version, quarantine_after=quarantine_after
+    )
     state = registry.state()
     log(
         f"canary rolled back: {challenger} retired, {state['prod_model']} serves 100%, "
         f"data pointer {state['current_data']}"
     )
-    return state, bool(rolled.get("changed", False))
+    return state, rolled
 
 
 def served(url: str, timeout_s: float = 5.0) -> dict[str, Any]:

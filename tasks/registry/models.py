@@ -25,6 +25,7 @@ from tasks.core.files import atomic_write_json
 from tasks.core.log import log
 from tasks.core.settings import redact
 from tasks.registry.gto_tags import sync as sync_gto_tags
+from tasks.registry.held import hold_left_out, release
 from tasks.registry.repo import (
     ANY,
     MirrorError,
@@ -221,10 +222,19 @@ class ModelVersions(RepoBase):
             return {"prod_model": version, "previous": previous, "changed": True, "commit": commit, "serving": serving}
 
     def rollback_to_prod_lineage(
-        self, reason: str, who: str | None = None, *, expect_prod: Any = ANY, expect_data: Any = ANY
+        self,
+        reason: str,
+        who: str | None = None,
+        *,
+        expect_prod: Any = ANY,
+        expect_data: Any = ANY,
+        quarantine_after: int,
     ) -> dict[str, Any]:
         """After a rejected challenger: prod stays, and the data pointer returns to the version
         prod was trained on, so data and model move back together. No prod yet: nothing changes.
+        The batches the pointer leaves out are held (tasks/registry/held.py): they re-enter the next
+        snapshot, and the `quarantine_after`-th rejection in a row marks them quarantined (the
+        result's `quarantined`; the pipeline moves their files to quarantine/).
 
         Read and write in one transaction (a rollback cannot slip in between). Compare-and-set:
         with `expect_prod` (the prod model the run evaluated against) and/or `expect_data` (the
@@ -239,7 +249,7 @@ class ModelVersions(RepoBase):
             lineage = self.model_version_info(prod)["data_version"]
             if state["current_data"] != lineage:  # already there (a retry): nothing to compare
                 check_expected(state, action, current_data=expect_data)
-            return self._rollback(lineage, prod, reason, who, None)
+            return self._rollback(lineage, prod, reason, who, None, hold=(True, quarantine_after))
 
     def rollback(
         self,
@@ -272,12 +282,21 @@ class ModelVersions(RepoBase):
         if artifact is not None:
             check_artifact_name(artifact)
         with self.transaction():
-            return self._rollback(data_version, model_version, reason, who, artifact)
+            return self._rollback(data_version, model_version, reason, who, artifact, hold=(False, 0))
 
     def _rollback(
-        self, data_version: str | None, model_version: str | None, reason: str, who: str | None, artifact: str | None
+        self,
+        data_version: str | None,
+        model_version: str | None,
+        reason: str,
+        who: str | None,
+        artifact: str | None,
+        *,
+        hold: tuple[bool, int],
     ) -> dict[str, Any]:
-        """`rollback`'s move, inside a transaction the caller holds (arguments already checked)."""
+        """`rollback`'s move, inside a transaction the caller holds (arguments already checked).
+        `hold`: (a rejected challenger's?, its quarantine limit) for the batches the data pointer
+        leaves out (held.hold_left_out); an operator's rollback holds them until a readmit."""
         for kind, version in (("data", data_version), ("model", model_version)):
             if version is not None and version not in self.tags(kind):
                 raise RegistryError(
@@ -300,6 +319,7 @@ class ModelVersions(RepoBase):
         if challenger and challenger != after["model_version"]:
             state["models"].setdefault(challenger, {})["stage"] = "rolled_back"
         state["current_data"] = after["data_version"]
+        left_out, quarantined = self._hold_left_out(state, before["data_version"], after["data_version"], reason, hold)
         if model_version and model_version != before["model_version"]:
             if before["model_version"]:
                 state["models"][before["model_version"]]["stage"] = "rolled_back"
@@ -316,4 +336,20 @@ class ModelVersions(RepoBase):
             "commit": commit,
             "serving": serving,
             "retired_challenger": challenger if challenger != after["model_version"] else None,
+            "held": left_out,
+            "quarantined": quarantined,
         }
+
+    def _hold_left_out(
+        self, state: dict[str, Any], before: str | None, after: str | None, reason: str, hold: tuple[bool, int]
+    ) -> tuple[list[str], list[str]]:
+        """The partitions of `before` that `after` lacks are held; those in `after` are no longer.
+        Returns (the batch ids held now, those quarantined now)."""
+        if before is None or before == after:
+            return [], []
+        kept = {p["batch_id"] for p in self.data_version_info(after)["partitions"]} if after else set()
+        release(state, sorted(kept))
+        left_out = [p for p in self.data_version_info(before)["partitions"] if p["batch_id"] not in kept]
+        rejected, limit = hold
+        quarantined = hold_left_out(state, left_out, before, reason=reason, rejected=rejected, limit=limit)
+        return [p["batch_id"] for p in left_out], quarantined
