@@ -23,7 +23,7 @@ challengers are real ONNX models with real defects (`CanaryWorld`):
                           while the registry moves: start_canary, a weight change, rollback_canary,
                           start_canary, promote, and the rollback DAG's rollback to the old prod;
                           failed requests (goal 0), p99 before, during and after in the details.
-  canary_detect_requests  `run_canary` (tasks/serving/rollout.py) on each bad challenger with small
+  canary_detect_requests  `run_canary` (tasks/canary/rollout.py) on each bad challenger with small
                           steps (CANARY below): the requests sent until the failing step, the max
                           over the cases (goal: within the first step); the good challenger's
                           verdict beside it (it must pass: a detector that fails everything is useless).

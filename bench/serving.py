@@ -35,6 +35,7 @@ from bench.record import Record
 from bench.registry_data import settings_at
 from tasks.core.processes import stop_groups
 from tasks.core.settings import REPO_ROOT
+from tasks.serving.paths import address_file
 
 BATCH = 32
 
@@ -77,7 +78,7 @@ def write_mlp_onnx(path: Path, widths: tuple[int, ...] = (21, 32, 16, 1), seed: 
 
 def start_server(home: Path, timeout_s: float = 60) -> tuple[subprocess.Popen, str, float]:
     """(process, url, seconds from Popen to ready)."""
-    address = home / "serving" / "address.json"
+    address = address_file(home)
     address.unlink(missing_ok=True)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")},

@@ -1,6 +1,7 @@
 """Apply a chain of techniques: torch-side ones, the ONNX export, then one ONNX-side precision change.
 
-    cand = apply_chain(model, ["prune_structured(0.5)", "int8_dynamic"], CompressionData(X, y), workdir)
+    chain = params.compress.chain(["prune_structured(0.5)", "int8_dynamic"])  # with compress's chain defaults
+    cand = apply_chain(model, chain, CompressionData(X, y), workdir)
 
 The model given is never changed (the chain works on a copy). Every ONNX file written
 carries its chain's configs, the parent's file and each technique's figures in its

@@ -9,8 +9,6 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from tasks.serving.predlog import LOG_NAME
-
 
 def day_bounds(day: str) -> tuple[float, float]:
     start = datetime.combine(date.fromisoformat(day), datetime.min.time(), tzinfo=timezone.utc)
@@ -50,7 +48,9 @@ def serving_summary(log: Path, keep: int, start: float, end: float) -> dict[str,
 
 
 def day_summary(settings: Any, params: Any, day: str) -> dict[str, dict[str, Any]]:
-    return serving_summary(settings.home / "serving" / LOG_NAME, params.serving.prediction_log_keep, *day_bounds(day))
+    from tasks.serving.paths import prediction_log_file
+
+    return serving_summary(prediction_log_file(settings.home), params.serving.prediction_log_keep, *day_bounds(day))
 
 
 def serving_lines(serving: dict[str, dict[str, Any]]) -> str:

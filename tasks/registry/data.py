@@ -83,27 +83,7 @@ class DataVersions(RepoBase):
             back = reentering(state, have | set(partitions))  # held after a rejection: back with their labels
 
             version = self._next_version("data")
-            targets = {}
-            for batch_id, src in partitions.items():
-                rel = Path("data") / dataset / f"{batch_id}.parquet"
-                dest = self.root / rel
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                dest.unlink(missing_ok=True)  # never write through a hardlink into the cache
-                shutil.copyfile(src, dest)
-                targets[batch_id] = rel
-            with self._dvc() as repo:
-                repo.add([str(self.root / rel) for rel in targets.values()])
-            rows = meta.get("rows_by_batch", {})
-            new = [
-                {
-                    "batch_id": b,
-                    "path": str(rel),
-                    "md5": _dvc_md5(self.root / f"{rel}.dvc"),
-                    "rows": rows.get(b),
-                    **({"source_sha256": sources[b]} if sources and sources.get(b) else {}),
-                }
-                for b, rel in targets.items()
-            ]
+            new, targets = self._add_partitions(partitions, dataset, meta.get("rows_by_batch", {}), sources or {})
             info = {
                 "version": version,
                 "dataset": dataset,
@@ -128,9 +108,36 @@ class DataVersions(RepoBase):
             )
             added = sorted(partitions) + [f"{b} (held, re-entered)" for b in info["reentered"]]
             commit = self._commit(f"{version}: add partition(s) {', '.join(added)}", tag=version)
-            self._push([str(self.root / rel) for rel in targets.values()])  # only what is new
+            self._push([str(t) for t in targets])  # only what is new
             log(f"registry: {version} tagged at {commit[:10]} with {len(info['partitions'])} partitions, pushed")
             return {"data_version": version, "created": True, "commit": commit, **info}
+
+    def _add_partitions(
+        self, partitions: dict[str, Path], dataset: str, rows: dict[str, int], sources: dict[str, str]
+    ) -> tuple[list[dict[str, Any]], list[Path]]:
+        """Copy the new partitions into the registry and `dvc add` them (inside the caller's transaction):
+        their entries for the version's record, and their paths (what is pushed)."""
+        targets = {}
+        for batch_id, src in partitions.items():
+            rel = Path("data") / dataset / f"{batch_id}.parquet"
+            dest = self.root / rel
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.unlink(missing_ok=True)  # never write through a hardlink into the cache
+            shutil.copyfile(src, dest)
+            targets[batch_id] = rel
+        with self._dvc() as repo:
+            repo.add([str(self.root / rel) for rel in targets.values()])
+        new = [
+            {
+                "batch_id": b,
+                "path": str(rel),
+                "md5": _dvc_md5(self.root / f"{rel}.dvc"),
+                "rows": rows.get(b),
+                **({"source_sha256": sources[b]} if sources.get(b) else {}),
+            }
+            for b, rel in targets.items()
+        ]
+        return new, [self.root / rel for rel in targets.values()]
 
     @staticmethod
     def _check_same_content(

@@ -11,6 +11,7 @@ from tasks.core.context import StepContext
 from tasks.cost_report import cost_report
 from tasks.monitoring.serving_window import serving_summary
 from tasks.monitoring.store import MetricsStore
+from tasks.serving.paths import prediction_log_file
 from tasks.serving.predlog import LOG_NAME, PredictionLog, error_record, feedback_records, prediction_records
 
 
@@ -39,7 +40,7 @@ def test_serving_summary_per_variant(tmp_path):
 
 
 def test_the_daily_report_records_the_days_serving(settings):
-    write_log(settings.home / "serving" / LOG_NAME)
+    write_log(prediction_log_file(settings.home))
     day = datetime.now(timezone.utc).date().isoformat()
     rec = cost_report.run(StepContext.create("report-1", settings), lambda n: None, day=day)
     assert rec.serving["champion"]["requests"] == 40
@@ -52,7 +53,7 @@ def test_the_daily_report_records_the_days_serving(settings):
 
 
 def test_a_days_online_accuracy_drop_against_the_previous_report(settings):
-    log = settings.home / "serving" / LOG_NAME
+    log = prediction_log_file(settings.home)
     day = datetime.now(timezone.utc).date().isoformat()
     write_log(log)  # the champion separates the classes: online ROC AUC 1.0
     cost_report.run(StepContext.create("report-1", settings), lambda n: None, day=day)
