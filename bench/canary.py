@@ -54,14 +54,20 @@ ARTIFACT = "model.int8.onnx"
 SLOW_TARGET_MS = 200.0  # the slow challenger's added time per request
 SLOW_WIDTH = 256  # the busy chain's matrices
 NAN_SHARE = 0.05  # the failing challenger's share of gold rows that score NaN
-# Small canary steps for the tests and the bench: 25% then 100%, 300 replayed gold rows each (of the
-# 785: each row sent once). At 25% the challenger sees 80 requests, the champion 220 (the slow
-# challenger takes ~16 s of them: scoring runs on the event loop). Fewer would not do: with the
-# same model on both arms, the chance score PSI of 57 vs 143 requests (25% of 200) is 0.23 on
-# these rows, against max_psi 0.25; of 80 vs 220 it is 0.16. Online ROC AUC is judged once both
-# arms have 100 labeled rows (the 100% step): on 80 rows, ~7 of them spam, the difference of two
-# arms' AUC cannot be told from noise.
-CANARY = {"steps": (25, 100), "requests_per_step": 300, "replay_rate": 400.0, "min_samples": 30, "min_labeled": 100}
+# Small canary steps for the tests and the bench: 25% then 100%, 150 replayed gold rows an attempt,
+# and a failing step measured again once (params canary.failures_before_rollback 2): a bad challenger
+# is rolled back after 300 requests at 25% (about 75 to the challenger, 225 to the champion, judged on
+# all of them), the issue's budget; a healthy one passes each step on its first attempt (each row sent
+# once: 300 of the 785). Online ROC AUC is judged once both arms have 100 labeled rows (the 100% step):
+# on 75 rows, ~7 of them spam, the difference of two arms' AUC cannot be told from noise.
+CANARY = {
+    "steps": (25, 100),
+    "requests_per_step": 150,
+    "failures_before_rollback": 2,
+    "replay_rate": 400.0,
+    "min_samples": 30,
+    "min_labeled": 100,
+}
 
 
 # ---- real ONNX models --------------------------------------------------------------------------
@@ -495,12 +501,14 @@ def canary_detect_requests(world: CanaryWorld, cases: tuple[str, ...] = ("invert
         }
     missed = [k for k in cases if not per_case[k]["rolled_back"]]
     # a bad case that was not rolled back counts as never detected: more than the whole canary sent
-    value = max((per_case[k]["requests"] if k not in missed else c.requests_per_step * len(c.steps) + 1) for k in cases)
+    first_step = c.requests_per_step * c.failures_before_rollback  # every attempt at the first weight
+    everything = first_step * len(c.steps) + 1
+    value = max((per_case[k]["requests"] if k not in missed else everything) for k in cases)
     return Record(
         "canary_detect_requests",
         value,
         "requests",
-        f"<= {c.requests_per_step}",
+        f"<= {first_step}",
         {
             "per_case": per_case,
             "missed": missed,

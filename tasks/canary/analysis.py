@@ -15,8 +15,10 @@ JSON object per line to its prediction log (tasks/serving/predlog.py), one recor
 Missing "kind" is read from the fields (a "variant": a prediction; a "label" and no
 variant: feedback); missing "row" is 0; the time is "ts", else "time" (unix s or ISO), else "at".
 
-`judge(window, params)` compares, per variant: request count, error rate, p50/p99 latency
-(of successful requests), the population stability index (PSI) of the challenger's scores
+`judge(window, params)` compares, per variant: request count, error rate (a one-sided test of
+two proportions with a floor), p50/p99 latency of successful requests (the p99 by a one-sided
+bootstrap bound with practical margins and the one budget: `_latency_reasons` says why a tail
+test), the population stability index (PSI) of the challenger's scores
 against the champion's, and where feedback labels exist, online ROC AUC and F1 with a
 seeded bootstrap confidence interval of challenger - champion. The bootstrap resamples
 labeled rows (request_id, row), and each resample is applied to both arms at once: in
@@ -320,6 +322,7 @@ def variant_stats(window: Iterable[Record]) -> dict[str, dict[str, Any]]:
             "p99_ms": percentile(latency, 99),
             "model_versions": sorted(versions[v]),
             "scores": scores[v],
+            "latencies": latency,
         }
     return out
 
@@ -352,28 +355,79 @@ def _sample_reasons(stats: dict[str, dict[str, Any]], p: CanaryParams) -> list[s
     ]
 
 
-def _error_reasons(chall: dict[str, Any], p: CanaryParams) -> list[str]:
-    if chall["error_rate"] <= p.max_error_rate:
-        return []
-    return [
-        f"challenger error rate {_fmt(chall['error_rate'], digits=4)} "
-        f"({chall['errors']}/{chall['requests']}) exceeds {p.max_error_rate:.4f}"
+def _error_reasons(champ: dict[str, Any], chall: dict[str, Any], p: CanaryParams) -> tuple[dict[str, Any], list[str]]:
+    """A one-sided two-proportion z-test (challenger's error rate above the champion's) with a floor:
+    the challenger fails only when its rate is significantly higher (p < 1 - confidence) and higher
+    by more than `error_rate_margin`."""
+    n1, n2, e1, e2 = chall["requests"], champ["requests"], chall["errors"], champ["errors"]
+    if not (n1 and n2):
+        return {"p_value": None}, []
+    r1, r2, pooled = e1 / n1, e2 / n2, (e1 + e2) / (n1 + n2)
+    se = math.sqrt(pooled * (1 - pooled) * (1 / n1 + 1 / n2))
+    z = (r1 - r2) / se if se > 0 else 0.0
+    p_value = 0.5 * math.erfc(z / math.sqrt(2))  # P(Z >= z)
+    test = {"difference": r1 - r2, "z": z, "p_value": p_value, "margin": p.error_rate_margin}
+    if p_value < 1 - p.confidence and r1 - r2 > p.error_rate_margin:
+        return test, [
+            f"challenger error rate {_fmt(r1, digits=4)} ({e1}/{n1}) is significantly above the champion's "
+            f"{_fmt(r2, digits=4)} ({e2}/{n2}; one-sided two-proportion test p={p_value:.2g} < "
+            f"{1 - p.confidence:.2g}) by more than {p.error_rate_margin:g}"
+        ]
+    return test, []
+
+
+def bootstrap_p99(latencies: Sequence[float], resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """The p99 of `resamples` bootstrap resamples of `latencies` (empty: an empty array)."""
+    a = np.asarray(latencies, dtype=np.float64)
+    if not a.size:
+        return np.zeros(0)
+    return np.percentile(a[rng.integers(0, a.size, (resamples, a.size))], 99, axis=1)
+
+
+def p99_lower_bound(latencies: Sequence[float], confidence: float, resamples: int, seed: int) -> float:
+    """A one-sided lower bound (at `confidence`) of the p99: what the p99_latency alert holds against
+    the budget, in the canary's steps and in the daily serving report alike (NaN with no latencies)."""
+    boot = bootstrap_p99(latencies, resamples, np.random.default_rng(seed))
+    return float(np.quantile(boot, 1 - confidence)) if boot.size else float("nan")
+
+
+def p99_bounds(champ: Sequence[float], chall: Sequence[float], p: CanaryParams) -> dict[str, float]:
+    """Lower one-sided bootstrap bounds (at `confidence`) of the challenger's p99, the champion's, and
+    of the challenger's p99 minus and over the champion's: each variant's successful-request latencies
+    resampled on their own (`bootstrap` times, seeded), the p99 recomputed."""
+    rng = np.random.default_rng(p.seed)
+    boot_a, boot_b = bootstrap_p99(chall, p.bootstrap, rng), bootstrap_p99(champ, p.bootstrap, rng)
+    if not (boot_a.size and boot_b.size):
+        nan = float("nan")
+        return {"challenger_low": nan, "champion_low": nan, "difference_low": nan, "ratio_low": nan}
+    q = 1 - p.confidence
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(boot_b > 0, boot_a / np.where(boot_b > 0, boot_b, 1), np.inf)
+    return {
+        "challenger_low": float(np.quantile(boot_a, q)),
+        "champion_low": float(np.quantile(boot_b, q)),
+        "difference_low": float(np.quantile(boot_a - boot_b, q)),
+        "ratio_low": float(np.quantile(ratio, q)),
+    }
+
+
+def _latency_reasons(champ: dict[str, Any], chall: dict[str, Any], p: CanaryParams) -> tuple[dict, list[str]]:
+    """The challenger fails on latency only when its p99 is significantly (a one-sided bootstrap bound
+    at `confidence`) above the champion's by more than `latency_margin_ms`, above it by more than
+    `latency_margin_ratio`, and above the one latency budget `p99_budget_ms`: a slowdown within the
+    budget, or one the champion shares (a loaded machine), does not roll back a release. A tail test:
+    Mann-Whitney U would test a shift of the whole distribution, and a slow path hit by a few percent
+    of requests moves the p99 without moving the median."""
+    b = p99_bounds(champ["latencies"], chall["latencies"], p)
+    slower = b["difference_low"] > p.latency_margin_ms and b["ratio_low"] > 1 + p.latency_margin_ratio
+    if not (slower and b["challenger_low"] > p.p99_budget_ms):
+        return b, []
+    return b, [
+        f"challenger p99 latency {_fmt(chall['p99_ms'], ' ms', 1)} vs champion {_fmt(champ['p99_ms'], ' ms', 1)}: "
+        f"at {p.confidence:.0%} at least {_fmt(b['difference_low'], ' ms', 1)} and x{_fmt(b['ratio_low'], digits=2)} "
+        f"slower (margins {p.latency_margin_ms:g} ms and x{1 + p.latency_margin_ratio:g}), and at least "
+        f"{_fmt(b['challenger_low'], ' ms', 1)} against the budget {p.p99_budget_ms:g} ms"
     ]
-
-
-def _latency_reasons(champ: dict[str, Any], chall: dict[str, Any], p: CanaryParams) -> tuple[float, list[str]]:
-    """(challenger p99 / champion p99, reasons): an absolute budget and a ratio to the champion."""
-    ratio = chall["p99_ms"] / champ["p99_ms"] if champ["p99_ms"] and champ["p99_ms"] > 0 else float("nan")
-    reasons = []
-    if not chall["p99_ms"] <= p.max_p99_ms:
-        reasons.append(f"challenger p99 latency {_fmt(chall['p99_ms'], ' ms', 1)} exceeds {p.max_p99_ms:.1f} ms")
-    if not ratio <= p.max_p99_ratio:
-        reasons.append(
-            f"challenger p99 / champion p99 {_fmt(ratio, digits=2)} "
-            f"({_fmt(chall['p99_ms'], ' ms', 1)} / {_fmt(champ['p99_ms'], ' ms', 1)}) "
-            f"exceeds {p.max_p99_ratio:.2f}"
-        )
-    return ratio, reasons
 
 
 def _quality(
@@ -405,9 +459,10 @@ def _quality(
 THRESHOLDS = (
     "min_samples",
     "min_labeled",
-    "max_error_rate",
-    "max_p99_ms",
-    "max_p99_ratio",
+    "error_rate_margin",
+    "p99_budget_ms",
+    "latency_margin_ms",
+    "latency_margin_ratio",
     "max_psi",
     "max_auc_drop",
     "confidence",
@@ -436,18 +491,23 @@ def judge(
     p = params
     stats = variant_stats(window)
     champ, chall = stats[CHAMPION], stats[CHALLENGER]
-    ratio, latency = _latency_reasons(champ, chall, p)
+    bounds, latency = _latency_reasons(champ, chall, p)
+    errors_test, errors = _error_reasons(champ, chall, p)
     score_psi = psi(champ["scores"], chall["scores"])
     drift = [f"score PSI (challenger vs champion) {_fmt(score_psi)} exceeds {p.max_psi:.3f}"]
     drift = [] if score_psi <= p.max_psi else drift
     labeled, quality, online, notes = _quality(window, p, require_feedback)
-    reasons = _sample_reasons(stats, p) + _error_reasons(chall, p) + latency + drift + online
+    reasons = _sample_reasons(stats, p) + errors + latency + drift + online
     per_variant = {
-        v: {k: val for k, val in stats[v].items() if k != "scores"} | {"labeled": labeled[v]} for v in VARIANTS
+        v: {k: val for k, val in stats[v].items() if k not in ("scores", "latencies")}
+        | {"labeled": labeled[v], "p99_low_ms": bounds[f"{v}_low"]}
+        for v in VARIANTS
     }
     metrics = {
         **per_variant,
-        "p99_ratio": ratio,
+        "p99_ratio": chall["p99_ms"] / champ["p99_ms"] if champ["p99_ms"] and champ["p99_ms"] > 0 else float("nan"),
+        "latency": bounds,
+        "error_rate_test": errors_test,
         "psi": score_psi,
         "psi_bins": PSI_BINS,
         "quality": quality,

@@ -53,10 +53,12 @@ class StepOutcome:
     metrics: dict[str, Any]
     traffic: dict[str, Any]
     seconds: float
+    attempt: int = 1  # a failing step is measured again (canary.failures_before_rollback)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "weight": self.weight,
+            "attempt": self.attempt,
             "passed": self.passed,
             "reasons": self.reasons,
             "metrics": self.metrics,
@@ -76,7 +78,7 @@ class Rollout:
     def reasons(self) -> list[str]:
         if self.refused is not None:
             return [self.refused]
-        return [f"at {s.weight}%: {r}" for s in self.steps if not s.passed for r in s.reasons]
+        return [f"at {s.weight}% (attempt {s.attempt}): {r}" for s in self.steps if not s.passed for r in s.reasons]
 
 
 def start(
@@ -182,52 +184,72 @@ def set_weight(registry: Registry, weight: int, step: int, steps: int) -> None:
 
 
 def run_canary(settings: Settings, params: Params, champion: str, challenger: str, url: str) -> Rollout:
-    """Walk `params.canary.steps` (the challenger already beside the champion); stop at the first failed step."""
-    from tasks.canary.analysis import judge, select_window
-    from tasks.canary.replay import replay_gold
+    """Walk `params.canary.steps` (the challenger already beside the champion); stop at the first failed
+    step. A failing step is measured again with fresh traffic until it fails
+    `canary.failures_before_rollback` times in a row (each attempt is in the evidence, and each is
+    judged on all the canary's traffic so far): one noisy window cannot decide alone."""
     from tasks.datasets import load_dataset
-    from tasks.serving.paths import prediction_log_file
-    from tasks.serving.predlog import read_log
 
     c, registry = params.canary, Registry(settings)
     dataset = load_dataset(params.dataset.module)
-    rollout, started = Rollout(passed=True), time.time()
+    rollout, started, sent = Rollout(passed=True), time.time(), 0
     tracker = Progress(f"canary {challenger} vs {champion}", len(c.steps), unit="weight step", every_s=0)
     for i, weight in enumerate(c.steps):
         set_weight(registry, weight, i + 1, len(c.steps))
         wait_until_served(url, champion, challenger, weight, timeout_s=max(30.0, params.serving.poll_s * 20))
-        t0 = time.time()
-        traffic = replay_gold(
-            url,
-            count=c.requests_per_step,
-            rate=c.replay_rate,
-            home=settings.home,
-            dataset=dataset,
-            feedback_delay_s=0.0,
-            offset=i * c.requests_per_step,
-        )
-        time.sleep(0.2)  # the last feedback lines reach the log
-        # Each step is judged on all the canary's traffic so far: the champion's earlier traffic is
-        # the comparison at 100%, and online quality needs every label there is.
-        window = select_window(
-            read_log(prediction_log_file(settings.home), params.serving.prediction_log_keep),
-            start=started,
-            model_versions={"champion": champion, "challenger": challenger},
-        )
-        verdict = judge(window, c)
-        outcome = StepOutcome(
-            weight, verdict.passed, verdict.reasons, verdict.metrics, traffic.to_dict(), time.time() - t0
-        )
-        rollout.steps.append(outcome)
-        log(
-            f"canary step {i + 1}/{len(c.steps)} at {weight}%: {traffic.sent} requests "
-            f"({traffic.failed} failed), {'PASS' if verdict.passed else 'FAIL: ' + '; '.join(verdict.reasons)}"
-        )
+        for attempt in range(1, c.failures_before_rollback + 1):
+            outcome = _measure(settings, params, (champion, challenger), url, dataset, weight, sent, started)
+            outcome.attempt, sent = attempt, sent + outcome.traffic.get("sent", c.requests_per_step)
+            rollout.steps.append(outcome)
+            log(
+                f"canary step {i + 1}/{len(c.steps)} at {weight}% (attempt {attempt}/{c.failures_before_rollback}): "
+                f"{outcome.traffic.get('sent')} requests ({outcome.traffic.get('failed')} failed), "
+                f"{'PASS' if outcome.passed else 'FAIL: ' + '; '.join(outcome.reasons)}"
+            )
+            if outcome.passed:
+                break
         tracker.update(i + 1)
-        if not verdict.passed:
+        if not outcome.passed:
             rollout.passed = False
             break
     return rollout
+
+
+def _measure(
+    settings: Settings,
+    params: Params,
+    variants: tuple[str, str],
+    url: str,
+    dataset: Any,
+    weight: int,
+    offset: int,
+    started: float,
+) -> StepOutcome:
+    """One attempt at one weight: replay traffic, then judge everything the canary sent so far (the
+    champion's earlier traffic is the comparison at 100%, and online quality needs every label there is)."""
+    from tasks.canary.analysis import judge, select_window
+    from tasks.canary.replay import replay_gold
+    from tasks.serving.paths import prediction_log_file
+    from tasks.serving.predlog import read_log
+
+    c, (champion, challenger), t0 = params.canary, variants, time.time()
+    traffic = replay_gold(
+        url,
+        count=c.requests_per_step,
+        rate=c.replay_rate,
+        home=settings.home,
+        dataset=dataset,
+        feedback_delay_s=0.0,
+        offset=offset,
+    )
+    time.sleep(0.2)  # the last feedback lines reach the log
+    window = select_window(
+        read_log(prediction_log_file(settings.home), params.serving.prediction_log_keep),
+        start=started,
+        model_versions={"champion": champion, "challenger": challenger},
+    )
+    verdict = judge(window, c)
+    return StepOutcome(weight, verdict.passed, verdict.reasons, verdict.metrics, traffic.to_dict(), time.time() - t0)
 
 
 def analyse(settings: Settings, params: Params, champion: str, challenger: str) -> Rollout:

@@ -247,10 +247,19 @@ class CanaryParams(Section):
     """Requests per variant below which a step cannot judge (fails closed)."""
     min_labeled: StrictInt = Field(ge=1)
     """Labeled predictions per variant before online ROC AUC is judged (fewer: noted, not judged)."""
-    max_error_rate: Unit
-    max_p99_ms: float = Field(gt=0)
-    max_p99_ratio: float = Field(gt=1)
-    """The challenger's p99 over the champion's, at most."""
+    error_rate_margin: Unit
+    """The challenger fails on errors only when its error rate is significantly above the champion's
+    (one-sided two-proportion test at `confidence`) and above it by more than this."""
+    p99_budget_ms: float = Field(gt=0)
+    """The one serving latency budget: the canary's latency rule and the p99_latency alert use it."""
+    latency_margin_ms: float = Field(ge=0)
+    """A challenger fails on latency only when its p99 is significantly (a one-sided bootstrap bound)
+    this many ms above the champion's, `latency_margin_ratio` above it, and over the budget."""
+    latency_margin_ratio: float = Field(ge=0)
+    failures_before_rollback: StrictInt = Field(ge=1, le=10)
+    """A failing step is measured again (fresh traffic, each attempt in the evidence, judged on all the
+    canary's traffic so far) until it fails this many times in a row (Flagger's `threshold`); one
+    passing attempt passes the step."""
     max_psi: float = Field(gt=0)
     """Population stability index of the challenger's scores against the champion's."""
     max_auc_drop: Unit
@@ -341,8 +350,6 @@ class AlertParams(Section):
     """Consecutive metrics lines the two training rules must hold for (one minibatch's reading is noisy)."""
     util_floor: Unit
     """Accelerator utilization under this is idle: an alert when a task's mean is under it, and waste in the ledger."""
-    p99_budget_ms: float = Field(ge=0)
-    """Serving p99 latency budget (canary steps, either variant)."""
     online_auc_drop: Unit
     """Online ROC AUC of the served model this far under the previous run's."""
     cost_jump_ratio: float = Field(ge=0)

@@ -9,7 +9,8 @@ Rules (0 turns one off):
     loss_spike               the loss > loss_spike_ratio x the median of the lines before it, for sustain_lines lines
     grad_variance_explosion  gradient variance across ranks > grad_variance_ratio x its median, for sustain_lines lines
     utilization_floor        mean accelerator utilization of a task that used one < util_floor
-    p99_latency              a canary step's p99 latency (either variant) > p99_budget_ms
+    p99_latency              a canary step's p99 latency (either variant) significantly over canary.p99_budget_ms
+                             (its one-sided bootstrap lower bound: the canary's own rule and budget)
     online_accuracy_drop     the served model's online ROC AUC this far under the previous run's (the canary's
                              served variant; the daily report's champion against the day before's)
     cost_jump                a day's billed cost > cost_jump_ratio x the previous day's (the daily report)
@@ -100,16 +101,17 @@ def utilization_floor(utilizations: list[float], floor: float, what: str = "acce
     )
 
 
-def p99_latency(p99s: list[tuple[str, float]], budget_ms: float) -> Alert | None:
-    """The worst canary p99 (subject: '<weight>%:<variant>') over the budget."""
-    over = [(s, v) for s, v in p99s if budget_ms and v > budget_ms]
+def p99_latency(p99_lows: list[tuple[str, float]], budget_ms: float) -> Alert | None:
+    """The worst canary p99 (subject: '<weight>%:<variant>') whose lower confidence bound is over the
+    budget: significantly over it, as the canary judges (one p99 from ~200 requests is noise)."""
+    over = [(s, v) for s, v in p99_lows if budget_ms and v > budget_ms]
     if not over:
         return None
     subject, value = max(over, key=lambda sv: sv[1])
     return Alert(
         "p99_latency",
         "warning",
-        f"p99 latency {value:.1f} ms at {subject} is over the budget {budget_ms:g} ms",
+        f"p99 latency {value:.1f} ms at {subject} (its lower confidence bound) is over the budget {budget_ms:g} ms",
         value,
         budget_ms,
     )
@@ -159,8 +161,10 @@ def task_alerts(
     metrics: list[Metric],
     usage: TaskUsage,
     samples: list[Any],
+    p99_budget_ms: float,
 ) -> list[Alert]:
-    """Every rule that applies to one task's metrics (and, for the online accuracy, the store's history)."""
+    """Every rule that applies to one task's metrics (and, for the online accuracy, the store's history).
+    `p99_budget_ms`: the canary's one latency budget (params canary.p99_budget_ms)."""
     from tasks.monitoring.hardware import gpu_utilizations
 
     found: list[Alert | None] = [
@@ -174,8 +178,8 @@ def task_alerts(
     engine_util = [v / 100 for _, v in _series(metrics, "rank0_gpu_util", "hardware")]
     if engine_util and not samples_saw_gpu(samples):  # pods: the engine's own reading of its GPU
         found.append(utilization_floor(engine_util, rules.util_floor, "GPU (rank 0)"))
-    p99s = [(m.subject, m.value) for m in metrics if m.name == "latency_p99_ms" and m.value is not None]
-    found.append(p99_latency(p99s, rules.p99_budget_ms))
+    p99s = [(m.subject, m.value) for m in metrics if m.name == "latency_p99_low_ms" and m.value is not None]
+    found.append(p99_latency(p99s, p99_budget_ms))
     served = [m for m in metrics if m.name == "prod_online_roc_auc" and m.value is not None]
     if served:
         history = store.metric_history("prod_online_roc_auc", "business", subject=None)

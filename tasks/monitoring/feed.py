@@ -256,6 +256,7 @@ def canary_analysis(rec: CanaryAnalysisRecord, info: RunInfo) -> Fed:
                 _m("business", info, "error_rate", v.get("error_rate"), step=i, subject=sub, model_version=mv),
                 _m("business", info, "latency_p50_ms", v.get("p50_ms"), step=i, subject=sub, model_version=mv),
                 _m("business", info, "latency_p99_ms", v.get("p99_ms"), step=i, subject=sub, model_version=mv),
+                _m("business", info, "latency_p99_low_ms", v.get("p99_low_ms"), step=i, subject=sub, model_version=mv),
                 _m(
                     "business",
                     info,
@@ -314,6 +315,7 @@ def cost_report(rec: CostReportRecord, info: RunInfo) -> Fed:
             _m("business", info, "error_rate", s.get("error_rate"), **kw),
             _m("business", info, "latency_p50_ms", s.get("p50_ms"), **kw),
             _m("business", info, "latency_p99_ms", s.get("p99_ms"), **kw),
+            _m("business", info, "latency_p99_low_ms", s.get("p99_low_ms"), **kw),
             _m("business", info, "throughput_rps", s.get("requests_per_s"), **kw),
             _m("business", info, "online_roc_auc", s.get("online_roc_auc"), **kw),
         )

@@ -335,6 +335,7 @@ def canary_lines(c: dict[str, Any] | None) -> list[str]:
     ]
     for st in c["steps"]:
         m = st["metrics"]
+        again = f" (measured again: attempt {st['attempt']})" if st.get("attempt", 1) > 1 else ""
         ch, cl = m.get("champion", {}), m.get("challenger", {})
         auc = (m.get("quality") or {}).get("roc_auc") or {}
         online = (
@@ -344,7 +345,7 @@ def canary_lines(c: dict[str, Any] | None) -> list[str]:
             else ""
         )
         out.append(
-            f"    at {st['weight']:>3}%  requests {ch.get('requests', 0)}/{cl.get('requests', 0)} "
+            f"    at {st['weight']:>3}%{again}  requests {ch.get('requests', 0)}/{cl.get('requests', 0)} "
             f"(champion/challenger), errors {cl.get('errors', 0)}, p99 {ch.get('p99_ms') or 0:.1f}/"
             f"{cl.get('p99_ms') or 0:.1f} ms, PSI {m.get('psi') or 0:.3f}{online}: "
             f"{'pass' if st['passed'] else 'FAIL: ' + '; '.join(st['reasons'])}"

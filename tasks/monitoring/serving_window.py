@@ -15,13 +15,16 @@ def day_bounds(day: str) -> tuple[float, float]:
     return start.timestamp(), (start + timedelta(days=1)).timestamp()
 
 
-def serving_summary(log: Path, keep: int, start: float, end: float) -> dict[str, dict[str, Any]]:
+def serving_summary(
+    log: Path, keep: int, start: float, end: float, canary: Any | None = None
+) -> dict[str, dict[str, Any]]:
     """Per variant that served in [start, end): requests, errors, error_rate, p50_ms, p99_ms,
-    requests_per_s (over the window), labeled, online_roc_auc (None: too few labels of either class),
-    model_versions. Empty when nothing was served (or there is no log)."""
+    p99_low_ms (with `canary`, the canary params: the p99's one-sided lower bound, as the canary and
+    the p99_latency alert judge it), requests_per_s (over the window), labeled, online_roc_auc (None:
+    too few labels of either class), model_versions. Empty when nothing was served (or there is no log)."""
     import numpy as np
 
-    from tasks.canary.analysis import labeled_arms, roc_auc, select_window, variant_stats
+    from tasks.canary.analysis import labeled_arms, p99_lower_bound, roc_auc, select_window, variant_stats
     from tasks.serving.predlog import read_log as read_serving_log
 
     window = select_window(read_serving_log(log, keep), start, end)
@@ -39,6 +42,9 @@ def serving_summary(log: Path, keep: int, start: float, end: float) -> dict[str,
             "error_rate": s["error_rate"],
             "p50_ms": s["p50_ms"],
             "p99_ms": s["p99_ms"],
+            "p99_low_ms": (
+                p99_lower_bound(s["latencies"], canary.confidence, canary.bootstrap, canary.seed) if canary else None
+            ),
             "requests_per_s": s["requests"] / max(end - start, 1e-9),
             "labeled": int(arm.labels.size),
             "online_roc_auc": roc_auc(arm.scores, arm.labels) if both else None,
@@ -50,7 +56,8 @@ def serving_summary(log: Path, keep: int, start: float, end: float) -> dict[str,
 def day_summary(settings: Any, params: Any, day: str) -> dict[str, dict[str, Any]]:
     from tasks.serving.paths import prediction_log_file
 
-    return serving_summary(prediction_log_file(settings.home), params.serving.prediction_log_keep, *day_bounds(day))
+    log = prediction_log_file(settings.home)
+    return serving_summary(log, params.serving.prediction_log_keep, *day_bounds(day), canary=params.canary)
 
 
 def serving_lines(serving: dict[str, dict[str, Any]]) -> str:

@@ -101,7 +101,9 @@ def record_step(ctx: "StepContext", task: str, dag_id: str | None, watch: Watch,
     idle = cost.idle_fraction(gpu_utilizations(samples, int(usage.gpus)), floor)
     costs += cost.waste_lines(usage, idle, ctx.params.cost)
     store = MetricsStore.open(ctx.settings)
-    raised = alerting.task_alerts(ctx.params.monitoring.alerts, store, ctx.run_id, task, metrics, usage, samples)
+    raised = alerting.task_alerts(
+        ctx.params.monitoring.alerts, store, ctx.run_id, task, metrics, usage, samples, ctx.params.canary.p99_budget_ms
+    )
     raised += fed.alerts
     dag_id = dag_id or os.environ.get("AIRFLOW_CTX_DAG_ID")  # Airflow sets it in a running task
     store.record(ctx.run_id, task, usage=usage, metrics=metrics, costs=costs, alerts=raised, dag_id=dag_id)

@@ -109,12 +109,12 @@ def test_a_missing_key_is_an_error_naming_the_file_and_the_key(tmp_path, key):
 def test_a_missing_section_and_a_missing_nested_key_are_named():
     raw = params_dict()
     del raw["canary"]
-    del raw["monitoring"]["alerts"]["p99_budget_ms"]
+    del raw["monitoring"]["alerts"]["util_floor"]
     with pytest.raises(ParamsError) as exc:
         parse_params(raw)
     assert str(exc.value).splitlines() == [
         "params.yaml: missing section canary",
-        "params.yaml: missing key monitoring.alerts.p99_budget_ms",
+        "params.yaml: missing key monitoring.alerts.util_floor",
     ]
 
 

@@ -57,7 +57,7 @@ def test_grad_variance_explosion_utilization_p99_accuracy_and_cost():
 
 def params_with_notifiers(tmp_path, monkeypatch, notifiers: list[dict]) -> Settings:
     f = write_params(
-        tmp_path / "params.yaml", {"monitoring": {"notifiers": notifiers, "alerts": {"p99_budget_ms": 50}}}
+        tmp_path / "params.yaml", {"monitoring": {"notifiers": notifiers}, "canary": {"p99_budget_ms": 50}}
     )
     monkeypatch.setenv("SLUICE_PARAMS", str(f))
     return Settings.from_env()

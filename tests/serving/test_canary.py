@@ -17,13 +17,13 @@ from tasks.registry import CHALLENGER, CHAMPION
 from tasks.serving.predlog import read_log
 
 # The thresholds these windows were sized for (the code defaults before params.yaml became their one
-# home): min_samples 50, min_labeled 200, max_p99_ms 250, max_psi 0.25, max_auc_drop 0.02, ...
+# home): min_samples 50, min_labeled 200, max_psi 0.25, max_auc_drop 0.02; latency and errors as
+# params.yaml judges them (tests with margins and the one budget).
 PARAMS = repo_params().canary.replace(
     steps=(10, 50, 100),
     requests_per_step=300,
     replay_rate=200.0,
     min_labeled=200,
-    max_p99_ratio=2.0,
     max_psi=0.25,
     max_auc_drop=0.02,
 )
@@ -140,10 +140,9 @@ def test_inverted_scores_fail_on_auc_and_psi():
 def test_200ms_slower_fails_on_p99():
     v = judge(make_window(challenger_latency=lambda lat, rng: lat + 200.0), PARAMS)
     assert not v.passed
-    p99 = [r for r in v.reasons if "p99" in r]
-    assert p99, _reasons(v)
-    assert any(f"{PARAMS.max_p99_ms:.1f} ms" in r for r in p99)  # absolute bound
-    assert any("champion p99" in r and f"{PARAMS.max_p99_ratio:.2f}" in r for r in p99)  # ratio
+    (p99,) = [r for r in v.reasons if "p99" in r]
+    assert f"the budget {PARAMS.p99_budget_ms:g} ms" in p99 and f"margins {PARAMS.latency_margin_ms:g} ms" in p99
+    assert v.metrics["latency"]["difference_low"] > PARAMS.latency_margin_ms  # the bound, not one figure
     assert not any("error rate" in r or "PSI" in r or "ROC AUC" in r for r in v.reasons)
     assert v.metrics[CHALLENGER]["p99_ms"] > 200 + v.metrics[CHAMPION]["p50_ms"]
 
@@ -152,7 +151,8 @@ def test_five_percent_errors_fail_on_error_rate():
     v = judge(make_window(n=1000, challenger_error_rate=0.05, seed=1), PARAMS)
     assert not v.passed
     (reason,) = v.reasons
-    assert reason.startswith("challenger error rate") and f"{PARAMS.max_error_rate:.4f}" in reason
+    assert reason.startswith("challenger error rate") and "significantly above the champion's" in reason
+    assert f"by more than {PARAMS.error_rate_margin:g}" in reason and v.metrics["error_rate_test"]["p_value"] < 0.05
     assert 0.03 < v.metrics[CHALLENGER]["error_rate"] < 0.07
     assert v.metrics[CHAMPION]["errors"] == 0
 
@@ -433,3 +433,55 @@ def test_read_log_reads_rotated_files_oldest_first(tmp_path):
     for i, p in enumerate([log.with_name("predictions.jsonl.2"), log.with_name("predictions.jsonl.1"), log]):
         p.write_text(json.dumps({"kind": "feedback", "request_id": str(i), "label": 1}) + "\n")
     assert [r["request_id"] for r in read_log(log, keep=5)] == ["0", "1", "2"]
+
+
+def _latency_window(champ_ms, chall_ms):
+    """A split window whose only difference is latency (the same scores, no errors, no labels)."""
+    recs = []
+    for variant, lats in ((CHAMPION, champ_ms), (CHALLENGER, chall_ms)):
+        recs += [
+            {"kind": "prediction", "request_id": f"{variant}-{i}", "ts": 1000.0 + i, "variant": variant,
+             "model_version": variant, "latency_ms": float(lat), "score": 0.2}
+            for i, lat in enumerate(lats)
+        ]  # fmt: skip
+    return recs
+
+
+def test_a_noisy_tail_on_one_machine_does_not_roll_back_a_healthy_challenger():
+    """The issue's case: ~200 requests a variant, the same model, the machine's noise puts two slow
+    requests in the challenger's tail: its p99 is over 3x the champion's (as 53.7 vs 11.5 ms), and the
+    verdict passes, because the one-sided bound of the difference is not past the margins and the
+    budget."""
+    rng = np.random.default_rng(0)
+    champ = rng.gamma(4.0, 1.5, 188)
+    chall = np.r_[rng.gamma(4.0, 1.5, 198), [48.0, 55.0, 61.0, 70.0]]
+    v = judge(_latency_window(champ, chall), PARAMS.replace(min_labeled=10_000))
+    assert v.metrics[CHALLENGER]["p99_ms"] > 3 * v.metrics[CHAMPION]["p99_ms"]
+    assert v.passed, _reasons(v)
+
+
+def test_a_loaded_machine_slows_both_variants_and_the_challenger_passes():
+    rng = np.random.default_rng(1)
+    champ, chall = 60 + rng.gamma(4.0, 10.0, 300), 60 + rng.gamma(4.0, 10.0, 300)  # both over the budget
+    v = judge(_latency_window(champ, chall), PARAMS.replace(min_labeled=10_000))
+    assert v.metrics[CHAMPION]["p99_low_ms"] > PARAMS.p99_budget_ms  # the p99_latency alert's figure
+    assert v.passed, _reasons(v)
+
+
+def test_a_challenger_slower_within_the_budget_passes_and_over_it_fails():
+    rng = np.random.default_rng(2)
+    champ = rng.gamma(4.0, 1.0, 300)
+    within = judge(_latency_window(champ, 3 * champ), PARAMS.replace(min_labeled=10_000))
+    assert within.passed, _reasons(within)  # 3x slower, still far under 50 ms
+    over = judge(_latency_window(champ, champ + 120.0), PARAMS.replace(min_labeled=10_000))
+    assert not over.passed and "p99" in _reasons(over)
+
+
+def test_one_error_in_two_hundred_is_not_significant():
+    window = make_window(n=400, mode="split", seed=5)
+    first = next(r for r in window if r.get("variant") == CHALLENGER)
+    first.pop("score")
+    first["error"] = "timeout"
+    v = judge(window, FEW_LABELS)
+    assert v.metrics["error_rate_test"]["p_value"] > 0.05
+    assert not any("error rate" in r for r in v.reasons)
