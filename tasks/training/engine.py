@@ -420,28 +420,34 @@ def run_training(
         blocked = time.perf_counter()
         run.checkpointer.close()  # the last write is part of the run's time
         run.blocked_s += time.perf_counter() - blocked
-    result = {
+    result = _result(run, data_version, warm, resumed_from, time.time() - t0)
+    finish(result, model, store, ranks)
+    return result
+
+
+def _result(run: _Run, data_version: str, warm: str | None, resumed_from: int, seconds: float) -> dict:
+    """What train_metrics.json holds: the data, the world, the losses, the run's tallies."""
+    state, data, p = run.state, run.data, run.p
+    return {
         "data_version": data_version,
         "rows": int(len(data)),
         "partitions": len(data.counts),
         "epochs": p.epochs,
-        "world_size": ranks.world,
-        "device": device.type,
-        "steps": total_steps,
+        "world_size": run.ranks.world,
+        "device": run.device.type,
+        "steps": run.total_steps,
         "resumed_from_step": resumed_from,
         "warm_started_from": warm,
         "losses": state.losses,
         "final_loss": state.losses[-1],
         "final_splits": state.splits,
         "partition_loads": data.cache.loads,
-        "seconds": time.time() - t0,
+        "seconds": seconds,
         "checkpoints": run.saves,
         "checkpoint_blocked_s": run.blocked_s,
-        "n_parameters": sum(t.numel() for t in model.parameters()),
+        "n_parameters": sum(t.numel() for t in state.model.parameters()),
         "stopped_at_epoch": run.stopped_at_epoch,
     }
-    finish(result, model, store, ranks)
-    return result
 
 
 def _step(run: _Run) -> bool:
