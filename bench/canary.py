@@ -230,6 +230,26 @@ def pick_nan_feature(x: np.ndarray, share: float = NAN_SHARE, tolerance: float =
 
 
 # ---- the world: gold sets, registry, models, server --------------------------------------------
+def labeled_rows(
+    settings: Settings, params: Any
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """((training features, labels), (gold test features, labels)): the demo's gold sets made in
+    `settings`' home; the training rows are the dataset's others."""
+    import pandas as pd
+
+    from tasks.datasets import load_dataset
+    from tasks.datasets.demo_feed import DemoFeed
+
+    ds = load_dataset(params.dataset.module)
+    _, test_path = DemoFeed(settings.layout, params.demo, ds).ensure_gold()
+    test = pd.read_parquet(test_path)
+    source = ds.load_source()
+    train = source[~source[ds.ID_COLUMN].isin(set(test[ds.ID_COLUMN]))]
+    tx, ty = ds.featurize(train).astype(np.float32), train[ds.GOLD_COLUMN].to_numpy().astype(int)
+    gx, gy = ds.featurize(test).astype(np.float32), test[ds.GOLD_COLUMN].to_numpy().astype(int)
+    return (tx, ty), (gx, gy)
+
+
 @dataclass
 class CanaryWorld:
     root: Path
@@ -304,7 +324,6 @@ def build_world(
     server started (stop it with world.stop(), in a finally)."""
     from tasks.core.params import load_params
     from tasks.datasets import load_dataset
-    from tasks.datasets.demo_feed import DemoFeed
     from tasks.registry import Registry
     from tests.serving.server import ServerProcess
 
@@ -320,14 +339,7 @@ def build_world(
     params_file.write_text(yaml.safe_dump(raw))
 
     ds = load_dataset(params.dataset.module)
-    _, test_path = DemoFeed(settings.layout, params.demo, ds).ensure_gold()
-    import pandas as pd
-
-    test = pd.read_parquet(test_path)
-    source = ds.load_source()
-    train = source[~source[ds.ID_COLUMN].isin(set(test[ds.ID_COLUMN]))]
-    tx, ty = ds.featurize(train).astype(np.float32), train[ds.GOLD_COLUMN].to_numpy().astype(int)
-    gx, gy = ds.featurize(test).astype(np.float32), test[ds.GOLD_COLUMN].to_numpy().astype(int)
+    (tx, ty), (gx, gy) = labeled_rows(settings, params)
     w, b = fit_champion(tx, ty)
 
     models = root / "models"
