@@ -55,6 +55,7 @@ def hold_left_out(
         entry = held.get(batch) or {"batch_id": batch, "partition": part, "rejections": []}
         entry["from_version"] = from_version
         if rejected:
+            entry.pop("left_out_by", None)  # a rejection now: its reasons say why
             entry["rejections"] = [*entry["rejections"], {"reason": reason, "at": now}]
             quarantine = len(entry["rejections"]) >= limit
             entry["status"] = "quarantined" if quarantine else "held"
