@@ -88,7 +88,7 @@ def labels_chart(nights: list[dict[str, Any]]) -> dict[str, Any]:
         plots.bar_chart,
         [n["day"] for n in nights],
         {k: [n.get(k) for n in nights] for k in ("gold", "weak", "held")},
-        "labels per night, by source (rows of the night's batches; held: a rejected model's)",
+        "labels per night (rows; held: a rejected model's batches)",
         "rows",
         stacked=True,
     )
