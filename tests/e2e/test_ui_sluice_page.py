@@ -137,11 +137,12 @@ def test_trends_from_the_daily_reports_serving_rows_and_the_runs_label_counts(se
                                alerts=[], report_txt="", report_json="", serving=served)  # fmt: skip
         info = RunInfo(run_dir=settings.home, ended=datetime.now(timezone.utc), prices=None)
         store.record(f"cost_report__{day}", "cost_report", metrics=cost_report(rec, info).metrics)
-    for run, gold, weak in (("run-a", 12, 430), ("run-b", 8, 300)):
+    for run, gold, weak, held in (("run-a", 12, 430, 0), ("run-b", 8, 300, 500)):
         folder = settings.layout.runs / run
         folder.mkdir(parents=True)
         counts = {"gold": {"rows": gold}, "weak": {"rows": weak}, "none": {"rows": 5}}
-        summary = {"run_id": run, "outcome": "deployed model-v1", "labeling": {"label_counts": counts}}
+        summary = {"run_id": run, "outcome": "deployed model-v1", "labeling": {"label_counts": counts},
+                   "held": {"rows_tonight": held}}  # run-b's model was rejected: its batch held  # fmt: skip
         (folder / "summary.json").write_text(json.dumps(summary))
 
     trends = read_state(settings)["trends"]
@@ -151,11 +152,11 @@ def test_trends_from_the_daily_reports_serving_rows_and_the_runs_label_counts(se
         ("2026-11-30", {"champion": {"model_version": "model-v1", "requests": 700.0, "p99_ms": 7.5}}),
     ]
     (night,) = trends["labels_by_night"]  # both runs ran today
-    assert (night["gold"], night["weak"]) == (20, 730)
+    assert (night["gold"], night["weak"], night["held"]) == (20, 730, 500)
     html = _ui().render_page(read_state(settings), "/sluice")
     assert "<title>2026-11-30 champion: 700</title>" in html and "champion: 2 points, last 7.5" in html
     assert f"<title>{night['day']} gold: 20</title>" in html and f"<title>{night['day']} weak: 730</title>" in html
-    assert "Held labels are not shown" in html
+    assert f"<title>{night['day']} held: 500</title>" in html
 
 
 def test_a_part_that_cannot_be_read_is_named_on_the_page(settings):
