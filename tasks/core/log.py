@@ -8,7 +8,10 @@ from typing import Callable
 
 
 def log(msg: str) -> None:
-    print(f"[sluice] {msg}", file=sys.stderr, flush=True)
+    # One write of the whole line: print() writes the text and its newline separately, and processes
+    # sharing stderr (torchrun's ranks) then interleave their lines ("...complete[sluice] rank 1 ...").
+    sys.stderr.write(f"[sluice] {msg}\n")
+    sys.stderr.flush()
 
 
 def _plural(unit: str) -> str:
