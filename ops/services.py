@@ -78,8 +78,14 @@ class Part:
     cmdline: tuple[str, ...] | None = None
 
     @classmethod
-    def of(cls, name: str, pid: int) -> "Part":
+    def of(cls, name: str, pid: int, exec_wait_s: float = 2.0) -> "Part":
+        """The part as it reads now. A process just spawned may still be inside execve, where /proc shows
+        an empty command line for a moment: wait (up to `exec_wait_s`) until it has one."""
+        deadline = time.monotonic() + exec_wait_s
         info = proc_info(pid)
+        while info is not None and not info[3] and info[0] != "Z" and time.monotonic() < deadline:
+            time.sleep(0.01)
+            info = proc_info(pid)
         if info is None:
             raise ServiceError(f"{name} (pid {pid}) is not running")
         return cls(name, pid, info[2], info[3])
