@@ -35,10 +35,10 @@ def _train(X, y, hidden, epochs, seed=0):
     import torch
     import torch.nn.functional as F
 
-    from tasks.training.model import SpamMLP
+    from tasks.models.mlp_net import MLP
 
     torch.manual_seed(seed)
-    model = SpamMLP(X.shape[1], hidden)
+    model = MLP(X.shape[1], hidden)
     model.set_scaling(torch.from_numpy(X.mean(0)), torch.from_numpy(X.std(0)))
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3 if max(hidden) > 256 else 3e-3, weight_decay=1e-4)
     x, t = torch.from_numpy(X), torch.from_numpy(y).float()

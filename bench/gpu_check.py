@@ -64,7 +64,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store_dir: str, out
         if world > 1
         else model
     )
-    opt, loss_fn = make_optimizer(model, p), make_loss(stats.spam_share).to(device)
+    opt, loss_fn = make_optimizer(model, p), make_loss(stats, p, device)
     autocast = autocast_for(p, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 

@@ -106,7 +106,7 @@ def train_in_process(values: dict, data, seed: int, on_epoch) -> Trial:
     p = repo_params().train.replace(**values, nproc=1, seed=seed)
     stats = FeatureStats.of([(x, y)])
     model = make_model(stats, p)
-    opt, loss_fn = make_optimizer(model, p), make_loss(stats.spam_share)
+    opt, loss_fn = make_optimizer(model, p), make_loss(stats, p)
     loader = DataLoader(
         TensorDataset(x, y), batch_size=p.batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed)
     )
@@ -130,15 +130,17 @@ def run_arm(name: str, sampler, pruner, n_trials: int, data, seed: int, done=Non
     import optuna
 
     from tasks.core.params import repo_params
+    from tasks.core.tuning_config import tunable
     from tasks.tuning.space import decode, suggest
 
-    space = repo_params().tuning.replace(space=SPACE).space
+    params = repo_params()
+    space = params.tuning.replace(space=SPACE).space
     # A fixed name: Hyperband assigns brackets by a hash of the study name and trial number.
     study = optuna.create_study(study_name=f"{name}-{seed}", direction="maximize", sampler=sampler, pruner=pruner)
     arm = Arm()
     for _ in range(n_trials):
         trial = study.ask()
-        values = decode(suggest(trial, space), space)
+        values = decode(suggest(trial, space, tunable(params.train)), space)
 
         def on_epoch(epoch: int, auc: float, trial=trial) -> bool:
             if pruner is None:

@@ -11,7 +11,7 @@ configs, their short forms and chain order are params schemas: tasks/core/compre
     fp16.py       float16 (onnxconverter-common, keep_io_types)
     pruning.py    unstructured magnitude pruning; structured neuron removal
     lowrank.py    truncated-SVD factorization of Linear layers
-    distil.py     knowledge distillation into a smaller MLP
+    distil.py     knowledge distillation into a smaller model of the same plug-in
     finetune.py   training on soft targets (recovery fine-tune, distillation)
     search.py     measure, pareto_front, choose, gate, run_search
     served.py     the served artifact's stable name and how a model version names it

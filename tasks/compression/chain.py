@@ -109,6 +109,18 @@ def _onnx_step(src: Path, dst: Path, cfg: TechniqueBase, data: CompressionData) 
     return quantize_static_int8(src, dst, cfg, data.X, data.y)  # type: ignore[arg-type]
 
 
+def check_applies(model, configs: Sequence[TechniqueBase]) -> None:
+    """Every technique of the chain is one the model's plug-in lists in COMPRESSION."""
+    from tasks.models import plugin_of
+
+    plugin = plugin_of(model)
+    foreign = [c.kind for c in configs if c.kind not in plugin.COMPRESSION]  # type: ignore[attr-defined]
+    if foreign:
+        raise CompressionError(
+            f"{foreign} do not apply to model plug-in {plugin.NAME} (it lists {list(plugin.COMPRESSION)})"
+        )
+
+
 def apply_chain(
     model,
     chain: Sequence[TechniqueBase | str | dict],
@@ -121,6 +133,7 @@ def apply_chain(
 
     `parent` is the uncompressed fp32 export (export_baseline); made here if not given."""
     configs = parse_chain(list(chain))  # checks the order before any work is done
+    check_applies(model, configs)
     workdir = Path(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     if parent is None:

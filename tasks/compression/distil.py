@@ -1,6 +1,7 @@
-"""Knowledge distillation: a smaller SpamMLP trained on the teacher's scores over unlabeled rows.
+"""Knowledge distillation: a smaller model of the same plug-in (its `narrower`) trained on the
+teacher's scores over unlabeled rows.
 
-The student copies the teacher's input scaling (its `mean`/`std` buffers), so it takes the
+The student takes the teacher's input handling (the MLP's scaling buffers), so it takes the
 same raw features, and learns sigmoid(teacher logit / T) with a soft binary cross-entropy.
 """
 
@@ -19,14 +20,12 @@ from tasks.core.errors import CompressionError
 def distil(teacher, cfg: DistilConfig, X: np.ndarray) -> tuple[Any, dict[str, Any]]:
     import torch
 
-    from tasks.training.model import SpamMLP
+    from tasks.models import plugin_of
 
     if len(X) < 2:
         raise CompressionError(f"distil needs rows to learn the teacher's scores on; got {len(X)}")
     torch.manual_seed(cfg.seed)
-    student = SpamMLP(teacher.mean.numel(), list(cfg.hidden))
-    student.mean.copy_(teacher.mean)
-    student.std.copy_(teacher.std)
+    student = plugin_of(teacher).narrower(teacher, list(cfg.hidden))
     target = teacher_logits(teacher, X)
     losses = fit_soft_targets(
         student,

@@ -20,7 +20,6 @@ import numpy as np
 from tasks.core.errors import CompressionError
 from tasks.core.files import atomic_write_with
 
-INPUT, OUTPUT = "features", "p_spam"
 METADATA_KEY = "sluice.compression"
 Optimization = Literal["none", "basic", "extended"]
 
@@ -28,21 +27,22 @@ Optimization = Literal["none", "basic", "extended"]
 def export_onnx(
     model, path: Path, optimization: Optimization = "basic", metadata: dict[str, Any] | None = None
 ) -> Path:
-    """Export raw features -> P(spam) of `model` (a SpamMLP) to `path`; batch axis dynamic."""
+    """Export `model` through its plug-in's export wrapper (raw inputs -> probabilities) to `path`,
+    with the plug-in's input and output names; batch axis dynamic."""
     import torch
 
-    from tasks.training.model import SpamProbability
+    from tasks.models import plugin_of
 
+    plugin = plugin_of(model)
     path = Path(path)
     raw = path.with_name(f".{path.name}.raw")
-    wrapped = SpamProbability(model).eval()
-    example = torch.zeros(4, model.mean.numel())
+    wrapped = plugin.export_wrapper(model).eval()
     torch.onnx.export(
         wrapped,
-        (example,),
+        (plugin.example_input(model, 4),),
         str(raw),
-        input_names=[INPUT],
-        output_names=[OUTPUT],
+        input_names=[plugin.INPUT],
+        output_names=[plugin.OUTPUT],
         dynamo=True,
         external_data=False,
         dynamic_shapes=({0: torch.export.Dim("batch")},),

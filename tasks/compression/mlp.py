@@ -1,7 +1,8 @@
 """What the torch-side techniques need to know about the model: its Linear layers in order.
 
-The model is tasks/training/model.py's SpamMLP: buffers `mean`/`std` and `net`, a
-Sequential of Linear/ReLU pairs ending in Linear(width, 1).
+Structured pruning, low rank and distillation work on a `net` Sequential of Linear/ReLU pairs
+ending in Linear(width, 1), as the MLP plug-in (tasks/models/mlp.py) builds; a model plug-in lists
+them in its COMPRESSION only when its modules have that shape (checked here, naming what differs).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ def plain_linears(model) -> list:
 
     net = getattr(model, "net", None)
     if not isinstance(net, nn.Sequential):
-        raise CompressionError(f"{type(model).__name__} has no `net` Sequential: not a SpamMLP")
+        raise CompressionError(f"{type(model).__name__} has no `net` Sequential of Linear/ReLU layers")
     layers = list(net)
     kinds = [type(m).__name__ for m in layers]
     expected = ["Linear", "ReLU"] * (len(layers) // 2) + ["Linear"]

@@ -87,7 +87,7 @@ def compress_model(
     from tasks.compression.plot import pareto_svg
     from tasks.compression.search import run_search
     from tasks.evaluation.quality import classification_metrics
-    from tasks.training.model import load_model
+    from tasks.models import load_model
 
     t0 = time.monotonic()
     workdir = out_dir / "candidates"

@@ -57,10 +57,11 @@ def prune_unstructured(model, cfg: PruneConfig, X: np.ndarray) -> tuple[Any, dic
 
 
 def prune_structured(model, cfg: PruneStructuredConfig, X: np.ndarray) -> tuple[Any, dict[str, Any]]:
-    """A new, narrower SpamMLP keeping the strongest neurons of each hidden layer, fine-tuned."""
+    """A new, narrower model of the same plug-in (its `narrower`) keeping the strongest neurons of
+    each hidden layer, fine-tuned."""
     import torch
 
-    from tasks.training.model import SpamMLP
+    from tasks.models import plugin_of
 
     linears = plain_linears(model)
     target = teacher_logits(model, X)
@@ -70,9 +71,7 @@ def prune_structured(model, cfg: PruneStructuredConfig, X: np.ndarray) -> tuple[
         k = max(1, width - int(round(cfg.ratio * width)))
         norms = lin.weight.detach().norm(dim=1)
         keep_idx.append(torch.sort(torch.topk(norms, k).indices).values)  # sorted: stable neuron order
-    student = SpamMLP(linears[0].in_features, [len(i) for i in keep_idx])
-    student.mean.copy_(model.mean)
-    student.std.copy_(model.std)
+    student = plugin_of(model).narrower(model, [len(i) for i in keep_idx])
     new = plain_linears(student)
     with torch.no_grad():
         prev = None

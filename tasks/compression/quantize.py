@@ -15,7 +15,6 @@ from pathlib import Path
 
 import numpy as np
 
-from tasks.compression.export import INPUT
 from tasks.core.compression_config import Int8DynamicConfig, Int8StaticConfig
 from tasks.core.errors import CompressionError
 from tasks.core.files import atomic_write_with
@@ -85,7 +84,7 @@ def calibration_sample(X: np.ndarray, y: np.ndarray | None, rows: int, seed: int
 class ArrayDataReader:
     """onnxruntime CalibrationDataReader over a numpy array, in batches."""
 
-    def __init__(self, X: np.ndarray, batch: int = 64, input_name: str = INPUT):
+    def __init__(self, X: np.ndarray, input_name: str, batch: int = 64):
         self._batches = [
             {input_name: np.ascontiguousarray(X[i : i + batch], dtype=np.float32)} for i in range(0, len(X), batch)
         ]
@@ -111,9 +110,12 @@ def quantize_static_int8(src: Path, dst: Path, cfg: Int8StaticConfig, X: np.ndar
     )
 
     sample = calibration_sample(X, y, cfg.calibration_rows, cfg.seed)
-    reader = type("Reader", (ArrayDataReader, CalibrationDataReader), {})(sample)
+    import onnx
+
     dst = Path(dst)
     pre = _pre_process(src, dst.with_name(f".{dst.stem}.pre.onnx"))
+    input_name = onnx.load(str(src), load_external_data=False).graph.input[0].name  # the plug-in's INPUT
+    reader = type("Reader", (ArrayDataReader, CalibrationDataReader), {})(sample, input_name)
     method = {
         "minmax": CalibrationMethod.MinMax,
         "percentile": CalibrationMethod.Percentile,

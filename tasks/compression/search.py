@@ -179,8 +179,11 @@ def torch_onnx_parity(candidate: Candidate, X: np.ndarray) -> float:
     """max |P_torch - P_onnx| of the candidate's torch-side model against its fp32 export."""
     import torch
 
+    from tasks.models import plugin_of
+
+    model = candidate.torch_model
     with torch.no_grad():
-        p_torch = torch.sigmoid(candidate.torch_model(torch.from_numpy(np.asarray(X, np.float32)))).numpy()
+        p_torch = plugin_of(model).probabilities(model, torch.from_numpy(np.asarray(X, np.float32))).numpy()
     p_onnx = predict(open_session(candidate.fp32_path), X)
     return float(np.max(np.abs(p_onnx - p_torch))) if len(X) else 0.0
 

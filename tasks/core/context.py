@@ -61,7 +61,9 @@ def load_records(run_dir: Path) -> dict[str, Record]:
 
 
 def parse_overrides(pairs: list[str]) -> dict[str, dict[str, Any]]:
-    """["train.epochs=5", "train.lr=1e-3"] -> {"train": {"epochs": 5, "lr": 0.001}} (values as YAML)."""
+    """["train.epochs=5", "train.lr=1e-3"] -> {"train": {"epochs": 5, "lr": 0.001}} (values as YAML); a
+    deeper key stays dotted ("train.model.params.hidden=[8]" -> {"train": {"model.params.hidden": [8]}}),
+    and `load_params` sets just that nested value."""
     from tasks.core.params import _Loader
 
     out: dict[str, dict[str, Any]] = {}

@@ -30,6 +30,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from tasks.core.compression_config import CompressionSearchConfig
@@ -75,16 +76,17 @@ class DatasetParams(Section):
         return v
 
 
-def validate_plugin_params(module: str, values: dict[str, Any]) -> BaseModel | None:
-    """`values` validated by the `Params` model the dataset plug-in `module` declares (None when it
-    declares none and `values` is empty). Raises ValueError naming each bad key as
-    dataset.params.<key>. The module is imported by name: core does not depend on tasks/datasets."""
+def validate_plugin_params(module: str, values: dict[str, Any], at: str = "dataset.params") -> BaseModel | None:
+    """`values` validated by the `Params` model the plug-in `module` declares (None when it declares
+    none and `values` is empty). Raises ValueError naming each bad key as <at>.<key> (`at`: where the
+    values live in params.yaml, dataset.params or train.model.params). The module is imported by name:
+    core depends on neither tasks/datasets nor tasks/models."""
     import importlib
 
     try:
         mod = importlib.import_module(module)
     except ImportError as exc:
-        raise ValueError(f"cannot import the dataset plug-in {module} to validate its params: {exc}") from None
+        raise ValueError(f"cannot import the plug-in {module} to validate its params: {exc}") from None
     model = getattr(mod, "Params", None)
     if model is None:
         if values:
@@ -97,7 +99,7 @@ def validate_plugin_params(module: str, values: dict[str, Any]) -> BaseModel | N
     except ValidationError as exc:
         raise ValueError(
             "; ".join(
-                f"dataset.params.{'.'.join(map(str, e['loc']))}: "
+                f"{at}.{'.'.join(map(str, e['loc']))}: "
                 + ("missing key" if e["type"] == "missing" else f"{e['msg']} (got {e['input']!r})")
                 for e in exc.errors()
             )
@@ -152,6 +154,24 @@ class WeakLabelParams(Section):
     """The label model's class balance from the gold dev labels (false: Snorkel's uniform prior)."""
 
 
+class ModelParams(Section):
+    module: ModulePath
+    """The model plug-in (tasks/models/__init__.py; tasks.models.mlp is the default)."""
+    params: dict[str, Any]
+    """The plug-in's own parameters, validated by the `Params` model its module declares (for the
+    MLP: `hidden`, the hidden layers' widths)."""
+
+    @field_validator("params")
+    @classmethod
+    def _plugin_params(cls, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        module = info.data.get("module")
+        if module is not None:  # a bad train.model.module is reported by itself
+            validated = validate_plugin_params(module, v, at="train.model.params")
+            if validated is not None:
+                return validated.model_dump(mode="json")
+        return v
+
+
 class TrainParams(Section):
     epochs: StrictInt = Field(ge=1, le=1000)
     nproc: StrictInt = Field(ge=1, le=256)
@@ -162,7 +182,8 @@ class TrainParams(Section):
     """Gradient accumulation chunk on each rank (0: the rank's whole slice)."""
     lr: Fraction
     weight_decay: float = Field(ge=0)
-    hidden: Widths
+    model: ModelParams
+    """The model trained: its plug-in and the plug-in's own parameters."""
     checkpoint_every: StrictInt = Field(ge=1)
     """Steps between checkpoints (also written on SIGTERM)."""
     balance_every: StrictInt = Field(ge=0)
@@ -180,6 +201,25 @@ class TrainParams(Section):
     params_overlay: Annotated[str, Field(pattern=r"^(none|latest|tuned-v[1-9][0-9]{0,8})$")]
     """A tuned overlay from the registry (tasks/registry/tuning.py) over these values: none, latest
     (the newest, resolved when the train step starts) or tuned-vN; the model's lineage names it."""
+
+    def replace(self, **changes: Any) -> "TrainParams":
+        """A copy with `changes`; a name that is the model plug-in's parameter (a tuning value such as the
+        MLP's `hidden`) changes `model.params`."""
+        own = {k: v for k, v in changes.items() if k in type(self).model_fields}
+        theirs = {k: v for k, v in changes.items() if k not in own}
+        if theirs:
+            model = own.get("model", self.model)
+            model = model if isinstance(model, dict) else model.model_dump(mode="json")
+            own["model"] = {**model, "params": {**model["params"], **theirs}}
+        return super().replace(**own)
+
+    def value(self, name: str) -> Any:
+        """A train field's value, or the model plug-in's parameter `name` (tuning's names)."""
+        if name in type(self).model_fields:
+            return self.model_dump(mode="json")[name]
+        if name in self.model.params:
+            return self.model.params[name]
+        raise KeyError(f"{name!r} is neither a train field nor a parameter of {self.model.module}")
 
     @field_validator("batch_size")
     @classmethod
@@ -389,6 +429,20 @@ class Params(Section):
     monitoring: MonitoringParams
     tuning: TuningParams
 
+    @model_validator(mode="after")
+    def _space_fits_train(self) -> "Params":
+        """The bounds of the tuning space's names that the train section and its model plug-in know. A
+        name neither knows (a parameter of another model plug-in, a typo) is refused by the study's
+        first task (tune_plan), not here: training another plug-in must not need another space."""
+        from tasks.core.tuning_config import check_space, tunable
+
+        known = tunable(self.train)
+        try:
+            check_space({k: v for k, v in self.tuning.space.items() if k in known}, self.train)
+        except ValueError as exc:
+            raise ValueError(f"tuning.space.{exc}") from None
+        return self
+
     def to_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json")
 
@@ -437,6 +491,8 @@ def _explain(source: str, exc: ValidationError) -> str:
             lines.append(f"{source}: {key}: {what}" + (f"; known: {known}" if known else ""))
         elif e["type"] == "missing":  # no default in code: the file is the one home of every value
             lines.append(f"{source}: missing {'section' if len(e['loc']) == 1 else 'key'} {key}")
+        elif e["type"] == "value_error" and not e["loc"]:  # a check across sections, naming its own key
+            lines.append(f"{source}: {e['msg'].removeprefix('Value error, ')}")
         elif e["type"] == "value_error" and e["msg"].removeprefix("Value error, ").startswith(f"{key}."):
             # a nested model's own errors (dataset.params), each already named by its dotted key
             lines.extend(f"{source}: {m}" for m in e["msg"].removeprefix("Value error, ").split("; "))
@@ -491,8 +547,22 @@ def load_params(
         for section, values in (overrides or {}).items():
             if section not in Params.model_fields:
                 raise ParamsError(f"override: unknown section {section!r}; known: {sorted(Params.model_fields)}")
-            raw[section] = {**(raw.get(section) or {}), **{k: v for k, v in values.items() if v is not None}}
+            raw[section] = _overlaid(raw.get(section) or {}, {k: v for k, v in values.items() if v is not None})
     return parse_params(raw, shown)
+
+
+def _overlaid(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    """`base` with each change applied; a dotted key (`model.params.hidden`) replaces that one nested
+    value and keeps its siblings."""
+    out = dict(base)
+    for key, value in changes.items():
+        head, dot, rest = key.partition(".")
+        if dot:
+            inner = out.get(head)
+            out[head] = _overlaid(inner if isinstance(inner, dict) else {}, {rest: value})
+        else:
+            out[key] = value
+    return out
 
 
 def repo_params(overrides: dict[str, dict[str, Any]] | None = None) -> Params:

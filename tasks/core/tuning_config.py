@@ -21,9 +21,19 @@ from pydantic import (
     model_validator,
 )
 
-# The train fields a study may set, and whether a range over them is of integers.
-TUNABLE: dict[str, bool] = {"lr": False, "weight_decay": False, "hidden": True, "batch_size": True, "epochs": True}
-CHOICES_ONLY = ("hidden",)  # a list of widths: choices, never a range
+# The train fields a study may set, and how: a float range, an integer range, or choices only. The
+# model plug-in adds its own (its TUNABLE, over train.model.params: the MLP's `hidden` widths).
+TRAIN_TUNABLE: dict[str, str] = {"lr": "float", "weight_decay": "float", "batch_size": "int", "epochs": "int"}
+KINDS = ("float", "int", "choices")
+
+
+def tunable(train: Any) -> dict[str, str]:
+    """Every name a study may draw for `train` (TrainParams): its fields, then its model plug-in's
+    (imported by name: core does not depend on tasks/models)."""
+    import importlib
+
+    plugin = importlib.import_module(train.model.module)
+    return {**TRAIN_TUNABLE, **plugin.TUNABLE}
 
 
 class RangeSpec(BaseModel):
@@ -71,14 +81,15 @@ Spec = Annotated[Annotated[RangeSpec, Tag("range")] | Annotated[ChoiceSpec, Tag(
 def check_space(space: dict[str, Spec], train: Any) -> None:
     """Each name tunable, each range's kind right, and both ends of each range (every choice)
     a value `train` (TrainParams) accepts; raises ValueError naming the parameter."""
+    kinds = tunable(train)
     for name, spec in space.items():
-        if name not in TUNABLE:
-            raise ValueError(f"unknown parameter {name!r}; tunable: {sorted(TUNABLE)}")
+        if name not in kinds:
+            raise ValueError(f"unknown parameter {name!r}; tunable: {sorted(kinds)}")
         if isinstance(spec, RangeSpec):
-            if name in CHOICES_ONLY:
+            if kinds[name] == "choices":
                 raise ValueError(f"{name}: give `choices` (lists of widths), not a range")
             values = [spec.low, spec.high]
-            if TUNABLE[name]:
+            if kinds[name] == "int":
                 if spec.low != int(spec.low) or spec.high != int(spec.high):
                     raise ValueError(f"{name}: an integer range, got {spec.low}..{spec.high}")
                 values = [int(spec.low), int(spec.high)]
@@ -98,8 +109,8 @@ class TuningParams(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
     space: dict[str, Spec] = Field(min_length=1)
-    """name -> {low, high, log} or {choices}; names are train fields (see TUNABLE); the rest of
-    `train` is kept."""
+    """name -> {low, high, log} or {choices}; names are train fields or the model plug-in's tunables
+    (`tunable`; checked with the train section when params.yaml is read); the rest of `train` is kept."""
     n_trials: StrictInt = Field(ge=1, le=10_000)
     max_parallelism: StrictInt = Field(ge=1, le=64)
     """The trial task's max_active_tis_per_dag (read when the DAG file is parsed)."""
@@ -127,14 +138,6 @@ class TuningParams(BaseModel):
     trial_timeout_s: StrictInt = Field(ge=10)
     objective: Literal["dev_roc_auc"]
     """Gold dev ROC AUC (never the gold test set)."""
-
-    @field_validator("space")
-    @classmethod
-    def _known_names(cls, v: dict[str, Spec]) -> dict[str, Spec]:
-        for name in v:
-            if name not in TUNABLE:
-                raise ValueError(f"unknown parameter {name!r}; tunable: {sorted(TUNABLE)}")
-        return v
 
     @field_validator("parallelism")
     @classmethod

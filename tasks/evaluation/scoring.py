@@ -16,13 +16,9 @@ def load_gold_test(gold_dir: Path) -> pd.DataFrame:
 
 
 def predict_torch(model_path: Path, df: pd.DataFrame) -> np.ndarray:
-    import torch
+    from tasks.models import load_model, predict_proba
 
-    from tasks.training.model import load_model
-
-    model = load_model(str(model_path))
-    with torch.no_grad():
-        return torch.sigmoid(model(torch.from_numpy(load_dataset().featurize(df)))).numpy().astype(np.float64)
+    return predict_proba(load_model(model_path), load_dataset().featurize(df))
 
 
 def predict_onnx(onnx_path: Path, df: pd.DataFrame) -> np.ndarray:

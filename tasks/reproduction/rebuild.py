@@ -22,8 +22,8 @@ def main(spec_path: str) -> int:
     from tasks.compression.chain import CompressionData, apply_chain, export_baseline
     from tasks.core.settings import Settings
     from tasks.datasets import load_dataset
+    from tasks.models import load_model
     from tasks.registry import Registry
-    from tasks.training.model import load_model
 
     spec = json.loads(Path(spec_path).read_text())
     out = Path(spec["out"])

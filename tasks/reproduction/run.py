@@ -198,12 +198,9 @@ def predict_file(path: Path, X: np.ndarray) -> np.ndarray:
 
 
 def predict_pt(path: Path, X: np.ndarray) -> np.ndarray:
-    import torch
+    from tasks.models import load_model, predict_proba
 
-    from tasks.training.model import load_model
-
-    with torch.no_grad():
-        return torch.sigmoid(load_model(str(path))(torch.from_numpy(X))).double().numpy().reshape(-1)
+    return predict_proba(load_model(path), X)
 
 
 def compare_outputs(

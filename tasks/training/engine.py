@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
-import io
 import json
 import os
 import re
@@ -40,12 +39,12 @@ from tasks.core.log import Progress, log
 from tasks.core.params import TrainParams
 from tasks.core.settings import Settings
 from tasks.core.versions import is_model_version
+from tasks.models import LEGACY_PLUGIN, model_blob, read_blob, save_model
 from tasks.training.batching import equal_splits, rank_slice, rebalance
 from tasks.training.checkpoint import AsyncCheckpointer, latest_valid_checkpoint, load_checkpoint_bytes
 from tasks.training.data import StreamingVersion
 from tasks.training.hierarchical import HierarchicalState, hierarchical_allreduce_hook
 from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
-from tasks.training.model import save_model
 from tasks.training.outputs import CHECKPOINTS, OUTPUTS, OutputStore
 from tasks.training.peers import describe_loss, gather_hosts, is_collective_failure
 from tasks.training.spread import SpreadState, measured_hook
@@ -156,9 +155,8 @@ def read_init_model(init_from: str, registry_url: str | None, settings: Settings
         from tasks.registry import Registry
 
         settings = settings if settings is not None else Settings.from_env()
-        data = Registry(settings).read_model_artifact(init_from, "model.pt", repo_url=registry_url)
-        return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    return torch.load(init_from, map_location="cpu", weights_only=True)
+        return read_blob(Registry(settings).read_model_artifact(init_from, "model.pt", repo_url=registry_url))
+    return read_blob(init_from)
 
 
 def warm_start(
@@ -167,9 +165,10 @@ def warm_start(
     """Load a previous model's weights (and its input scaling) when the architecture matches."""
     if not init_from:
         return None
-    blob = read_init_model(init_from, registry_url, settings)
-    if blob["arch"] != model.arch:
-        log(f"not warm-starting: {init_from} has architecture {blob['arch']}, this run {model.arch}")
+    blob, mine = read_init_model(init_from, registry_url, settings), model_blob(model)
+    theirs = (blob.get("plugin", LEGACY_PLUGIN), blob["arch"])
+    if theirs != (mine["plugin"], mine["arch"]):
+        log(f"not warm-starting: {init_from} is {theirs[0]} {theirs[1]}, this run {mine['plugin']} {mine['arch']}")
         return None
     model.load_state_dict(blob["state_dict"])
     return init_from
@@ -403,7 +402,7 @@ def run_training(
         state,
         wrap_for_ddp(model, p, device, ranks),
         autocast_for(p, device),
-        make_loss(data.stats.spam_share).to(device),
+        make_loss(data.stats, p, device),
         make_checkpointer(store) if ranks.master else None,
         TrainingMetrics(store.local / "metrics.jsonl", enabled=ranks.master),
         stop,
@@ -581,12 +580,10 @@ def main(
     else read from the environment here, once for the whole run)."""
     args = parse_args(argv)
     settings = settings if settings is not None else Settings.from_env()
-    raw = json.loads(args.params)
-    raw["hidden"] = tuple(raw["hidden"])
     run_training(
         args.data_version,
         args.out,
-        TrainParams.model_validate(raw),
+        TrainParams.model_validate(json.loads(args.params)),
         args.registry_url or settings.registry_url or None,
         args.init_from or None,
         args.workdir,

@@ -13,45 +13,25 @@ import time
 import torch
 
 from tasks.core.params import TrainParams
+from tasks.models import build_model, load_model_plugin
 from tasks.training.data import FeatureStats
-from tasks.training.model import SpamMLP
 
 
-def make_model(stats: FeatureStats, p: TrainParams) -> SpamMLP:
+def make_model(stats: FeatureStats, p: TrainParams) -> torch.nn.Module:
+    """The model plug-in's module (train.model), seeded: every rank builds the same start."""
     torch.manual_seed(p.seed)
-    model = SpamMLP(len(stats.mean), p.hidden)
-    model.set_scaling(stats.mean, stats.std)
-    return model
+    return build_model(p.model.module, stats, p.model.params)
 
 
 def make_optimizer(model: torch.nn.Module, p: TrainParams) -> torch.optim.Optimizer:
     return torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
 
 
-class NoiseAwareBCE(torch.nn.Module):
-    """Summed BCE with logits on soft targets, each row weighted.
-
-    Targets are `[n]` (soft labels, weight 1 each) or `[n, 2]` (soft label, row weight): a gold
-    row is a hard 0/1 target of weight 1; a weak row's target is the label model's P(spam) and its
-    weight how much the weak labels are trusted (`weak_label.weak_weight`). The sum is returned
-    (callers scale it, so any split of a batch gives the same gradient)."""
-
-    def __init__(self, pos_weight: float):
-        super().__init__()
-        self.register_buffer("pos_weight", torch.tensor(pos_weight))
-
-    def forward(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        target, weight = (y[:, 0], y[:, 1]) if y.dim() == 2 else (y, None)
-        return torch.nn.functional.binary_cross_entropy_with_logits(
-            logits, target, weight=weight, reduction="sum", pos_weight=self.pos_weight
-        )
-
-
-def make_loss(spam_share: float) -> torch.nn.Module:
-    """The noise-aware loss (`NoiseAwareBCE`); labels are ~10% spam, so the spam side is weighted
-    by the (row-weighted) imbalance to keep the 0.5 threshold meaningful."""
-    spam_share = min(max(spam_share, 0.01), 0.99)
-    return NoiseAwareBCE((1 - spam_share) / spam_share)
+def make_loss(stats: FeatureStats, p: TrainParams, device: torch.device | None = None):
+    """The model plug-in's noise-aware loss on soft targets with row weights, for labels whose
+    (row-weighted) positive share is the stats'; a loss that is a module is moved to `device`."""
+    loss = load_model_plugin(p.model.module).loss(stats.spam_share)
+    return loss.to(device) if device is not None and isinstance(loss, torch.nn.Module) else loss
 
 
 def accumulate_gradients(
@@ -85,13 +65,13 @@ def accumulate_gradients(
     return total, ready
 
 
-def fit_in_memory(x: torch.Tensor, y: torch.Tensor, p: TrainParams) -> tuple[SpamMLP, list[float]]:
+def fit_in_memory(x: torch.Tensor, y: torch.Tensor, p: TrainParams) -> tuple[torch.nn.Module, list[float]]:
     """Train in this process on tensors (no registry, no checkpoints): plain mini-batch steps over a
     seeded permutation each epoch (indexing, not a DataLoader: a benchmark fits hundreds of these).
     `y` is `[n]` soft targets or `[n, 2]` (target, row weight), as the engine's stream gives."""
     stats = FeatureStats.of([(x, y)])
     model = make_model(stats, p)
-    opt, loss_fn = make_optimizer(model, p), make_loss(stats.spam_share)
+    opt, loss_fn = make_optimizer(model, p), make_loss(stats, p)
     generator, n = torch.Generator().manual_seed(p.seed), len(x)
     losses = []
     for _ in range(p.epochs):

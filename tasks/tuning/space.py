@@ -5,11 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks.core.tuning_config import TUNABLE, ChoiceSpec, RangeSpec, Spec
+from tasks.core.tuning_config import ChoiceSpec, RangeSpec, Spec
 
 
-def suggest(trial: Any, space: dict[str, Spec]) -> dict[str, Any]:
-    """Draw one configuration from an Optuna trial (sorted names: the same draws in the same order)."""
+def suggest(trial: Any, space: dict[str, Spec], kinds: dict[str, str]) -> dict[str, Any]:
+    """Draw one configuration from an Optuna trial (sorted names: the same draws in the same order);
+    `kinds`: each name's kind (tasks.core.tuning_config.tunable)."""
     out: dict[str, Any] = {}
     for name in sorted(space):
         spec = space[name]
@@ -17,7 +18,7 @@ def suggest(trial: Any, space: dict[str, Spec]) -> dict[str, Any]:
             labels = [_label(c) for c in spec.choices]
             picked = trial.suggest_categorical(name, labels)
             out[name] = spec.choices[labels.index(picked)]
-        elif TUNABLE[name]:
+        elif kinds[name] == "int":
             out[name] = trial.suggest_int(name, int(spec.low), int(spec.high), log=spec.log)
         else:
             out[name] = trial.suggest_float(name, spec.low, spec.high, log=spec.log)

@@ -20,6 +20,7 @@ from typing import Any, Iterator
 from tasks.core.files import read_json
 from tasks.core.log import log
 from tasks.core.params import CostParams, Params, TrainParams
+from tasks.core.tuning_config import tunable
 from tasks.tuning.space import suggest
 
 WORKER_MODULE = "tasks.tuning.worker"
@@ -120,13 +121,13 @@ def run_trial(
     trial = study.ask()
     # Seeded per trial number: a trial's draws do not depend on which process asked before it.
     study.sampler = make_sampler(p.tuning, seed + trial.number)
-    values = suggest(trial, p.tuning.space)
+    values = suggest(trial, p.tuning.space, tunable(p.train))
     resources = resources_for(settings, p)
     # A pod trains on all its GPUs (one process each); the local backend runs tuning.nproc processes.
     tp = trial_train_params(p.train, values, int(resources.gpus) or p.tuning.nproc)
     per_hour = trial_cost(3600, resources, p.cost)
     out = out_root / f"trial-{trial.number}"
-    trial.set_user_attr("train", {k: tp.model_dump(mode="json")[k] for k in sorted(values)})
+    trial.set_user_attr("train", {k: tp.value(k) for k in sorted(values)})
     log(f"trial {trial.number}: {values}")
     beat = heartbeat(study, trial._trial_id)
     t0 = time.time()

@@ -49,7 +49,7 @@ def params(allreduce="flat"):
 
 
 def weights(job: Job, dest) -> dict[str, torch.Tensor]:
-    from tasks.training.model import load_model
+    from tasks.models import load_model
 
     return dict(load_model(str(job.outputs(dest, "model.pt") / "model.pt")).state_dict())
 

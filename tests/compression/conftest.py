@@ -1,4 +1,4 @@
-"""A tiny trained SpamMLP on a synthetic, learnable task, shared by the compression tests."""
+"""A tiny trained MLP on a synthetic, learnable task, shared by the compression tests."""
 
 from __future__ import annotations
 
@@ -31,15 +31,15 @@ def held_out():
 
 @pytest.fixture(scope="session")
 def trained(rows):
-    """SpamMLP(20, [32, 16]) trained 30 epochs on 600 rows (a second or so)."""
+    """MLP(20, [32, 16]) trained 30 epochs on 600 rows (a second or so)."""
     import torch
     import torch.nn.functional as F
 
-    from tasks.training.model import SpamMLP
+    from tasks.models.mlp_net import MLP
 
     X, y = rows
     torch.manual_seed(0)
-    model = SpamMLP(N_FEATURES, [32, 16])
+    model = MLP(N_FEATURES, [32, 16])
     model.set_scaling(torch.from_numpy(X.mean(0)), torch.from_numpy(X.std(0)))
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     x, t = torch.from_numpy(X), torch.from_numpy(y).float()

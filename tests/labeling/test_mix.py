@@ -7,7 +7,8 @@ import torch
 
 from tasks.core.params import load_params
 from tasks.labeling.mix import gold_budget_mask, hold_out, label_counts, replayed_gold, training_labels
-from tasks.training.loop import fit_in_memory, make_loss
+from tasks.models import mlp
+from tasks.training.loop import fit_in_memory
 
 NAN = np.nan
 
@@ -77,7 +78,7 @@ def test_gold_is_replayed_from_the_source_never_for_the_test_set(emails, params)
 
 def test_noise_aware_loss_weights_rows_and_equals_plain_bce_at_weight_one():
     logits, target = torch.tensor([2.0, -1.0, 0.5]), torch.tensor([1.0, 0.2, 0.0])
-    loss = make_loss(0.25)
+    loss = mlp.loss(0.25)
     plain = torch.nn.BCEWithLogitsLoss(reduction="sum", pos_weight=torch.tensor(3.0))(logits, target)
     assert torch.equal(loss(logits, target), plain)
     assert torch.equal(loss(logits, torch.stack([target, torch.ones(3)], 1)), plain)

@@ -13,8 +13,9 @@ from tasks.core.context import StepContext
 from tasks.core.params import ParamsError, load_params
 from tasks.datasets.demo_feed import DemoFeed
 from tasks.datasets.emails import FEATURE_NAMES, featurize
+from tasks.models import save_model
+from tasks.models.mlp_net import MLP
 from tasks.registry import Registry
-from tasks.training.model import SpamMLP, save_model
 from tests.conftest import write_params
 from tests.steps.records import train_record
 
@@ -28,12 +29,12 @@ FAST = {
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, emails):
-    """A demo-size SpamMLP trained on the first 2,500 source rows (gold labels as weak labels)."""
+    """A demo-size MLP trained on the first 2,500 source rows (gold labels as weak labels)."""
     path = tmp_path_factory.mktemp("model") / "model.pt"
     train = emails.iloc[:2500]
     x, y = torch.from_numpy(featurize(train)), torch.tensor(train["spam"].to_numpy(), dtype=torch.float32)
     torch.manual_seed(0)
-    model = SpamMLP(len(FEATURE_NAMES), (32, 16))
+    model = MLP(len(FEATURE_NAMES), (32, 16))
     model.set_scaling(x.mean(0), x.std(0))
     opt = torch.optim.Adam(model.parameters(), lr=0.01)
     for _ in range(150):

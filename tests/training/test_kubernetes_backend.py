@@ -200,10 +200,16 @@ def test_plan_train_sends_the_pods_every_train_value_the_step_was_given(settings
     ctx = StepContext.create(
         RUN,
         Settings.from_env(),
-        overrides={"train": {"epochs": 3, "lr": 0.0123, "hidden": [8], "seed": 99, "warm_start": False}},
+        overrides={"train": {"epochs": 3, "lr": 0.0123, "model.params.hidden": [8], "seed": 99, "warm_start": False}},
     )
     snap = SnapshotRecord.model_construct(data_version="data-v1")
     rec = plan_train(ctx, snapshot=snap)
     sent = json.loads(rec.params)
-    assert (sent["epochs"], sent["lr"], sent["hidden"], sent["seed"], sent["warm_start"]) == (3, 0.0123, [8], 99, False)
+    assert (sent["epochs"], sent["lr"], sent["model"]["params"]["hidden"], sent["seed"], sent["warm_start"]) == (
+        3,
+        0.0123,
+        [8],
+        99,
+        False,
+    )
     assert rec.init_from == ""  # warm_start false in the step's params: no prod model to start from

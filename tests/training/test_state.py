@@ -29,7 +29,7 @@ def test_to_dict_then_load_dict_continues_bit_identical():
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(64, 5, generator=g), (torch.rand(64, generator=g) < 0.3).float()
     stats = FeatureStats.of([(x, y)])
-    loss_fn = make_loss(stats.spam_share)
+    loss_fn = make_loss(stats, p)
     a = new_state(p, stats)
     for _ in range(4):
         step(a, x, y, loss_fn)

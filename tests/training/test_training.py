@@ -27,7 +27,7 @@ def test_save_then_load_latest_and_skip_corrupt(tmp_path):
 
 
 def weights(path):
-    from tasks.training.model import load_model
+    from tasks.models import load_model
 
     return {k: v.clone() for k, v in load_model(str(path)).state_dict().items()}
 
@@ -213,7 +213,8 @@ def test_training_processes_listen_on_loopback_only(settings, data_version, tmp_
 
 @pytest.mark.slow
 def test_warm_start_picks_up_a_previous_model(settings, data_version, tmp_path):
-    from tasks.training.model import SpamMLP, load_model, save_model
+    from tasks.models import load_model, save_model
+    from tasks.models.mlp_net import MLP
 
     p = params(epochs=10, checkpoint_every=100)
     run_torchrun(data_version, tmp_path / "prod", p)
@@ -229,7 +230,7 @@ def test_warm_start_picks_up_a_previous_model(settings, data_version, tmp_path):
     )
     # Another architecture: trained from scratch, said so.
     other = tmp_path / "other.pt"
-    save_model(SpamMLP(load_model(str(tmp_path / "prod" / "model.pt")).arch["n_features"], (8,)), str(other))
+    save_model(MLP(load_model(str(tmp_path / "prod" / "model.pt")).arch["n_features"], (8,)), str(other))
     run_torchrun(data_version, tmp_path / "cold", warm_p, init_from=str(other))
     assert read_json(tmp_path / "cold" / "train_metrics.json")["warm_started_from"] is None
 

@@ -4,7 +4,7 @@ import pytest
 
 from tasks.core.context import StepContext
 from tasks.core.params import ParamsError, parse_params
-from tasks.core.tuning_config import ChoiceSpec, RangeSpec, check_space
+from tasks.core.tuning_config import ChoiceSpec, RangeSpec, check_space, tunable
 from tasks.tuning.space import decode, suggest
 from tests.conftest import params_dict
 from tests.tuning.conftest import tiny_overrides
@@ -51,7 +51,7 @@ def test_suggest_and_decode_round_trip(params):
     space = params.tuning.space
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
     trial = study.ask()
-    values = suggest(trial, space)
+    values = suggest(trial, space, tunable(params.train))
     assert set(values) == set(space) and isinstance(values["hidden"], list)
     assert decode(trial.params, space) == values
     assert params.train.replace(**values)  # a valid train section

@@ -81,7 +81,7 @@ def test_overlay_registered_resolved_and_applied(settings, params):
     overlays.register_overlay("run-b", {"study": "s", "data_version": "data-v1", "train": {"lr": 0.02, "hidden": [8]}})
     applied, version, values = apply_overlay(settings, p)
     assert version == "tuned-v2" and values == {"lr": 0.02, "hidden": [8]}
-    assert (applied.lr, applied.hidden, applied.params_overlay) == (0.02, (8,), "tuned-v2")
+    assert (applied.lr, applied.value("hidden"), applied.params_overlay) == (0.02, [8], "tuned-v2")
     assert apply_overlay(settings, params.train.replace(params_overlay="tuned-v1"))[0].lr == 0.01
     with pytest.raises(RegistryError, match="tuned overlay tuned-v7 does not exist"):
         apply_overlay(settings, params.train.replace(params_overlay="tuned-v7"))
@@ -132,7 +132,7 @@ def test_engine_epoch_hook_stops_training_where_it_says(tuning_home, tmp_path, p
 
     p = params.train.replace(epochs=5, nproc=1, batch_size=64, warm_start=False)
     result = run_training("data-v1", str(tmp_path / "out"), p, on_epoch=hook)
-    assert calls == [(1, "SpamMLP"), (2, "SpamMLP")]
+    assert calls == [(1, "MLP"), (2, "MLP")]
     assert result["stopped_at_epoch"] == 2 and len(result["losses"]) == 2
     assert (tmp_path / "out" / "model.pt").exists()
 
@@ -147,7 +147,7 @@ def test_lineage_params_are_the_ones_trained_with(settings):
     plain = trained_params(ctx, train_record())
     assert plain.train.params_overlay == "none" and plain.train.lr == ctx.params.train.lr
     tuned = trained_params(ctx, train_record(params_overlay="tuned-v2", overlay_values={"lr": 0.02, "hidden": [8]}))
-    assert (tuned.train.params_overlay, tuned.train.lr, tuned.train.hidden) == ("tuned-v2", 0.02, (8,))
+    assert (tuned.train.params_overlay, tuned.train.lr, tuned.train.value("hidden")) == ("tuned-v2", 0.02, [8])
     assert tuned.digest() != plain.digest() and tuned.model_dump()["evaluate"] == ctx.params.model_dump()["evaluate"]
     none = StepContext.create("run-n", settings)  # params.yaml's default: no overlay, the hash is unchanged
     assert trained_params(none, train_record()).digest() == none.params.digest()

@@ -1,23 +1,17 @@
-"""The model: a small MLP over the dataset's `featurize` output.
-
-Feature scaling lives inside the model (buffers), so the exported ONNX graph takes
-raw features and the serving side needs no separate scaler.
-"""
+"""The MLP plug-in's torch modules (tasks/models/mlp.py is the plug-in: light, so that reading params.yaml,
+as DAG files do when parsed, validates `train.model.params` without importing torch)."""
 
 from __future__ import annotations
-
-from pathlib import Path
-from typing import Any
 
 import torch
 from torch import nn
 
-from tasks.core.files import atomic_write_with
-
 CLIP_STD = 5.0
 
 
-class SpamMLP(nn.Module):
+class MLP(nn.Module):
+    sluice_plugin = "tasks.models.mlp"  # which plug-in built it (tasks.models.plugin_of), for models made directly too
+
     def __init__(self, n_features: int, hidden: tuple[int, ...] | list[int]):
         super().__init__()
         self.arch = {"n_features": int(n_features), "hidden": [int(h) for h in hidden]}
@@ -36,7 +30,7 @@ class SpamMLP(nn.Module):
         self.std.copy_(std.clamp_min(1e-3))  # constant features would divide by zero
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logit of P(spam), shape [n]."""
+        """Logit of the positive class, shape [n]."""
         # Clipping the standardized inputs bounds the activation range: rare flags (a feature that
         # is 1 in 3 of 4,000 rows) would otherwise sit 30+ std out, and dynamic int8 quantization,
         # which scales each batch by its extreme value, would crush every other row to zero.
@@ -44,10 +38,10 @@ class SpamMLP(nn.Module):
         return self.net(z).squeeze(-1)
 
 
-class SpamProbability(nn.Module):
-    """What is exported and served: raw features -> P(spam)."""
+class Probability(nn.Module):
+    """What is exported and served: raw features -> P(positive)."""
 
-    def __init__(self, model: SpamMLP):
+    def __init__(self, model: MLP):
         super().__init__()
         self.model = model
 
@@ -55,14 +49,20 @@ class SpamProbability(nn.Module):
         return torch.sigmoid(self.model(features))
 
 
-def save_model(model: SpamMLP, path: str | Path, extra: dict[str, Any] | None = None) -> None:
-    """Architecture, weights and `extra` (provenance) in one file, written atomically."""
-    blob = {"arch": model.arch, "state_dict": model.state_dict(), **(extra or {})}
-    atomic_write_with(Path(path), lambda tmp: torch.save(blob, tmp))
+class NoiseAwareBCE(nn.Module):
+    """Summed BCE with logits on soft targets, each row weighted.
 
+    Targets are `[n]` (soft labels, weight 1 each) or `[n, 2]` (soft label, row weight): a gold
+    row is a hard 0/1 target of weight 1; a weak row's target is the label model's probability and
+    its weight how much the weak labels are trusted (`weak_label.weak_weight`). The sum is returned
+    (callers scale it, so any split of a batch gives the same gradient)."""
 
-def load_model(path: str) -> SpamMLP:
-    blob = torch.load(path, map_location="cpu", weights_only=True)
-    model = SpamMLP(**blob["arch"])
-    model.load_state_dict(blob["state_dict"])
-    return model.eval()
+    def __init__(self, pos_weight: float):
+        super().__init__()
+        self.register_buffer("pos_weight", torch.tensor(pos_weight))
+
+    def forward(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        target, weight = (y[:, 0], y[:, 1]) if y.dim() == 2 else (y, None)
+        return nn.functional.binary_cross_entropy_with_logits(
+            logits, target, weight=weight, reduction="sum", pos_weight=self.pos_weight
+        )

@@ -1,0 +1,159 @@
+"""Models are plug-ins: one module each, chosen by params.yaml `train.model.module`, as datasets are.
+
+A model module provides (checked when it is loaded, with an error naming what is missing):
+
+    NAME                  short name, recorded in lineage and the model card
+    Params                a pydantic model of its own parameters, params.yaml `train.model.params`
+    TUNABLE               {name in Params: "choices" | "int" | "float"}: what a tuning study may search
+    BATCH_FORMAT          "dense": a float32 matrix [n, features] from the dataset's `featurize`
+                          (the one format the engine streams today)
+    INPUT, OUTPUT         the served tensor names (OIP) of the exported graph
+    build(stats, params)  a new module for inputs described by `stats` (`.mean`, `.std` per feature,
+                          `.positive_share`), seeded by the caller; its weights are what training changes
+    arch(model) / from_arch(arch)
+                          the architecture as plain values, and a module built from it (saved beside
+                          the weights, so an artifact rebuilds without params.yaml)
+    loss(positive_share)  the noise-aware loss on soft targets with row weights: targets `[n]`, or
+                          `[n, 2]` (target, row weight; gold rows hard at weight 1, weak rows the label
+                          model's probability at the weak weight); summed over rows
+    probabilities(model, x)
+                          the positive-class probability of each row, shape [n]
+    shard_units(model)    the blocks a sharded strategy wraps one by one (then the root)
+    export_wrapper(model) raw inputs -> probabilities, what ONNX export traces
+    example_input(model, n)
+                          a batch of n rows of raw inputs for tracing
+    COMPRESSION           the compression techniques (tasks/core/compression_config.py names) that apply
+    narrower(model, widths)
+                          a new module of the same kind with other hidden widths and the same input
+                          handling (distillation and structured pruning build their students with it);
+                          required only when "distil" or "prune_structured" is in COMPRESSION
+
+See docs/models.md for adding one. `tasks.models.mlp` is the default.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import io
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+REQUIRED = (
+    "NAME",
+    "Params",
+    "TUNABLE",
+    "BATCH_FORMAT",
+    "INPUT",
+    "OUTPUT",
+    "build",
+    "arch",
+    "from_arch",
+    "loss",
+    "probabilities",
+    "shard_units",
+    "export_wrapper",
+    "example_input",
+    "COMPRESSION",
+)
+BATCH_FORMATS = ("dense",)
+BUILDS_STUDENTS = ("distil", "prune_structured")
+# Models saved before plug-ins existed carry no plug-in name: the MLP was the only model then.
+LEGACY_PLUGIN = "tasks.models.mlp"
+
+
+class ModelPluginError(ValueError):
+    """A model module is missing, incomplete, or does not fit the artifact it is asked to read."""
+
+
+@functools.lru_cache(maxsize=None)
+def load_model_plugin(module: str) -> ModuleType:
+    """The model plug-in `module`, checked complete."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError as exc:
+        raise ModelPluginError(f"model module {module!r} cannot be imported: {exc}") from exc
+    missing = [name for name in REQUIRED if not hasattr(mod, name)]
+    if any(t in getattr(mod, "COMPRESSION", ()) for t in BUILDS_STUDENTS) and not hasattr(mod, "narrower"):
+        missing.append("narrower (it lists distil or prune_structured in COMPRESSION)")
+    if missing:
+        raise ModelPluginError(f"model module {module!r} lacks {missing} (see tasks/models/__init__.py)")
+    if mod.BATCH_FORMAT not in BATCH_FORMATS:
+        raise ModelPluginError(
+            f"model module {module!r} has BATCH_FORMAT {mod.BATCH_FORMAT!r}; the engine streams {list(BATCH_FORMATS)}"
+        )
+    return mod
+
+
+def plugin_of(model) -> ModuleType:
+    """The plug-in that built `model` (`build` and `from_arch` tag what they return)."""
+    module = getattr(model, "sluice_plugin", None)
+    if module is None:
+        raise ModelPluginError(f"{type(model).__name__} was not built by a model plug-in (no sluice_plugin)")
+    return load_model_plugin(module)
+
+
+def build_model(module: str, stats, params: dict[str, Any]):
+    """A new model of plug-in `module` for inputs described by `stats`, from its params (validated)."""
+    plugin = load_model_plugin(module)
+    return _tagged(plugin.build(stats, plugin.Params.model_validate(params)), module)
+
+
+def _tagged(model, module: str):
+    model.sluice_plugin = module
+    return model
+
+
+def model_blob(model, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a model file holds: its plug-in, architecture and weights (and `extra`, provenance)."""
+    plugin = plugin_of(model)
+    return {
+        "plugin": model.sluice_plugin,
+        "arch": plugin.arch(model),
+        "state_dict": model.state_dict(),
+        **(extra or {}),
+    }
+
+
+def model_from_blob(blob: dict[str, Any]):
+    """The model a file's blob describes, in eval mode; ModelPluginError when the weights do not fit."""
+    module = blob.get("plugin", LEGACY_PLUGIN)
+    model = _tagged(load_model_plugin(module).from_arch(blob["arch"]), module)
+    try:
+        model.load_state_dict(blob["state_dict"])
+    except RuntimeError as exc:
+        raise ModelPluginError(f"the weights do not fit {module}'s architecture {blob['arch']}: {exc}") from exc
+    return model.eval()
+
+
+def save_model(model, path: str | Path, extra: dict[str, Any] | None = None) -> None:
+    """Plug-in, architecture, weights and `extra` in one file, written atomically."""
+    import torch
+
+    from tasks.core.files import atomic_write_with
+
+    blob = model_blob(model, extra)
+    atomic_write_with(Path(path), lambda tmp: torch.save(blob, tmp))
+
+
+def read_blob(source: str | Path | bytes) -> dict[str, Any]:
+    """A model file's blob, read as data only (tensors and plain values)."""
+    import torch
+
+    data = io.BytesIO(source) if isinstance(source, bytes) else source
+    return torch.load(data, map_location="cpu", weights_only=True)
+
+
+def load_model(path: str | Path):
+    return model_from_blob(read_blob(path))
+
+
+def predict_proba(model, X) -> Any:
+    """The positive-class probability of each row of X (float32 [n, features]) as float64 [n]."""
+    import numpy as np
+    import torch
+
+    with torch.no_grad():
+        x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
+        return plugin_of(model).probabilities(model, x).double().numpy().reshape(-1)

@@ -1,0 +1,93 @@
+"""The MLP plug-in (the default model): a binary classifier over the dataset's `featurize` matrix.
+
+Feature scaling lives inside the model (buffers), so the exported ONNX graph takes raw
+features and the serving side needs no separate scaler. The plug-in interface is described
+in tasks/models/__init__.py. This module stays light (no torch at import: params.yaml is read,
+and these Params validated, when DAG files are parsed); the torch modules are in mlp_net.py.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from tasks.models.mlp_net import MLP
+
+NAME = "mlp"
+BATCH_FORMAT = "dense"
+INPUT, OUTPUT = "features", "p_spam"  # the served names existing clients use
+TUNABLE = {"hidden": "choices"}  # a list of widths: choices, never a range
+COMPRESSION = ("int8_dynamic", "int8_static", "fp16", "prune", "prune_structured", "lowrank", "distil")
+
+
+class Params(BaseModel):
+    """params.yaml `train.model.params` for this plug-in."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    hidden: Annotated[tuple[Annotated[StrictInt, Field(ge=1)], ...], Field(min_length=1)]
+    """Widths of the hidden layers."""
+
+
+def build(stats, params: Params) -> MLP:
+    from tasks.models.mlp_net import MLP
+
+    model = MLP(len(stats.mean), params.hidden)
+    model.set_scaling(stats.mean, stats.std)
+    return model
+
+
+def arch(model: MLP) -> dict[str, Any]:
+    return dict(model.arch)
+
+
+def from_arch(arch: dict[str, Any]) -> MLP:
+    from tasks.models.mlp_net import MLP
+
+    return MLP(**arch)
+
+
+def loss(positive_share: float) -> nn.Module:
+    """The noise-aware loss (mlp_net.NoiseAwareBCE); labels are imbalanced (~10% spam in the demo), so
+    the positive side is weighted by the (row-weighted) imbalance to keep the 0.5 threshold meaningful."""
+    from tasks.models.mlp_net import NoiseAwareBCE
+
+    positive_share = min(max(positive_share, 0.01), 0.99)
+    return NoiseAwareBCE((1 - positive_share) / positive_share)
+
+
+def probabilities(model: MLP, x: torch.Tensor) -> torch.Tensor:
+    import torch
+
+    return torch.sigmoid(model(x))
+
+
+def shard_units(model: MLP) -> list[nn.Module]:
+    from torch import nn
+
+    return [m for m in model.net if isinstance(m, nn.Linear)]
+
+
+def export_wrapper(model: MLP) -> nn.Module:
+    from tasks.models.mlp_net import Probability
+
+    return Probability(model)
+
+
+def example_input(model: MLP, n: int) -> torch.Tensor:
+    import torch
+
+    return torch.zeros(n, model.mean.numel())
+
+
+def narrower(model: MLP, hidden: list[int]) -> MLP:
+    """A new MLP with `hidden` widths taking the same raw features (the same input scaling)."""
+    from tasks.models.mlp_net import MLP
+
+    student = MLP(model.mean.numel(), hidden)
+    student.set_scaling(model.mean, model.std)
+    return student

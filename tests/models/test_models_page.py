@@ -1,0 +1,124 @@
+"""docs/models.md followed as written: its logistic-regression plug-in loads, trains through the
+engine's pieces, exports to ONNX, compresses where it says it may, and is refused where it does not."""
+
+import re
+import shlex
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import roc_auc_score
+
+import tasks.models
+from tasks.core.context import parse_overrides
+from tasks.core.errors import CompressionError
+from tasks.core.params import ParamsError, repo_params
+from tasks.models import ModelPluginError, build_model, load_model_plugin, model_blob, model_from_blob
+
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "models.md"
+
+
+def _page_module_code() -> str:
+    text = PAGE.read_text()
+    step = text[text.index("## Step by step") :]
+    code = re.search(r"```python\n(.*?)```", step, re.S).group(1)
+    return "\n".join(line[3:] if line.startswith("   ") else line for line in code.splitlines())
+
+
+def _step3_sets() -> list[str]:
+    text = PAGE.read_text()
+    command = re.search(r"```bash\n(.*?)```", text[text.index("3. Name it") :], re.S).group(1)
+    words = shlex.split(command)
+    assert words[:3] == [".venv/bin/python", "-m", "tasks.train"]
+    return [words[i + 1] for i, w in enumerate(words) if w == "--set"]
+
+
+@pytest.fixture
+def linear_plugin(tmp_path, monkeypatch):
+    """Step 1: the page's module, written where `tasks.models.linear` is found."""
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "linear.py").write_text(_page_module_code())
+    monkeypatch.setattr(tasks.models, "__path__", [*tasks.models.__path__, str(folder)])
+    load_model_plugin.cache_clear()
+    yield "tasks.models.linear"
+    load_model_plugin.cache_clear()
+    import sys
+
+    sys.modules.pop("tasks.models.linear", None)
+
+
+def test_the_page_plugin_loads_trains_exports_and_compresses_as_it_says(linear_plugin, tmp_path):
+    from tasks.compression.chain import CompressionData, apply_chain
+    from tasks.compression.export import open_session, predict
+    from tasks.training.loop import fit_in_memory
+
+    plugin = load_model_plugin(linear_plugin)  # step 2: loads, nothing missing
+    sets = _step3_sets()
+    assert sets == ["train.model.module=tasks.models.linear", "train.model.params={}"]
+    train = repo_params(overrides=parse_overrides(sets)).train.replace(epochs=30, batch_size=32)
+    assert train.model.module == linear_plugin and train.model.params == {}
+
+    rng = np.random.default_rng(0)
+    X = rng.normal(size=(400, 6)).astype(np.float32) * 3 + 1
+    y = (X[:, 0] - X[:, 2] > 0).astype(np.float32)
+    model, losses = fit_in_memory(torch.from_numpy(X), torch.from_numpy(y), train)
+    assert model.sluice_plugin == linear_plugin and losses[-1] < 0.6 * losses[0]
+    again = model_from_blob(model_blob(model))  # what model.pt holds rebuilds the same model
+    assert torch.equal(again.out.weight, model.out.weight)
+
+    data = CompressionData(X, y.astype(int))
+    cand = apply_chain(model, ["int8_dynamic"], data, tmp_path / "c")
+    p_int8 = predict(open_session(cand.onnx_path), X)
+    p_fp32 = predict(open_session(cand.parent.onnx_path), X)
+    with torch.no_grad():
+        p_torch = plugin.probabilities(model, torch.from_numpy(X)).numpy()
+    assert np.abs(p_fp32 - p_torch).max() < 1e-5 and np.abs(p_int8 - p_fp32).max() < 0.05
+    assert roc_auc_score(y, p_fp32) > 0.97  # it learned the rule
+    assert open_session(cand.parent.onnx_path).get_inputs()[0].name == plugin.INPUT
+    with pytest.raises(CompressionError, match=r"\['lowrank'\] do not apply to model plug-in linear"):
+        apply_chain(model, repo_params().compress.chain(["lowrank(2)"]), data, tmp_path / "c")
+
+
+def test_the_default_tuning_space_is_refused_by_the_study_for_a_plugin_that_does_not_tune_hidden(linear_plugin):
+    from tasks.core.tuning_config import check_space
+
+    params = repo_params(overrides=parse_overrides(_step3_sets()))  # training needs no other space
+    with pytest.raises(ValueError, match=r"unknown parameter 'hidden'; tunable: \['batch_size', 'epochs', 'lr'"):
+        check_space(params.tuning.space, params.train)  # what tune_plan runs first
+    own = repo_params(overrides=parse_overrides([*_step3_sets(), "tuning.space={lr: {low: 0.001, high: 0.1}}"]))
+    check_space(own.tuning.space, own.train)
+
+
+def test_a_bound_the_plugin_refuses_is_caught_when_params_are_read():
+    with pytest.raises(ParamsError, match=r"params\.yaml: tuning\.space\.hidden: \[0\] is not a valid train\.hidden"):
+        repo_params(overrides=parse_overrides(["tuning.space.hidden={choices: [[0], [8]]}"]))
+
+
+def test_a_plugin_lacking_pieces_is_refused_naming_them(tmp_path, monkeypatch):
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    code = _page_module_code()
+    cut = code[: code.index("def shard_units")]  # the module without shard_units and what follows
+    (folder / "partial.py").write_text(cut.replace("def loss(", "def not_loss("))
+    monkeypatch.setattr(tasks.models, "__path__", [*tasks.models.__path__, str(folder)])
+    load_model_plugin.cache_clear()
+    with pytest.raises(ModelPluginError, match=r"lacks \['loss', 'shard_units', 'export_wrapper', 'example_input'\]"):
+        load_model_plugin("tasks.models.partial")
+    load_model_plugin.cache_clear()
+
+
+def test_weights_that_do_not_fit_the_architecture_are_a_clear_error():
+    stats = type("S", (), {"mean": torch.zeros(4), "std": torch.ones(4), "spam_share": 0.5})()
+    blob = model_blob(build_model("tasks.models.mlp", stats, {"hidden": [8]}))
+    blob["arch"] = {"n_features": 4, "hidden": [9]}
+    with pytest.raises(ModelPluginError, match=r"do not fit tasks\.models\.mlp's architecture"):
+        model_from_blob(blob)
+
+
+def test_a_model_saved_before_plugins_is_read_as_the_mlp():
+    stats = type("S", (), {"mean": torch.zeros(4), "std": torch.ones(4), "spam_share": 0.5})()
+    blob = model_blob(build_model("tasks.models.mlp", stats, {"hidden": [8]}))
+    del blob["plugin"]
+    assert model_from_blob(blob).sluice_plugin == "tasks.models.mlp"
