@@ -45,7 +45,7 @@ def export_onnx(
         output_names=[plugin.OUTPUT],
         dynamo=True,
         external_data=False,
-        dynamic_shapes=({0: torch.export.Dim("batch")},),
+        dynamic_shapes=(dynamic_axes(plugin, model),),
         verbose=False,
     )
     try:
@@ -53,6 +53,16 @@ def export_onnx(
     finally:
         raw.unlink(missing_ok=True)
     return path
+
+
+def dynamic_axes(plugin, model) -> dict:
+    """The batch axis, and for token models the sequence axis too (up to the model's max length)."""
+    import torch
+
+    axes = {0: torch.export.Dim("batch")}
+    if plugin.BATCH_FORMAT == "tokens":
+        axes[1] = torch.export.Dim("sequence", min=2, max=model.arch["max_len"])
+    return axes
 
 
 def optimize(src: Path, dst: Path, level: Optimization, metadata: dict[str, Any] | None = None) -> Path:

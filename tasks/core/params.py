@@ -99,7 +99,8 @@ def validate_plugin_params(module: str, values: dict[str, Any], at: str = "datas
     except ValidationError as exc:
         raise ValueError(
             "; ".join(
-                f"{at}.{'.'.join(map(str, e['loc']))}: "
+                ".".join([at, *map(str, e["loc"])])
+                + ": "
                 + ("missing key" if e["type"] == "missing" else f"{e['msg']} (got {e['input']!r})")
                 for e in exc.errors()
             )

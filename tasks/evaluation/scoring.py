@@ -16,9 +16,10 @@ def load_gold_test(gold_dir: Path) -> pd.DataFrame:
 
 
 def predict_torch(model_path: Path, df: pd.DataFrame) -> np.ndarray:
-    from tasks.models import load_model, predict_proba
+    from tasks.models import input_encoder, load_model, predict_proba
 
-    return predict_proba(load_model(model_path), load_dataset().featurize(df))
+    model = load_model(model_path)
+    return predict_proba(model, input_encoder(model, load_dataset())(df))
 
 
 def predict_onnx(onnx_path: Path, df: pd.DataFrame) -> np.ndarray:

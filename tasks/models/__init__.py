@@ -5,8 +5,10 @@ A model module provides (checked when it is loaded, with an error naming what is
     NAME                  short name, recorded in lineage and the model card
     Params                a pydantic model of its own parameters, params.yaml `train.model.params`
     TUNABLE               {name in Params: "choices" | "int" | "float"}: what a tuning study may search
-    BATCH_FORMAT          "dense": a float32 matrix [n, features] from the dataset's `featurize`
-                          (the one format the engine streams today)
+    BATCH_FORMAT          "dense": a float32 matrix [n, features] from the dataset's `featurize`;
+                          "tokens": int64 ids [n, max_len] (0: padding) of the dataset's `texts`,
+                          from a tokenizer trained with the model (tasks/models/tokens.py); its
+                          Params then have `vocab_size` and `max_len`
     INPUT, OUTPUT         the served tensor names (OIP) of the exported graph
     build(stats, params)  a new module for inputs described by `stats` (`.mean`, `.std` per feature,
                           `.positive_share`), seeded by the caller; its weights are what training changes
@@ -57,7 +59,7 @@ REQUIRED = (
     "example_input",
     "COMPRESSION",
 )
-BATCH_FORMATS = ("dense",)
+BATCH_FORMATS = ("dense", "tokens")
 BUILDS_STUDENTS = ("distil", "prune_structured")
 # Models saved before plug-ins existed carry no plug-in name: the MLP was the only model then.
 LEGACY_PLUGIN = "tasks.models.mlp"
@@ -106,25 +108,58 @@ def _tagged(model, module: str):
 
 
 def model_blob(model, extra: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What a model file holds: its plug-in, architecture and weights (and `extra`, provenance)."""
+    """What a model file holds: its plug-in, architecture and weights, its tokenizer (JSON and sha256)
+    when it takes tokens, and `extra` (provenance)."""
     plugin = plugin_of(model)
-    return {
-        "plugin": model.sluice_plugin,
-        "arch": plugin.arch(model),
-        "state_dict": model.state_dict(),
-        **(extra or {}),
-    }
+    blob = {"plugin": model.sluice_plugin, "arch": plugin.arch(model), "state_dict": model.state_dict()}
+    if plugin.BATCH_FORMAT == "tokens":
+        blob["tokenizer"] = tokenizer_of(model)
+        blob["tokenizer_sha256"] = model.tokenizer_sha256
+    return {**blob, **(extra or {})}
 
 
 def model_from_blob(blob: dict[str, Any]):
     """The model a file's blob describes, in eval mode; ModelPluginError when the weights do not fit."""
     module = blob.get("plugin", LEGACY_PLUGIN)
-    model = _tagged(load_model_plugin(module).from_arch(blob["arch"]), module)
+    plugin = load_model_plugin(module)
+    model = _tagged(plugin.from_arch(blob["arch"]), module)
     try:
         model.load_state_dict(blob["state_dict"])
     except RuntimeError as exc:
         raise ModelPluginError(f"the weights do not fit {module}'s architecture {blob['arch']}: {exc}") from exc
+    if plugin.BATCH_FORMAT == "tokens":
+        attach_tokenizer(model, blob["tokenizer"], blob["tokenizer_sha256"])
     return model.eval()
+
+
+def attach_tokenizer(model, tokenizer_json: str, sha256: str | None = None) -> None:
+    """Give a token model the tokenizer it reads with (checked: its sha256 when given, its size
+    against the embedding, its padding id)."""
+    from tasks.models.tokens import Encoder
+
+    encoder = Encoder(tokenizer_json, model.arch["max_len"], model.arch["vocab_size"], sha256)
+    model.tokenizer_json, model.tokenizer_sha256 = tokenizer_json, encoder.sha256
+
+
+def tokenizer_of(model) -> str:
+    json_text = getattr(model, "tokenizer_json", None)
+    if json_text is None:
+        raise ModelPluginError(f"{type(model).__name__} takes tokens but has no tokenizer attached")
+    return json_text
+
+
+def input_encoder(model, dataset):
+    """rows (a DataFrame of the dataset's raw columns) -> the model's input array: the dataset's
+    `featurize` for dense models; the model's tokenizer over the dataset's `texts` for token models."""
+    plugin = plugin_of(model)
+    if plugin.BATCH_FORMAT == "dense":
+        return dataset.featurize
+    if not hasattr(dataset, "texts"):
+        raise ModelPluginError(f"{plugin.NAME} reads text, and the dataset {dataset.NAME} has no texts(df)")
+    from tasks.models.tokens import Encoder
+
+    encoder = Encoder(tokenizer_of(model), model.arch["max_len"], model.arch["vocab_size"], model.tokenizer_sha256)
+    return lambda df: encoder.encode(dataset.texts(df))
 
 
 def save_model(model, path: str | Path, extra: dict[str, Any] | None = None) -> None:
@@ -150,10 +185,12 @@ def load_model(path: str | Path):
 
 
 def predict_proba(model, X) -> Any:
-    """The positive-class probability of each row of X (float32 [n, features]) as float64 [n]."""
+    """The positive-class probability of each row of X (the model's input array: features, as
+    float32, or int64 token ids) as float64 [n]."""
     import numpy as np
     import torch
 
+    X = np.asarray(X)
     with torch.no_grad():
-        x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
+        x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32 if X.dtype.kind == "f" else X.dtype))
         return plugin_of(model).probabilities(model, x).double().numpy().reshape(-1)

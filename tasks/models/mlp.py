@@ -52,12 +52,10 @@ def from_arch(arch: dict[str, Any]) -> MLP:
 
 
 def loss(positive_share: float) -> nn.Module:
-    """The noise-aware loss (mlp_net.NoiseAwareBCE); labels are imbalanced (~10% spam in the demo), so
-    the positive side is weighted by the (row-weighted) imbalance to keep the 0.5 threshold meaningful."""
-    from tasks.models.mlp_net import NoiseAwareBCE
+    """The noise-aware loss on soft targets with row weights (losses.binary_loss)."""
+    from tasks.models.losses import binary_loss
 
-    positive_share = min(max(positive_share, 0.01), 0.99)
-    return NoiseAwareBCE((1 - positive_share) / positive_share)
+    return binary_loss(positive_share)
 
 
 def probabilities(model: MLP, x: torch.Tensor) -> torch.Tensor:

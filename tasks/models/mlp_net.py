@@ -47,22 +47,3 @@ class Probability(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.model(features))
-
-
-class NoiseAwareBCE(nn.Module):
-    """Summed BCE with logits on soft targets, each row weighted.
-
-    Targets are `[n]` (soft labels, weight 1 each) or `[n, 2]` (soft label, row weight): a gold
-    row is a hard 0/1 target of weight 1; a weak row's target is the label model's probability and
-    its weight how much the weak labels are trusted (`weak_label.weak_weight`). The sum is returned
-    (callers scale it, so any split of a batch gives the same gradient)."""
-
-    def __init__(self, pos_weight: float):
-        super().__init__()
-        self.register_buffer("pos_weight", torch.tensor(pos_weight))
-
-    def forward(self, logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        target, weight = (y[:, 0], y[:, 1]) if y.dim() == 2 else (y, None)
-        return nn.functional.binary_cross_entropy_with_logits(
-            logits, target, weight=weight, reduction="sum", pos_weight=self.pos_weight
-        )

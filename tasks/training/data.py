@@ -123,6 +123,26 @@ def training_targets(df) -> np.ndarray:
     return np.stack([prob, weight], axis=1) if len(df) else np.zeros((0, 2), np.float32)
 
 
+def trainable_rows(fs, path: str):
+    """A partition's trainable rows (label != -1 and label_weight > 0), as a DataFrame."""
+    import pandas as pd
+
+    with fs.open(path, "rb") as f:
+        df = pd.read_parquet(f)
+    df = df[df["label"] != -1]
+    if "label_weight" in df:
+        df = df[df["label_weight"] > 0]  # rows that teach nothing (e.g. weak rows of a gold_only mix)
+    return df
+
+
+def version_texts(data_version: str, dataset, registry_url: str | None, settings: Settings) -> list[str]:
+    """The dataset's `texts` of every trainable row of a data version (what a tokenizer learns from)."""
+    from tasks.registry import Registry
+
+    fs, info = Registry(settings).open_data_version(data_version, repo_url=registry_url)
+    return [t for p in info["partitions"] for t in dataset.texts(trainable_rows(fs, p["path"]))]
+
+
 class StreamingVersion:
     """The trainable rows (label != -1 and label_weight > 0) of a data version: features and
     (soft target, weight) pairs."""
@@ -134,8 +154,10 @@ class StreamingVersion:
         cache_mb: float = 256,
         seed: int = 0,
         settings: Settings | None = None,
+        inputs: Callable | None = None,
     ):
-        """`settings`: the process's Settings (else read from the environment)."""
+        """`settings`: the process's Settings (else read from the environment); `inputs`: rows -> the
+        model's input array (else the dataset's `featurize`: tasks/training/inputs.py)."""
         from tasks.core.settings import Settings
         from tasks.datasets import load_dataset
         from tasks.registry import Registry
@@ -143,7 +165,7 @@ class StreamingVersion:
         settings = settings if settings is not None else Settings.from_env()
         self.fs, info = Registry(settings).open_data_version(data_version, repo_url=registry_url)
         self.paths = [p["path"] for p in info["partitions"]]
-        self.featurize = load_dataset(settings=settings).featurize
+        self.featurize = inputs if inputs is not None else load_dataset(settings=settings).featurize
         self.seed = seed
         self.cache = PartitionCache(self._read, int(cache_mb * 2**20))
         counts: list[int] = []
@@ -162,13 +184,7 @@ class StreamingVersion:
         self._order: EpochOrder | None = None
 
     def _read(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
-        import pandas as pd
-
-        with self.fs.open(self.paths[i], "rb") as f:
-            df = pd.read_parquet(f)
-        df = df[df["label"] != -1]
-        if "label_weight" in df:
-            df = df[df["label_weight"] > 0]  # rows that teach nothing (e.g. weak rows of a gold_only mix)
+        df = trainable_rows(self.fs, self.paths[i])
         return torch.from_numpy(self.featurize(df)), torch.from_numpy(training_targets(df))
 
     def __len__(self) -> int:

@@ -39,11 +39,13 @@ from tasks.core.log import Progress, log
 from tasks.core.params import TrainParams
 from tasks.core.settings import Settings
 from tasks.core.versions import is_model_version
-from tasks.models import LEGACY_PLUGIN, model_blob, read_blob, save_model
+from tasks.datasets import load_dataset
+from tasks.models import LEGACY_PLUGIN, attach_tokenizer, model_blob, read_blob, save_model
 from tasks.training.batching import equal_splits, rank_slice, rebalance
 from tasks.training.checkpoint import AsyncCheckpointer, latest_valid_checkpoint, load_checkpoint_bytes
-from tasks.training.data import StreamingVersion
+from tasks.training.data import StreamingVersion, version_texts
 from tasks.training.hierarchical import HierarchicalState, hierarchical_allreduce_hook
+from tasks.training.inputs import decide_tokenizer, row_inputs, takes_tokens
 from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
 from tasks.training.outputs import CHECKPOINTS, OUTPUTS, OutputStore
 from tasks.training.peers import describe_loss, gather_hosts, is_collective_failure
@@ -373,11 +375,29 @@ def run_training(
     device = pick_device(p)
     ranks = join_process_group(device, store_dir, dist_timeout_s)
     stop, store = StopSignal(), OutputStore(out, workdir, settings)
-    data = StreamingVersion(data_version, registry_url, cache_mb=p.stream_cache_mb, seed=p.seed, settings=settings)
+    dataset = load_dataset(settings=settings)
+    tokenizer = decide_tokenizer(
+        p,
+        dataset,
+        lambda: version_texts(data_version, dataset, registry_url, settings),
+        store,
+        ranks,
+        read_init_model(init_from, registry_url, settings) if init_from and takes_tokens(p) else None,
+    )
+    data = StreamingVersion(
+        data_version,
+        registry_url,
+        cache_mb=p.stream_cache_mb,
+        seed=p.seed,
+        settings=settings,
+        inputs=row_inputs(p, dataset, tokenizer),
+    )
     batch = min(p.batch_size, len(data))
     steps_per_epoch = max(1, len(data) // batch)  # full global batches only; the order changes each epoch
     total_steps = p.epochs * steps_per_epoch
     model = make_model(data.stats, p).to(device)  # same seed and data on every rank: same start, same scaling
+    if tokenizer is not None:
+        attach_tokenizer(model, tokenizer)
     state = TrainState(
         model,
         make_optimizer(model, p),

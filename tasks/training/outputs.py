@@ -70,6 +70,16 @@ class OutputStore:
             if remote.rsplit("/", 1)[-1] not in keep:
                 self.fs.rm_file(remote)
 
+    def fetch(self, name: str) -> bool:
+        """Download the published file `name` when the local folder lacks it; True if fetched."""
+        target = self.local / name
+        if not self.uri or target.exists() or not self.fs.exists(self._remote(name)):
+            return False
+        part = target.with_name(f".{name}.part")
+        self.fs.get_file(self._remote(name), str(part))
+        part.replace(target)
+        return True
+
     def fetch_checkpoints(self) -> int:
         """Download the published checkpoints the local folder lacks; returns how many files."""
         if not self.uri:

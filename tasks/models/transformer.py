@@ -1,0 +1,59 @@
+"""Transformer encoder text plug-in, trained from scratch: width, depth and heads from params.
+Token ids from the tokenizer trained with it (tasks/models/tokens.py); see tasks/models/__init__.py."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field, StrictInt, model_validator
+
+from tasks.models.text import (  # noqa: F401 - the plug-in interface, shared with bag-of-embeddings
+    BATCH_FORMAT,
+    COMPRESSION,
+    INPUT,
+    OUTPUT,
+    TokenParams,
+    arch,
+    example_input,
+    export_wrapper,
+    loss,
+    probabilities,
+)
+
+NAME = "transformer"
+TUNABLE = {"width": "choices", "depth": "int", "heads": "choices"}
+
+
+class Params(TokenParams):
+    width: Annotated[StrictInt, Field(ge=4, le=16384)]
+    """Model width (embedding and residual stream)."""
+    depth: Annotated[StrictInt, Field(ge=1, le=128)]
+    """Encoder blocks (each one unit a sharded strategy wraps)."""
+    heads: Annotated[StrictInt, Field(ge=1, le=256)]
+    """Attention heads; width must divide by it."""
+    ffn: Annotated[StrictInt, Field(ge=1, le=65536)]
+    """Hidden width of each block's MLP."""
+    dropout: Annotated[float, Field(ge=0, lt=1)]
+
+    @model_validator(mode="after")
+    def _heads_divide_width(self) -> "Params":
+        if self.width % self.heads:
+            raise ValueError(f"width {self.width} does not divide by heads {self.heads}")
+        return self
+
+
+def build(stats, params: Params):
+    from tasks.models.text_net import TransformerClassifier
+
+    fields = ("vocab_size", "max_len", "width", "depth", "heads", "ffn", "dropout")
+    return TransformerClassifier(**{k: getattr(params, k) for k in fields})
+
+
+def from_arch(spec: dict):
+    from tasks.models.text_net import TransformerClassifier
+
+    return TransformerClassifier(**spec)
+
+
+def shard_units(model) -> list:
+    return list(model.blocks)

@@ -1,0 +1,120 @@
+"""The token-input plug-ins (bag-of-embeddings, transformer) and the tokenizer that travels with
+them: in process, then through the torchrun engine on a data version of text."""
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from tasks.compression.export import export_onnx, open_session
+from tasks.core.params import load_params
+from tasks.models import attach_tokenizer, load_model, model_blob, model_from_blob
+from tasks.models.tokens import Encoder, TokenizerError, tokenizer_sha256, train_tokenizer
+from tasks.registry import Registry
+from tasks.training.local import run_torchrun
+from tasks.training.loop import fit_in_memory
+from tests.conftest import write_params
+from tests.toy import text as toy_text
+
+BOW = {"module": "tasks.models.bow", "params": {"vocab_size": 200, "max_len": 16, "dim": 16, "hidden": 16}}
+TRANSFORMER = {
+    "module": "tasks.models.transformer",
+    "params": {"vocab_size": 200, "max_len": 16, "width": 32, "depth": 2, "heads": 4, "ffn": 64, "dropout": 0.0},
+}
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    df = toy_text.load_source(400)
+    return df, train_tokenizer(toy_text.texts(df), 200)
+
+
+def test_the_encoder_refuses_what_does_not_fit(corpus):
+    df, tok = corpus
+    ids = Encoder(tok, 16, 200).encode(["great taste", "a " * 40])
+    assert ids.shape == (2, 16) and ids.dtype == np.int64 and ids[0, -1] == 0 and (ids[1] != 0).all()  # padded, cut
+    with pytest.raises(TokenizerError, match="is not the recorded"):
+        Encoder(tok, 16, 200, sha256="0" * 64)
+    with pytest.raises(TokenizerError, match=r"the tokenizer has \d+ ids; the model embeds 20"):
+        Encoder(tok, 16, 20)
+    with pytest.raises(TokenizerError, match="row 1 holds bytes, not text"):
+        Encoder(tok, 16, 200).encode(["fine", b"\xff\xfe"])
+    with pytest.raises(TokenizerError, match="no text to train a tokenizer on"):
+        train_tokenizer(["", "   "], 200)
+
+
+@pytest.mark.parametrize("spec", [BOW, TRANSFORMER], ids=["bow", "transformer"])
+def test_a_text_model_learns_and_exports_with_dynamic_batch_and_sequence(spec, corpus, tmp_path):
+    df, tok = corpus
+    p = load_params().train.replace(model=spec, epochs=5, batch_size=32)
+    ids = torch.from_numpy(Encoder(tok, 16, 200).encode(toy_text.texts(df)))
+    model, losses = fit_in_memory(ids, torch.tensor(df["liked"].to_numpy(), dtype=torch.float32), p)
+    assert losses[-1] < 0.5 * losses[0]
+    attach_tokenizer(model, tok)
+    again = model_from_blob(model_blob(model))  # model.pt holds the tokenizer and its sha256
+    assert again.tokenizer_sha256 == tokenizer_sha256(tok) and again.tokenizer_json == tok
+    session = open_session(export_onnx(model, tmp_path / "m.onnx"))
+    assert [(i.name, i.shape, i.type) for i in session.get_inputs()] == [
+        ("input_ids", ["batch", "sequence"], "tensor(int64)")
+    ]
+    short = ids[:5, :9]  # another batch size and a shorter sequence than traced
+    with torch.no_grad():
+        expected = torch.sigmoid(model(short)).numpy()
+    np.testing.assert_allclose(session.run(None, {"input_ids": short.numpy()})[0], expected, atol=1e-5)
+
+
+def test_a_tokenizer_that_does_not_match_the_model_is_refused(corpus):
+    _, tok = corpus
+    blob = model_blob(_tiny_trained(tok))
+    blob["tokenizer_sha256"] = "f" * 64
+    with pytest.raises(TokenizerError, match="is not the recorded"):
+        model_from_blob(blob)
+
+
+def _tiny_trained(tok):
+    from tasks.models import build_model
+
+    stats = type("S", (), {"mean": torch.zeros(1), "std": torch.ones(1), "spam_share": 0.5})()
+    model = build_model(BOW["module"], stats, BOW["params"])
+    attach_tokenizer(model, tok)
+    return model
+
+
+@pytest.fixture
+def text_version(settings, tmp_path, monkeypatch):
+    """A data version of 600 toy reviews (gold labels as the training labels), read by the engine
+    with the toy_text dataset plug-in."""
+    monkeypatch.setenv(
+        "SLUICE_PARAMS", str(write_params(tmp_path / "params.yaml", {"dataset": {"module": "tests.toy.text"}}))
+    )
+    df = toy_text.load_source(600)
+    df["label"] = df.pop("liked")
+    df["label_prob"] = df["label"].astype(float)
+    path = tmp_path / "part.parquet"
+    df.to_parquet(path, index=False)
+    return Registry(settings).snapshot({"batch-0001": path}, {"rows_by_batch": {"batch-0001": len(df)}})["data_version"]
+
+
+@pytest.mark.slow
+def test_the_engine_trains_a_transformer_on_two_processes_and_keeps_its_tokenizer(text_version, tmp_path, capfd):
+    p = load_params().train.replace(model=TRANSFORMER, epochs=3, nproc=2, batch_size=32, checkpoint_every=1000)
+    run_torchrun(text_version, tmp_path / "a", p)
+    first = load_model(tmp_path / "a" / "model.pt")
+    tok = (tmp_path / "a" / "tokenizer.json").read_text()
+    assert first.tokenizer_json == tok and first.sluice_plugin == "tasks.models.transformer"
+    metrics = json.loads((tmp_path / "a" / "train_metrics.json").read_text())
+    assert metrics["world_size"] == 2 and metrics["losses"][-1] < metrics["losses"][0]
+    assert "tokenizer: trained on 600 texts" in capfd.readouterr().err
+    # A warm start reads with the previous model's tokenizer: its embedding rows mean those ids.
+    run_torchrun(text_version, tmp_path / "b", p.replace(epochs=1), init_from=str(tmp_path / "a" / "model.pt"))
+    logged = capfd.readouterr().err
+    assert re.search(r"tokenizer: the warm-start model's \(sha256 [0-9a-f]{12}\)", logged), logged
+    assert load_model(tmp_path / "b" / "model.pt").tokenizer_sha256 == first.tokenizer_sha256
+    # Held-out rows scored through the same encoder the engine trained with.
+    from tasks.models import input_encoder, predict_proba
+
+    held = toy_text.load_source(200, seed=9)
+    prob = predict_proba(first, input_encoder(first, toy_text)(held))
+    assert ((prob > 0.5) == held["liked"].to_numpy().astype(bool)).mean() > 0.9

@@ -1,0 +1,34 @@
+"""Dataset `toy_text`: short synthetic product reviews, a gold `liked` flag (tests of the token
+model plug-ins). Its features are only the text's length: the text models read `texts`."""
+
+import numpy as np
+import pandas as pd
+
+NAME = "toy_text"
+LF_MODULE = "tests.toy.lfs"
+RAW_CONTRACT = LABELED_CONTRACT = "unused"
+ID_COLUMN, TIME_COLUMN, GOLD_COLUMN = "review_id", None, "liked"
+TEXT_COLUMN = "text"
+RAW_COLUMNS = [ID_COLUMN, TEXT_COLUMN]
+FEATURE_NAMES = ["n_chars"]
+GOOD = ["great taste", "love it", "best coffee ever", "highly recommend", "delicious and fresh"]
+BAD = ["stale and awful", "waste of money", "disappointed", "tastes bad", "never again"]
+FILLER = ["the", "a", "box", "bag", "price", "arrived", "today"]
+
+
+def load_source(n: int = 600, seed: int = 3) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    liked = rng.integers(0, 2, n)
+    text = [
+        " ".join([*rng.choice(GOOD if y else BAD, size=2), *rng.choice(FILLER, size=int(rng.integers(1, 6)))])
+        for y in liked
+    ]
+    return pd.DataFrame({ID_COLUMN: np.arange(n), TEXT_COLUMN: text, GOLD_COLUMN: liked})
+
+
+def texts(df: pd.DataFrame) -> list[str]:
+    return df[TEXT_COLUMN].astype(str).tolist()
+
+
+def featurize(df: pd.DataFrame) -> np.ndarray:
+    return df[TEXT_COLUMN].str.len().to_numpy(np.float32)[:, None]
