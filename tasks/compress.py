@@ -35,18 +35,21 @@ def compress(ctx: StepContext, train: TrainRecord) -> CompressRecord:
     from tasks.compression.pipeline import FP32_FILE, GoldSplit, compress_model, tune_sample
     from tasks.datasets import load_dataset
     from tasks.evaluation.scoring import load_gold_test
+    from tasks.models import input_encoder, load_model, tokenizer_metadata
     from tasks.registry import Registry
 
     p, ds, registry = ctx.params.compress, load_dataset(ctx.params.dataset.module), Registry(ctx.settings)
+    model = load_model(train.model)
+    inputs = input_encoder(model, ds)  # features, or the model's own tokenizer over texts
     gold = ctx.settings.layout.gold
     dev, test = pd.read_parquet(gold / "dev.parquet"), load_gold_test(gold)
     slices = ds.slices(dev) if callable(getattr(ds, "slices", None)) else {}
     fields = compress_model(
         Path(train.model),
         p,
-        tune_sample(registry.read_data_version(train.data_version), p.tune_rows, p.seed, ds.featurize),
-        GoldSplit(ds.featurize(dev), dev[ds.GOLD_COLUMN].to_numpy(), slices),
-        GoldSplit(ds.featurize(test), test[ds.GOLD_COLUMN].to_numpy(), {}),
+        tune_sample(registry.read_data_version(train.data_version), p.tune_rows, p.seed, inputs),
+        GoldSplit(inputs(dev), dev[ds.GOLD_COLUMN].to_numpy(), slices),
+        GoldSplit(inputs(test), test[ds.GOLD_COLUMN].to_numpy(), {}),
         ctx.run_dir / "compress",
         {
             "parent": FP32_FILE,
@@ -54,6 +57,7 @@ def compress(ctx: StepContext, train: TrainRecord) -> CompressRecord:
             "run_id": ctx.run_id,
             "data_version": train.data_version,
             "parent_model": registry.state()["prod_model"],
+            **tokenizer_metadata(model),  # a text model's artifact reads text as it was trained to
         },
     )
     return CompressRecord(**fields)

@@ -18,15 +18,16 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from tasks.compression.export import export_onnx, open_session, write_metadata
+from tasks.compression.export import export_onnx, model_input, open_session, write_metadata
 from tasks.core.compression_config import ONNX_KINDS, TechniqueBase, chain_label, chain_to_dicts, parse_chain
 from tasks.core.errors import CompressionError
 
 
 @dataclass(frozen=True)
 class CompressionData:
-    """Training rows for fine-tuning, distillation and calibration (raw features, float32 [n, f]).
-    `y` (0/1, may be weak labels) is optional; static int8 needs it to stratify its calibration sample."""
+    """Training rows for fine-tuning, distillation and calibration: the model's inputs (raw features,
+    float32 [n, f], or token ids, int64 [n, length]). `y` (0/1, may be weak labels) is optional;
+    static int8 needs it to stratify its calibration sample."""
 
     X: np.ndarray
     y: np.ndarray | None = None
@@ -35,9 +36,12 @@ class CompressionData:
         X = np.asarray(self.X)
         if X.ndim != 2:
             raise CompressionError(f"CompressionData.X must be 2-D [rows, features]; got shape {X.shape}")
-        if X.size and not np.isfinite(X).all():
+        if X.dtype.kind in "iu":
+            if X.size and X.min() < 0:
+                raise CompressionError("CompressionData.X holds negative token ids")
+        elif X.size and not np.isfinite(X).all():
             raise CompressionError("CompressionData.X holds NaN or inf")
-        object.__setattr__(self, "X", np.ascontiguousarray(X, dtype=np.float32))
+        object.__setattr__(self, "X", model_input(X))
         if self.y is not None:
             y = np.asarray(self.y).reshape(-1)
             if len(y) != len(X):

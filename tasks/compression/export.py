@@ -19,8 +19,8 @@ import numpy as np
 
 from tasks.core.errors import CompressionError
 from tasks.core.files import atomic_write_with
+from tasks.models.artifact import METADATA_KEY, model_input, read_metadata  # noqa: F401 - re-exported
 
-METADATA_KEY = "sluice.compression"
 Optimization = Literal["none", "basic", "extended"]
 
 
@@ -106,15 +106,6 @@ def write_metadata(path: Path, metadata: dict[str, Any]) -> None:
     onnx.save(model, str(path))
 
 
-def read_metadata(path: Path) -> dict[str, Any]:
-    import onnx
-
-    for p in onnx.load(str(path), load_external_data=False).metadata_props:
-        if p.key == METADATA_KEY:
-            return json.loads(p.value)
-    return {}
-
-
 def count_ops(path: Path) -> dict[str, int]:
     import onnx
 
@@ -157,6 +148,6 @@ def open_session(path: Path, threads: int = 1):
 
 
 def predict(session, X: np.ndarray) -> np.ndarray:
-    """P(spam) for rows X (float32 [n, features]) as float64 [n]."""
+    """P(positive) for rows X (features [n, f] or token ids [n, length]) as float64 [n]."""
     name = session.get_inputs()[0].name
-    return session.run(None, {name: np.ascontiguousarray(X, dtype=np.float32)})[0].reshape(-1).astype(np.float64)
+    return session.run(None, {name: model_input(X)})[0].reshape(-1).astype(np.float64)

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from tasks.compression.export import model_input
+
 
 def teacher_logits(model, X: np.ndarray):
     import torch
 
     with torch.no_grad():
-        return model.eval()(torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))).detach().clone()
+        return model.eval()(torch.from_numpy(model_input(X))).detach().clone()
 
 
 def fit_soft_targets(
@@ -34,7 +36,7 @@ def fit_soft_targets(
 
     if epochs == 0 or len(X) == 0:
         return []
-    x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32))
+    x = torch.from_numpy(model_input(X))
     soft = torch.sigmoid(target_logits / temperature)
     params = [p for p in student.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=lr)

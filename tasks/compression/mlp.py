@@ -26,9 +26,15 @@ def plain_linears(model) -> list:
 
 
 def all_linears(model) -> list:
+    """Every Linear layer that runs through its own forward: attention's output projection
+    (NonDynamicallyQuantizableLinear) is read as a bare weight by MultiheadAttention, where pruning's
+    forward hook would never refresh it, so it is left out."""
     from torch import nn
+    from torch.nn.modules.linear import NonDynamicallyQuantizableLinear
 
-    return [m for m in model.modules() if isinstance(m, nn.Linear)]
+    return [
+        m for m in model.modules() if isinstance(m, nn.Linear) and not isinstance(m, NonDynamicallyQuantizableLinear)
+    ]
 
 
 def param_count(model) -> int:

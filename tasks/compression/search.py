@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from tasks.compression.chain import Candidate, CompressionData, apply_chain, export_baseline
-from tasks.compression.export import open_session, predict
+from tasks.compression.export import model_input, open_session, predict
 from tasks.core.compression_config import CompressionSearchConfig
 from tasks.core.errors import CompressionError
 from tasks.core.log import Progress
@@ -37,7 +37,7 @@ def median_latency_ms(fn, repeats: int, warmup: int = 3) -> float:
 
 def onnx_latency_ms(session, X: np.ndarray, batch: int, repeats: int) -> float:
     """Median seconds x 1e3 of one run on `batch` rows (rows of X repeated as needed)."""
-    rows = np.ascontiguousarray(np.resize(X, (batch, X.shape[1])), dtype=np.float32)
+    rows = model_input(np.resize(X, (batch, X.shape[1])))
     name = session.get_inputs()[0].name
     return median_latency_ms(lambda: session.run(None, {name: rows}), repeats)
 
@@ -50,7 +50,7 @@ def measure(
     repeats: int = 50,
 ) -> dict[str, Any]:
     """Quality overall and per slice, file size, batch-1/256 median latency (one thread), parity to the parent."""
-    X = np.ascontiguousarray(gold_dev_X, dtype=np.float32)
+    X = model_input(gold_dev_X)
     y = np.asarray(gold_dev_y).astype(int)
     session = open_session(candidate.onnx_path, threads=1)
     prob = predict(session, X)
@@ -143,7 +143,16 @@ def choose(
 
 
 def probe_inputs(X: np.ndarray) -> np.ndarray:
-    """Rows of X plus extreme ones: zeros, each feature's min and max, x1e3 and +-1e30 and +-float32 max."""
+    """Rows of X plus extreme ones: zeros, each feature's min and max, x1e3 and +-1e30 and +-float32 max.
+    Token ids: all padding, one token then padding, the largest id seen and the unknown id (1) throughout."""
+    if np.asarray(X).dtype.kind in "iu":
+        X = model_input(X)
+        top, length = int(X.max()) if X.size else 2, X.shape[1]
+        lone = np.zeros(length, np.int64)
+        lone[0] = top
+        return np.concatenate(
+            [X, np.stack([np.zeros(length, np.int64), lone, np.full(length, top), np.ones(length)])]
+        ).astype(np.int64)
     X = np.asarray(X, dtype=np.float32)
     lo, hi = X.min(axis=0), X.max(axis=0)
     big = np.finfo(np.float32).max
@@ -183,7 +192,7 @@ def torch_onnx_parity(candidate: Candidate, X: np.ndarray) -> float:
 
     model = candidate.torch_model
     with torch.no_grad():
-        p_torch = plugin_of(model).probabilities(model, torch.from_numpy(np.asarray(X, np.float32))).numpy()
+        p_torch = plugin_of(model).probabilities(model, torch.from_numpy(model_input(X))).numpy()
     p_onnx = predict(open_session(candidate.fp32_path), X)
     return float(np.max(np.abs(p_onnx - p_torch))) if len(X) else 0.0
 

@@ -28,8 +28,12 @@ def predict_onnx(onnx_path: Path, df: pd.DataFrame) -> np.ndarray:
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = 1
     sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    from tasks.models import metadata_input_encoder
+    from tasks.models.artifact import model_input, read_metadata
+
+    inputs = metadata_input_encoder(read_metadata(onnx_path), load_dataset())
     name = sess.get_inputs()[0].name
-    return sess.run(None, {name: load_dataset().featurize(df)})[0].reshape(-1).astype(np.float64)
+    return sess.run(None, {name: model_input(inputs(df))})[0].reshape(-1).astype(np.float64)
 
 
 def gold_quality(prob: np.ndarray, gold: pd.DataFrame) -> dict[str, float]:

@@ -194,3 +194,27 @@ def predict_proba(model, X) -> Any:
     with torch.no_grad():
         x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32 if X.dtype.kind == "f" else X.dtype))
         return plugin_of(model).probabilities(model, x).double().numpy().reshape(-1)
+
+
+def tokenizer_metadata(model) -> dict[str, Any]:
+    """What a served artifact of `model` carries so that anything scoring it reads text as the model
+    does: its tokenizer (JSON, sha256) and where text is cut ({} for a dense model)."""
+    if plugin_of(model).BATCH_FORMAT != "tokens":
+        return {}
+    return {
+        "tokenizer": tokenizer_of(model),
+        "tokenizer_sha256": model.tokenizer_sha256,
+        "max_len": model.arch["max_len"],
+        "vocab_size": model.arch["vocab_size"],
+    }
+
+
+def metadata_input_encoder(metadata: dict[str, Any], dataset):
+    """rows -> an ONNX artifact's input array, from its metadata (`tokenizer_metadata`): the dataset's
+    features, or ids from the artifact's own tokenizer (checked by its sha256) over the dataset's texts."""
+    if "tokenizer" not in metadata:
+        return dataset.featurize
+    from tasks.models.tokens import Encoder
+
+    encoder = Encoder(metadata["tokenizer"], metadata["max_len"], metadata["vocab_size"], metadata["tokenizer_sha256"])
+    return lambda df: encoder.encode(dataset.texts(df))

@@ -10,7 +10,7 @@ import torch
 
 from tasks.compression.export import export_onnx, open_session
 from tasks.core.params import load_params
-from tasks.models import attach_tokenizer, load_model, model_blob, model_from_blob
+from tasks.models import attach_tokenizer, load_model, model_blob, model_from_blob, tokenizer_metadata
 from tasks.models.tokens import Encoder, TokenizerError, tokenizer_sha256, train_tokenizer
 from tasks.registry import Registry
 from tasks.training.local import run_torchrun
@@ -118,3 +118,46 @@ def test_the_engine_trains_a_transformer_on_two_processes_and_keeps_its_tokenize
     held = toy_text.load_source(200, seed=9)
     prob = predict_proba(first, input_encoder(first, toy_text)(held))
     assert ((prob > 0.5) == held["liked"].to_numpy().astype(bool)).mean() > 0.9
+
+
+def test_the_compression_search_runs_on_a_text_model_and_names_what_does_not_apply(corpus, tmp_path):
+    from tasks.compression.chain import CompressionData
+    from tasks.compression.pipeline import GoldSplit, compress_model
+    from tasks.core.params import repo_params
+    from tasks.models import metadata_input_encoder, save_model
+    from tasks.models.artifact import read_metadata
+
+    df, tok = corpus
+    p = load_params().train.replace(model=TRANSFORMER, epochs=6, batch_size=32)
+    encode = Encoder(tok, 16, 200).encode
+    ids, y = encode(toy_text.texts(df)), df["liked"].to_numpy()
+    model, _ = fit_in_memory(torch.from_numpy(ids), torch.tensor(y, dtype=torch.float32), p)
+    attach_tokenizer(model, tok)
+    save_model(model, tmp_path / "model.pt")
+    dev = toy_text.load_source(200, seed=5)
+    dev_ids = encode(toy_text.texts(dev))
+    short = dev[toy_text.TEXT_COLUMN].str.split().str.len().to_numpy() <= 4
+    cfg = repo_params().compress.replace(
+        candidates=[["int8_dynamic"], ["prune(0.3)"], ["lowrank(4)"]], latency_budget_ms=1000, latency_repeats=3
+    )
+    out = compress_model(
+        tmp_path / "model.pt",
+        cfg,
+        CompressionData(ids, y),
+        GoldSplit(dev_ids, dev["liked"].to_numpy(), {"short": short, "long": ~short}),
+        GoldSplit(dev_ids, dev["liked"].to_numpy(), {}),
+        tmp_path / "compress",
+        {"data_version": "data-v1", **tokenizer_metadata(model)},
+    )
+    table = json.loads((tmp_path / "compress" / "candidates.json").read_text())
+    names = {r["name"] for r in table["rows"]}
+    assert {"fp32", "int8_dynamic", "prune(0.3)"} <= names and "lowrank(4)" not in names
+    assert "do not apply to model plug-in transformer" in table["not_applied"]["lowrank(4)"]
+    assert out["passed"], out["reasons"]
+    assert out["quality"]["roc_auc"] > 0.95 and set(out["slices"]) == {"short", "long"}
+    meta = read_metadata(out["path"])  # the served file reads text with the model's own tokenizer
+    assert meta["tokenizer_sha256"] == tokenizer_sha256(tok)
+    from tasks.compression.export import open_session, predict
+
+    served = predict(open_session(out["path"]), metadata_input_encoder(meta, toy_text)(dev))
+    assert ((served > 0.5) == dev["liked"].to_numpy().astype(bool)).mean() > 0.9
