@@ -22,7 +22,7 @@ def main(spec_path: str) -> int:
     from tasks.compression.chain import CompressionData, apply_chain, export_baseline
     from tasks.core.settings import Settings
     from tasks.datasets import load_dataset
-    from tasks.models import load_model
+    from tasks.models import input_encoder, load_model
     from tasks.registry import Registry
 
     spec = json.loads(Path(spec_path).read_text())
@@ -38,7 +38,7 @@ def main(spec_path: str) -> int:
     if len(df) > spec["tune_rows"]:
         pick = np.random.default_rng(spec["seed"]).choice(len(df), spec["tune_rows"], replace=False)
         df = df.iloc[np.sort(pick)]
-    data = CompressionData(ds.featurize(df), df["label"].to_numpy().astype(int))
+    data = CompressionData(input_encoder(model, ds)(df), df["label"].to_numpy().astype(int))
     base = export_baseline(model, work)
     served = apply_chain(model, spec["chain"], data, work, parent=base) if spec["chain"] else base
     shutil.copyfile(base.onnx_path, out / "model.fp32.onnx")

@@ -32,6 +32,7 @@ from tasks.core.files import atomic_write_json, json_safe
 from tasks.core.log import log
 from tasks.core.records import GateRecord
 from tasks.core.settings import REPO_ROOT, Settings
+from tasks.models import read_blob
 from tasks.reproduction.plan import Plan, ReproductionError, make_plan
 
 # "within tolerance": every metric (ROC AUC, F1, precision, recall, accuracy on the gold test set,
@@ -120,7 +121,11 @@ def train_in_worktree(
     device: str,
     init_from: str | None,
     timeout_s: float = 3600,
+    tokenizer: str | None = None,
 ) -> None:
+    """`tokenizer`: the recorded model's (a text model), laid where the engine reuses a training's own
+    tokenizer.json, so the reproduction reads with it and never trains another."""
+    from tasks.training.inputs import TOKENIZER
     from tasks.training.local import torchrun_command
 
     p = plan.params.train
@@ -130,6 +135,8 @@ def train_in_worktree(
     shutil.rmtree(out, ignore_errors=True)  # never resume from anything: a clean training
     store = out / "dist-store"
     store.mkdir(parents=True)
+    if tokenizer is not None:
+        (out / TOKENIZER).write_text(tokenizer)
     cmd = torchrun_command(plan.data_version, str(out), p, store, max_restarts=0, init_from=init_from)
     log(f"reproduce {plan.model_version}: training at {plan.commit[:10]} ({world_size} process(es), {device})")
     proc = subprocess.run(cmd, cwd=tree, env=worktree_env(settings, tree), timeout=timeout_s, start_new_session=True)
@@ -212,10 +219,11 @@ def compare_outputs(
 
     from tasks.datasets import load_dataset
     from tasks.evaluation.quality import classification_metrics
+    from tasks.models import input_encoder, load_model
 
     ds = load_dataset(plan.params.dataset.module)
     gold = pd.read_parquet(settings.layout.gold / "test.parquet")
-    X, y = ds.featurize(gold), gold[ds.GOLD_COLUMN].to_numpy()
+    X, y = input_encoder(load_model(recorded["torch"]), ds)(gold), gold[ds.GOLD_COLUMN].to_numpy()
     outputs, metrics = {}, {}
     recorded_metrics = plan.info.get("metrics") or {}
     for name in ("torch", "fp32", "served"):
@@ -353,8 +361,9 @@ def reproduce_model(
     world = world_size or plan.world_size
     device = pick_device(plan)
     recorded = _recorded_artifacts(registry, version, plan, work / "recorded")
+    tokenizer = read_blob(recorded["torch"]).get("tokenizer")  # a text model: reuse, never retrain
     with worktree(Path(repo), plan.commit) as tree:
-        train_in_worktree(settings, plan, tree, work / "train", world, device, init_from)
+        train_in_worktree(settings, plan, tree, work / "train", world, device, init_from, tokenizer=tokenizer)
         rebuild_in_worktree(settings, plan, tree, work / "train" / "model.pt", work / "compress")
     reproduced = {
         "torch": work / "train" / "model.pt",

@@ -112,6 +112,13 @@ def test_the_engine_trains_a_transformer_on_two_processes_and_keeps_its_tokenize
     logged = capfd.readouterr().err
     assert re.search(r"tokenizer: the warm-start model's \(sha256 [0-9a-f]{12}\)", logged), logged
     assert load_model(tmp_path / "b" / "model.pt").tokenizer_sha256 == first.tokenizer_sha256
+    # A tokenizer laid in the output folder (what a resumed training finds, and where a reproduction
+    # puts the recorded one) is read with, never retrained.
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "tokenizer.json").write_text(tok)
+    run_torchrun(text_version, tmp_path / "c", p.replace(epochs=1))
+    assert "tokenizer: this training's own tokenizer.json" in capfd.readouterr().err
+    assert load_model(tmp_path / "c" / "model.pt").tokenizer_sha256 == first.tokenizer_sha256
     # Held-out rows scored through the same encoder the engine trained with.
     from tasks.models import input_encoder, predict_proba
 
