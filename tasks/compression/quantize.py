@@ -20,6 +20,9 @@ from tasks.core.errors import CompressionError
 from tasks.core.files import atomic_write_with
 
 QUANTIZED_OPS = ("Gemm", "MatMul")
+# Dynamic int8 also stores embedding tables (Gather's weights) as int8: most of a text model's bytes
+# (a transformer of vocabulary 4,000 and width 128: 0.76 of fp32 without them, 0.26 with; stored uint8).
+DYNAMIC_OPS = (*QUANTIZED_OPS, "Gather")
 
 
 def _pre_process(src: Path, dst: Path) -> Path:
@@ -42,7 +45,7 @@ def quantize_dynamic_int8(src: Path, dst: Path, cfg: Int8DynamicConfig) -> Path:
                 str(tmp),
                 weight_type=QuantType.QInt8,
                 per_channel=cfg.per_channel,
-                op_types_to_quantize=list(QUANTIZED_OPS),
+                op_types_to_quantize=list(DYNAMIC_OPS),
             ),
         )
     finally:

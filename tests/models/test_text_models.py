@@ -160,6 +160,12 @@ def test_the_compression_search_runs_on_a_text_model_and_names_what_does_not_app
     names = {r["name"] for r in table["rows"]}
     assert {"fp32", "int8_dynamic", "prune(0.3)"} <= names and "lowrank(4)" not in names
     assert "do not apply to model plug-in transformer" in table["not_applied"]["lowrank(4)"]
+    import onnx
+
+    int8 = next(r for r in table["rows"] if r["name"] == "int8_dynamic")
+    eight_bit = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
+    tables = [t for t in onnx.load(int8["onnx_path"]).graph.initializer if t.data_type in eight_bit]
+    assert [200, 32] in [list(t.dims) for t in tables]  # the token embedding itself is stored in 8 bits
     assert out["passed"], out["reasons"]
     assert out["quality"]["roc_auc"] > 0.95 and set(out["slices"]) == {"short", "long"}
     meta = read_metadata(out["path"])  # the served file reads text with the model's own tokenizer
