@@ -28,6 +28,7 @@ BENCHMARKS = {
     # weak_plus_gold_kK, gold_only_kK, weak_vs_gold_kK, label_savings_at_95, weak_gold_margin_min
     "bench.weak_vs_gold": weak_vs_gold_names(),
     "bench.weak_vs_gold_toy": weak_vs_gold_names("_toy"),
+    "bench.weak_vs_gold_reviews": weak_vs_gold_names("_reviews"),
     "bench.weak_weight_flip": ["weak_weight_flip_rate", "weak_weight_flip_rate_before"],
     "bench.lf_applier": ["lf_applier_speedup"],
     "bench.hier_allreduce": ["hier_internode_bytes_ratio"],

@@ -17,13 +17,15 @@ four ways and scored by ROC AUC on the test set:
   on the rows every LF abstained on added as soft pseudo-labels and the model refit
   (tasks/labeling/self_training.py); also judged out of fold on the k% gold (the fast judge model).
 
-Records, per dataset (the emails demo; the tests/toy plug-in with the suffix `_toy`):
+Records, per dataset (the emails demo; the tests/toy plug-in with the suffix `_toy`; the reviews text
+plug-in with `_reviews`, bench/weak_vs_gold_reviews.py):
 `weak_plus_gold_kK`, `gold_only_kK`, `weak_vs_gold_kK` = arm / full gold for K in KS (means over
 the splits); `label_savings_at_95` = 1 - (smallest budget at which weak plus gold reaches 95% of
 full gold) / (the same for gold only), budgets interpolated linearly (goal >= 0.8);
-`weak_gold_margin_min` = min over K of weak plus gold - gold only (goal >= 0). The emails run also
-measures the labeling choices (ablation: the dev-refined LFs, the class-balance prior, the
-classifier LF's abstain thresholds) by the labeling's ROC AUC on the k% gold rows, out of fold.
+`weak_gold_margin_min` = min over K of weak plus gold - gold only (goal >= 0). A run also measures
+the labeling choices its LF module asks for (ablation; the emails LFs: the dev-refined LFs, the
+class-balance prior, the classifier LF's abstain thresholds; an LF module's `ABLATION`: its LF
+groups left out in turn) by the labeling's ROC AUC on the k% gold rows, out of fold.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from tasks.labeling.weak_weight import choose_weak_weight, fit_and_predict, fit_
 
 KS = (1, 2, 3, 5, 7, 10, 15, 20, 30)
 TARGET = 0.95
-EMAILS, TOY = "tasks.datasets.emails", "tests.toy.dataset"
+EMAILS, TOY, REVIEWS = "tasks.datasets.emails", "tests.toy.dataset", "tasks.datasets.reviews"
 ABLATION_KS = (5, 10)
 SELF_TRAIN_KS = (2, 5, 10)
 
@@ -83,9 +85,16 @@ def label_savings(weak_plus_gold: list[float], gold_only: list[float]) -> tuple[
     return 1.0 - k_mix / (k_gold if k_gold is not None else float(KS[-1])), k_mix, k_gold
 
 
-def _ablation(gold, y, pool, y_pool, lf_module, wp) -> dict[str, tuple[float, float]]:
-    """Labeling ROC AUC per variant: (on the k% gold rows, out of fold; on the pool's true labels)."""
-    variants = {
+def _ablation_variants(lf_module, wp) -> dict | None:
+    """The labeling choices an LF module asks to have measured: its `ABLATION` (variant name -> make_lfs
+    keywords), or the emails LFs' own list (their keyword flags and thresholds, and the label model's
+    class-balance prior); None for a module that asks for none."""
+    declared = getattr(lf_module, "ABLATION", None)
+    if declared is not None:
+        return {name: (kw, wp) for name, kw in declared.items()}
+    if lf_module.__name__ != "tasks.labeling.email_lfs":
+        return None
+    return {
         "base (10 rules, prior, 0.8/0.2)": ({"refined": False}, wp),
         "+ dev-refined spam LFs": ({"refined": True}, wp),
         "uniform class balance": ({"refined": False}, wp.replace(class_balance_prior=False)),
@@ -93,6 +102,11 @@ def _ablation(gold, y, pool, y_pool, lf_module, wp) -> dict[str, tuple[float, fl
         "thresholds 0.9/0.1": ({"refined": False, "spam_at": 0.9, "ham_at": 0.1}, wp),
         "thresholds 0.6/0.4": ({"refined": False, "spam_at": 0.6, "ham_at": 0.4}, wp),
     }
+
+
+def _ablation(gold, y, pool, y_pool, lf_module, wp) -> dict[str, tuple[float, float]]:
+    """Labeling ROC AUC per variant: (on the k% gold rows, out of fold; on the pool's true labels)."""
+    variants = _ablation_variants(lf_module, wp) or {}
     out = {}
     for name, (kw, p) in variants.items():
         lfs = lf_module.make_lfs(gold, y, **kw)
@@ -197,7 +211,7 @@ def measure(
                 f"  ({out.chosen}, coverage {covered.mean():.1%}, {time.time() - t0:.0f} s)",
                 flush=True,
             )
-            if with_ablation and dataset == EMAILS and k in ABLATION_KS:
+            if with_ablation and k in ABLATION_KS and _ablation_variants(lf_module, wp):
                 y_pool = rest.loc[pool.index, gold_col].to_numpy().astype(int)
                 for name, aucs in _ablation(gold, y, pool, y_pool, lf_module, wp).items():
                     ablation.setdefault(f"k{k}: {name}", []).append(list(aucs))
