@@ -29,6 +29,12 @@ BENCHMARKS = {
     "bench.weak_vs_gold": weak_vs_gold_names(),
     "bench.weak_vs_gold_toy": weak_vs_gold_names("_toy"),
     "bench.weak_vs_gold_reviews": weak_vs_gold_names("_reviews"),
+    "bench.text_models": [
+        "transformer_vs_bow",
+        "compress_size_ratio_text",
+        "compress_quality_kept_text",
+        "compress_speedup_b1_text",
+    ],
     "bench.weak_weight_flip": ["weak_weight_flip_rate", "weak_weight_flip_rate_before"],
     "bench.lf_applier": ["lf_applier_speedup"],
     "bench.hier_allreduce": ["hier_internode_bytes_ratio"],

@@ -335,6 +335,9 @@ class ScalingParams(Section):
     profile: str
     bench_hidden: Widths
     """The benchmark model (~9.6M parameters)."""
+    bench_text_models: dict[str, ModelParams]
+    """The text benchmarks' models by role (`bow`, `transformer`: bench/text_models.py), each a model
+    plug-in and its params as in `train.model`."""
 
     @field_validator("profile")
     @classmethod
