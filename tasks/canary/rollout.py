@@ -229,7 +229,7 @@ def _measure(
     champion's earlier traffic is the comparison at 100%, and online quality needs every label there is)."""
     from tasks.canary.analysis import judge, select_window
     from tasks.canary.replay import replay_gold
-    from tasks.serving.paths import prediction_log_file
+    from tasks.serving.paths import prediction_log
     from tasks.serving.predlog import read_log
 
     c, (champion, challenger), t0 = params.canary, variants, time.time()
@@ -242,9 +242,10 @@ def _measure(
         feedback_delay_s=0.0,
         offset=offset,
     )
-    time.sleep(0.2)  # the last feedback lines reach the log
+    # Every replica writes its chunk of the shared log every log_flush_s: the last feedback is in it after that.
+    time.sleep(params.serving.log_flush_s + 0.3)
     window = select_window(
-        read_log(prediction_log_file(settings.home), params.serving.prediction_log_keep),
+        read_log(prediction_log(settings), start=started),
         start=started,
         model_versions={"champion": champion, "challenger": challenger},
     )
