@@ -62,8 +62,17 @@ def free_port() -> int:
 class Replica:
     """One `python -m tasks.serving --replica NAME` process."""
 
-    def __init__(self, name: str, home: Path, env: dict[str, str], log_dir: Path, host: str = "127.0.0.1"):
+    def __init__(
+        self,
+        name: str,
+        home: Path,
+        env: dict[str, str],
+        log_dir: Path,
+        host: str = "127.0.0.1",
+        new_session: bool = True,
+    ):
         self.name, self.home, self.env, self.host = name, home, env, host
+        self.new_session = new_session
         self.port = free_port()
         self.log_path = log_dir / f"replica-{name}.log"
         self.proc: subprocess.Popen | None = None
@@ -86,7 +95,7 @@ class Replica:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                start_new_session=self.new_session,
             )
         return self
 
@@ -123,22 +132,40 @@ class Replica:
         try:
             return self.proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            stop_groups({f"replica {self.name}": self.proc.pid}, grace_s=1)
-            return self.proc.poll()
+            self.proc.kill()
+            return self.proc.wait(5)
 
     def stop(self, grace_s: float = 15) -> None:
-        if self.proc is not None:
+        if self.proc is None:
+            return
+        if self.new_session:
             stop_groups({f"replica {self.name}": self.proc.pid}, grace_s=grace_s)
-            self.proc.poll()
+        elif self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        self.proc.poll()
 
 
 class ReplicaSet:
     """N replicas and HAProxy in front of them; a context manager that always stops every process."""
 
     def __init__(
-        self, home: Path, params: Any, env: dict[str, str] | None = None, port: int = 0, log_dir: Path | None = None
+        self,
+        home: Path,
+        params: Any,
+        env: dict[str, str] | None = None,
+        port: int = 0,
+        log_dir: Path | None = None,
+        new_sessions: bool = True,
     ):
+        """`new_sessions=False`: every process stays in the caller's process group (`python -m
+        ops.replicas` under `make up`, stopped as one part)."""
         self.home = Path(home)
+        self.new_sessions = new_sessions
         self.sp = params.serving
         self.env = dict(os.environ if env is None else env)
         self.env["SLUICE_HOME"] = str(self.home)
@@ -160,7 +187,7 @@ class ReplicaSet:
     def _new(self) -> Replica:
         name = f"r{self._next}"
         self._next += 1
-        return Replica(name, self.home, self.env, self.log_dir, self.host)
+        return Replica(name, self.home, self.env, self.log_dir, self.host, self.new_sessions)
 
     def start(self, n: int, timeout_s: float = 120) -> "ReplicaSet":
         fresh: list[Replica] = []
@@ -192,7 +219,7 @@ class ReplicaSet:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
-                start_new_session=True,
+                start_new_session=self.new_sessions,
             )
 
         def up() -> bool:
@@ -264,14 +291,27 @@ class ReplicaSet:
 
     def stop(self) -> None:
         """SIGTERM every replica (each drains) and HAProxy last; SIGKILL what is left."""
-        groups = {n: p for n, p in self.pids().items() if group_alive(p)}
-        replicas = {n: p for n, p in groups.items() if n != "haproxy"}
         try:
-            if replicas:
-                stop_groups(replicas, grace_s=self.sp.drain_s + 15)
+            if self.new_sessions:
+                groups = {n: p for n, p in self.pids().items() if n != "haproxy" and group_alive(p)}
+                if groups:
+                    stop_groups(groups, grace_s=self.sp.drain_s + 15)
+            else:
+                for r in self.replicas.values():
+                    r.signal(signal.SIGTERM)
+                for r in self.replicas.values():
+                    r.stop(grace_s=self.sp.drain_s + 15)
         finally:
             if self.haproxy is not None:
-                stop_groups({"haproxy": self.haproxy.pid}, grace_s=5)
+                if self.new_sessions:
+                    stop_groups({"haproxy": self.haproxy.pid}, grace_s=5)
+                elif self.haproxy.poll() is None:
+                    self.haproxy.terminate()
+                    try:
+                        self.haproxy.wait(5)
+                    except subprocess.TimeoutExpired:
+                        self.haproxy.kill()
+                        self.haproxy.wait(5)
                 self.haproxy.poll()
             for r in self.replicas.values():
                 if r.proc is not None:
@@ -287,3 +327,40 @@ class ReplicaSet:
 
     def __exit__(self, *exc: Any) -> None:
         self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python -m ops.replicas --replicas N --port P: N replicas and HAProxy on P, in this process's
+    group, until SIGTERM or SIGINT (`make up` runs it as its model-server part when serving.replicas > 1)."""
+    import argparse
+    import threading
+
+    from tasks.core.params import load_params
+    from tasks.core.settings import Settings
+
+    parser = argparse.ArgumentParser(prog="python -m ops.replicas", description=main.__doc__)
+    parser.add_argument("--replicas", type=int, required=True)
+    parser.add_argument("--port", type=int, default=0, help="the balancer's port (0: a free one)")
+    args = parser.parse_args(argv)
+    if args.replicas < 1:
+        parser.error("--replicas must be at least 1")
+    settings = Settings.from_env()
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    rs = ReplicaSet(settings.home, load_params(settings=settings), port=args.port, new_sessions=False)
+    try:
+        rs.start(args.replicas)
+        print(f"[sluice] {args.replicas} model-server replicas behind haproxy at {rs.url}", file=sys.stderr, flush=True)
+        while not stop.wait(1.0):
+            dead = [n for n, r in rs.replicas.items() if r.proc is not None and r.proc.poll() is not None]
+            if dead or (rs.haproxy is not None and rs.haproxy.poll() is not None):
+                print(f"[sluice] replicas: {dead or 'haproxy'} exited: stopping", file=sys.stderr, flush=True)
+                return 1
+    finally:
+        rs.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

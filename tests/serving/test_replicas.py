@@ -236,3 +236,47 @@ def test_feedback_from_any_replica_and_the_shared_log(world, emails):
     assert len(oip) == 1 and oip[0]["input"] == [0.5] * n
     keys = prediction_log(settings).keys()
     assert {k.split("/")[0] for k in keys} >= {"r1", "r2"}
+
+
+def test_make_ups_replicas_part_runs_and_stops_as_one_process_group(world, emails):
+    """`python -m ops.replicas` (the model-server part of `make up` when serving.replicas > 1): the balancer's
+    address in address.json, requests served by both replicas, and SIGTERM to its group stops every process."""
+    import json
+    import subprocess
+    import sys
+
+    from ops.services import free_port
+    from tasks.core.processes import group_alive, stop_groups
+    from tasks.serving.paths import address_file
+
+    home, _, _, env, _ = world
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "ops.replicas", "--replicas", "2", "--port", str(port)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+
+        def announced():
+            try:
+                a = json.loads(address_file(home).read_text())
+            except (OSError, ValueError):
+                return None
+            return a if a.get("port") == port and a.get("balancer") == "haproxy" else None
+
+        address = wait_for(announced, 60, "the balancer's address")
+        assert set(address["replicas"]) == {"r1", "r2"}
+        row = a_row(emails)
+        seen = {
+            httpx.post(address["url"] + "/v1/predict", json={"rows": [row]}, timeout=10).headers["x-sluice-replica"]
+            for _ in range(20)
+        }
+        assert seen == {"r1", "r2"}
+    finally:
+        stop_groups({"replicas": proc.pid}, grace_s=20)
+    assert proc.wait(5) == 0 and not group_alive(proc.pid)
+    assert not address_file(home).exists()
