@@ -77,6 +77,7 @@ class Replica:
         self.log_path = log_dir / f"replica-{name}.log"
         self.proc: subprocess.Popen | None = None
         self.started_at = 0.0
+        self.ready_at = 0.0  # monotonic: when it first answered ready itself
 
     @property
     def url(self) -> str:
@@ -121,6 +122,7 @@ class Replica:
             )
         except TimeoutError as exc:
             raise ReplicaError(f"{exc}:\n{self.output()}") from None
+        self.ready_at = time.monotonic()
 
     def signal(self, sig: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
