@@ -280,3 +280,41 @@ def test_make_ups_replicas_part_runs_and_stops_as_one_process_group(world, email
         stop_groups({"replicas": proc.pid}, grace_s=20)
     assert proc.wait(5) == 0 and not group_alive(proc.pid)
     assert not address_file(home).exists()
+
+
+def test_the_rendered_config_is_valid_and_retries_only_on_connection_failure(tmp_path):
+    import subprocess
+
+    from ops.replicas import haproxy_binary
+    from tasks.serving.balancer import Server, render_config
+
+    cfg = render_config("127.0.0.1", 8000, tmp_path / "admin.sock", [Server("r1", "127.0.0.1", 8001)], 250)
+    (tmp_path / "haproxy.cfg").write_text(cfg)
+    check = subprocess.run(
+        [haproxy_binary(), "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    lines = [ln.strip() for ln in cfg.splitlines()]
+    assert [ln for ln in lines if ln.startswith("retry-on")] == ["retry-on conn-failure"]
+    assert "option redispatch 1" in lines and "option httpchk GET /v2/health/ready" in lines
+    assert "server r1 127.0.0.1:8001 check inter 250ms fastinter 250ms downinter 250ms fall 2 rise 1" in lines
+    assert not [ln for ln in lines if "http-request" in ln or "http-buffer-request" in ln]
+
+
+def test_sigterm_flips_readiness_and_keeps_serving_while_it_drains(world, emails):
+    from ops.replicas import Replica
+
+    home, _, _, env, _ = world
+    r = Replica("solo", home, env, home / "logs").start()
+    try:
+        r.wait_ready(60)
+        r.signal(signal.SIGTERM)
+        t0 = time.monotonic()
+        ready = wait_for(lambda: (a := httpx.get(r.url + "/v2/health/ready", timeout=2)).status_code == 503 and a, 2)
+        assert "draining" in ready.json()["last_error"]
+        served = httpx.post(r.url + "/v1/predict", json={"rows": [a_row(emails)]}, timeout=5)
+        assert served.status_code == 200  # readiness already 503, yet it serves: it drains
+        assert r.wait_exit(DRAIN_S + 10) == 0
+        assert time.monotonic() - t0 >= DRAIN_S * 0.9
+    finally:
+        r.stop(grace_s=5)
