@@ -333,7 +333,8 @@ class ReplicaSet:
 
 def main(argv: list[str] | None = None) -> int:
     """python -m ops.replicas --replicas N --port P: N replicas and HAProxy on P, in this process's
-    group, until SIGTERM or SIGINT (`make up` runs it as its model-server part when serving.replicas > 1)."""
+    group, until SIGTERM or SIGINT (`make up` runs it as its model-server part when serving.replicas > 1).
+    A replica that exits is deleted from the balancer and replaced by a new one; HAProxy exiting ends it."""
     import argparse
     import threading
 
@@ -354,11 +355,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         rs.start(args.replicas)
         print(f"[sluice] {args.replicas} model-server replicas behind haproxy at {rs.url}", file=sys.stderr, flush=True)
-        while not stop.wait(1.0):
-            dead = [n for n, r in rs.replicas.items() if r.proc is not None and r.proc.poll() is not None]
-            if dead or (rs.haproxy is not None and rs.haproxy.poll() is not None):
-                print(f"[sluice] replicas: {dead or 'haproxy'} exited: stopping", file=sys.stderr, flush=True)
+        while not stop.wait(0.5):
+            if rs.haproxy is not None and rs.haproxy.poll() is not None:
+                print("[sluice] replicas: haproxy exited: stopping (make up restarts the part)", file=sys.stderr)
                 return 1
+            for name in [n for n, r in rs.replicas.items() if r.proc is not None and r.proc.poll() is not None]:
+                code = rs.replicas[name].proc.returncode
+                rs.forget(name)
+                new = rs.add()
+                print(f"[sluice] replicas: {name} exited ({code}): replaced by {new.name}", file=sys.stderr, flush=True)
     finally:
         rs.stop()
     return 0

@@ -75,3 +75,13 @@ def server_url(home: Path | str | None = None) -> str:
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"
     return f"http://{host}:{int(address['port'])}"
+
+
+def replica_urls(home: Path | str) -> dict[str, str]:
+    """{replica: its own URL} when the address file is a balancer's (serving.replicas > 1), else {}."""
+    try:
+        address = json.loads(address_file(home).read_text())
+    except (OSError, ValueError):
+        return {}
+    replicas = address.get("replicas")
+    return {str(k): str(v) for k, v in replicas.items()} if isinstance(replicas, dict) else {}

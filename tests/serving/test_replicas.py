@@ -6,6 +6,7 @@ and an unknown, forged or expired id is a 404 from any replica saying why."""
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
@@ -238,6 +239,14 @@ def test_feedback_from_any_replica_and_the_shared_log(world, emails):
     assert {k.split("/")[0] for k in keys} >= {"r1", "r2"}
 
 
+def replica_pid(home, name: str) -> int:
+    import json
+
+    from tasks.serving.paths import replica_address_file
+
+    return int(json.loads(replica_address_file(home, name).read_text())["pid"])
+
+
 def test_make_ups_replicas_part_runs_and_stops_as_one_process_group(world, emails):
     """`python -m ops.replicas` (the model-server part of `make up` when serving.replicas > 1): the balancer's
     address in address.json, requests served by both replicas, and SIGTERM to its group stops every process."""
@@ -276,6 +285,18 @@ def test_make_ups_replicas_part_runs_and_stops_as_one_process_group(world, email
             for _ in range(20)
         }
         assert seen == {"r1", "r2"}
+        # A replica that dies is replaced: r3 joins, r1 leaves the balancer.
+        os.kill(replica_pid(home, "r1"), signal.SIGKILL)
+        address = wait_for(
+            lambda: (a := announced()) and set(a["replicas"]) == {"r2", "r3"} and a, 60, "r3 in r1's place"
+        )
+        seen = set()
+        deadline = time.monotonic() + 20
+        while "r3" not in seen and time.monotonic() < deadline:
+            seen.add(
+                httpx.post(address["url"] + "/v1/predict", json={"rows": [row]}, timeout=10).headers["x-sluice-replica"]
+            )
+        assert "r3" in seen and "r1" not in seen
     finally:
         stop_groups({"replicas": proc.pid}, grace_s=20)
     assert proc.wait(5) == 0 and not group_alive(proc.pid)
@@ -318,3 +339,53 @@ def test_sigterm_flips_readiness_and_keeps_serving_while_it_drains(world, emails
         assert time.monotonic() - t0 >= DRAIN_S * 0.9
     finally:
         r.stop(grace_s=5)
+
+
+def test_replicas_that_disagree_fail_the_canary_closed_naming_each():
+    """The canary asks every replica behind the balancer what it serves; two that disagree are a refusal."""
+    import json
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tasks.canary.rollout import RolloutError, wait_until_served
+
+    def serving(challenger: str) -> dict:
+        return {
+            "variants": {"champion": {"model_version": "model-v1"}, "challenger": {"model_version": challenger}},
+            "mode": "split",
+            "challenger_weight": 50,
+            "pending": False,
+        }
+
+    servers = []
+    for answer in (serving("model-v2"), serving("model-v3")):
+
+        class Handler(BaseHTTPRequestHandler):
+            body = json.dumps(answer).encode()
+
+            def do_GET(self):  # noqa: N802
+                self.send_response(200)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(self.body)))
+                self.end_headers()
+                self.wfile.write(self.body)
+
+            def log_message(self, *args):
+                pass
+
+        srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        servers.append(srv)
+    try:
+        urls = {f"r{i + 1}": f"http://127.0.0.1:{s.server_address[1]}" for i, s in enumerate(servers)}
+        with pytest.raises(RolloutError) as err:
+            wait_until_served(urls["r1"], "model-v1", "model-v2", 50, timeout_s=0.5, replicas=lambda: urls)
+        msg = str(err.value)
+        assert "disagree on what they serve" in msg
+        assert "r1 serves champion model-v1, challenger model-v2, split 50%" in msg
+        assert "r2 serves champion model-v1, challenger model-v3, split 50%" in msg
+        agreed = {"r1": urls["r1"]}
+        assert wait_until_served(urls["r1"], "model-v1", "model-v2", 50, timeout_s=0.5, replicas=lambda: agreed)
+    finally:
+        for s in servers:
+            s.shutdown()
+            s.server_close()
