@@ -457,3 +457,12 @@ def test_the_server_imports_with_only_the_image_packages():
     report = _probe(list(_image_packages()), SERVER_IMPORTS)
     assert not report["failed"], f"{report['failed']}\n(blocked imports: {report['blocked']})"
     assert not [b for b in report["blocked"] if b.split(".")[0] in {"torch", "airflow", "sklearn"}], report["blocked"]
+
+
+def test_the_grace_period_covers_prestop_the_drain_and_the_in_flight_requests(pod, container):
+    """SIGTERM after preStop; the server then drains serving.drain_s (readiness 503, still serving) and gives
+    its requests in flight up to 5 s (uvicorn's graceful shutdown): all of it within the grace period."""
+    from tasks.core.params import repo_params
+
+    pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pod["terminationGracePeriodSeconds"] >= pre_stop + repo_params().serving.drain_s + 5
