@@ -158,11 +158,11 @@ class LogStore:
             return sorted(
                 f"{p.parent.name}/{p.name}" for p in self.root.glob(f"*/*{CHUNK_SUFFIX}") if not p.name.startswith(".")
             )
+        self.fs.invalidate_cache()  # s3fs caches listings: other replicas write meanwhile
         try:
             found = self.fs.find(self.root)
         except FileNotFoundError:
             return []
-        self.fs.invalidate_cache()
         prefix = self.root + "/"
         return sorted(
             k[len(prefix) :] for k in found if k.startswith(prefix) and k.endswith(CHUNK_SUFFIX) and k.count("/") >= 1

@@ -106,11 +106,16 @@ def test_the_log_on_s3(s3_server, tmp_path):
     from tests.conftest import S3_BUCKET
 
     store = LogStore(f"s3://{S3_BUCKET}/predlog", s3_endpoint_url=s3_server)
-    w = PredictionLog(store, "r1", flush_s=60, flush_rows=2, retention_s=3600)
+    assert store.keys() == [] and read_log(store) == []  # an empty prefix lists nothing
+    w = PredictionLog(store, "r1", flush_s=60, flush_rows=100, retention_s=3600)
     for i in range(3):
         w.append(preds(i))
+        if i == 1:
+            w.flush()
     w.append(feedback_records("q0", [1]))
     w.close()
+    reader = LogStore(f"s3://{S3_BUCKET}/predlog", s3_endpoint_url=s3_server)
+    assert reader.keys() == store.keys()
     assert len(store.keys()) == 2 and all(k.startswith("r1/") for k in store.keys())
     recs = read_log(LogStore(f"s3://{S3_BUCKET}/predlog", s3_endpoint_url=s3_server))
     assert [r["kind"] for r in recs] == ["prediction"] * 3 + ["feedback"]
