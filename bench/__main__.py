@@ -54,6 +54,7 @@ BENCHMARKS = {
     ],
     "bench.serving": ["serve_cold_start_s", "serve_vs_raw_ort", "serve_p99_ms"],
     "bench.canary": ["swap_failed_requests", "canary_detect_requests"],
+    "bench.replicas": ["replica_join_s", "scale_failed_requests", "replicas_throughput_ratio"],
     "bench.canary_false_rollback": ["canary_false_rollback_rate", "canary_false_rollback_rate_before"],
     "bench.reproduce": ["reproduce_identical"],
     "bench.monitoring_overhead": ["monitoring_overhead"],

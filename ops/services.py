@@ -211,10 +211,13 @@ class AirflowServices:
         logs.mkdir(parents=True, exist_ok=True)
         with open(logs / f"{name}.log", "ab") as out:
             if name == "model-server":  # beside Airflow: it follows the registry's serving state by itself
-                cmd, env = (
-                    [sys.executable, "-m", "tasks.serving", "--host", "127.0.0.1", "--port", str(self.serve_port)],
-                    {**self.env, "PYTHONUNBUFFERED": "1"},
-                )
+                from tasks.core.params import load_params
+
+                # serving.replicas > 1: that many replicas behind HAProxy on serve_port, one process group
+                n = load_params(settings=self.settings).serving.replicas
+                port = ["--port", str(self.serve_port)]
+                server = ["ops.replicas", "--replicas", str(n)] if n > 1 else ["tasks.serving", "--host", "127.0.0.1"]
+                cmd, env = [sys.executable, "-m", *server, *port], {**self.env, "PYTHONUNBUFFERED": "1"}
             else:
                 cmd, env = _airflow_cmd(*COMPONENTS[name]), self.env
             proc = subprocess.Popen(

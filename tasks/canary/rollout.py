@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 import httpx
 from tenacity import Retrying, retry_if_result, stop_after_delay, wait_fixed
@@ -149,17 +149,37 @@ def _serves(now: dict[str, Any], champion: str, challenger: str | None, weight: 
     )
 
 
-def wait_until_served(url: str, champion: str, challenger: str | None, weight: int, timeout_s: float) -> dict:
-    """Poll the server until it has loaded `champion` (and `challenger` at `weight`), or fail naming what it serves."""
+def wait_until_served(
+    url: str,
+    champion: str,
+    challenger: str | None,
+    weight: int,
+    timeout_s: float,
+    replicas: Callable[[], dict[str, str]] = dict,
+) -> dict:
+    """Poll the server until it has loaded `champion` (and `challenger` at `weight`), or fail naming what it serves.
+
+    `replicas()`: {name: url} of the replicas behind the balancer at `url` (read again each poll: the
+    set may scale). Then every replica is asked itself, and all must serve it: replicas that still
+    disagree at `timeout_s` fail the canary closed, naming what each serves."""
     last: dict[str, Any] = {}
+    each: dict[str, Any] = {}
+
+    def ask(u: str) -> dict[str, Any]:
+        try:
+            return served(u)
+        except httpx.HTTPError as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"}
 
     def probe() -> bool:
-        nonlocal last
-        try:
-            last = served(url)
-        except httpx.HTTPError as exc:
-            last = {"error": f"{type(exc).__name__}: {exc}"}
-            return False
+        nonlocal last, each
+        behind = replicas()
+        if behind:
+            each = {name: ask(u) for name, u in sorted(behind.items())}
+            last = next(iter(each.values()))
+            return all(_serves(v, champion, challenger, weight) for v in each.values())
+        each = {}
+        last = ask(url)
         return _serves(last, champion, challenger, weight)
 
     Retrying(
@@ -168,13 +188,32 @@ def wait_until_served(url: str, champion: str, challenger: str | None, weight: i
         retry=retry_if_result(lambda ok: not ok),
         retry_error_callback=lambda _: False,
     )(probe)
-    if not _serves(last, champion, challenger, weight):
+    if each and not all(_serves(v, champion, challenger, weight) for v in each.values()):
+        raise RolloutError(
+            f"the replicas behind {url} disagree on what they serve after {timeout_s:.0f} s (wanted champion "
+            f"{champion}"
+            + (f" + challenger {challenger} at {weight}%" if challenger else "")
+            + "): "
+            + "; ".join(f"{name} serves {describe_served(v)}" for name, v in each.items())
+        )
+    if not each and not _serves(last, champion, challenger, weight):
         raise RolloutError(
             f"the model server at {url} does not serve champion {champion}"
             + (f" + challenger {challenger} at {weight}%" if challenger else "")
             + f" after {timeout_s:.0f} s; it reports {last}"
         )
     return last
+
+
+def describe_served(now: dict[str, Any]) -> str:
+    """One replica's /v1/serving answer in a few words (or its error)."""
+    if "error" in now:
+        return f"nothing it could say ({now['error']})"
+    v = now.get("variants", {})
+    parts = [f"{name} {m.get('model_version')}" for name, m in v.items()]
+    if "challenger" in v:
+        parts.append(f"{now.get('mode')} {now.get('challenger_weight')}%")
+    return ", ".join(parts) + (" (loading)" if now.get("pending") else "") if parts else "nothing"
 
 
 def set_weight(registry: Registry, weight: int, step: int, steps: int) -> None:
@@ -189,6 +228,7 @@ def run_canary(settings: Settings, params: Params, champion: str, challenger: st
     `canary.failures_before_rollback` times in a row (each attempt is in the evidence, and each is
     judged on all the canary's traffic so far): one noisy window cannot decide alone."""
     from tasks.datasets import load_dataset
+    from tasks.serving.paths import replica_urls
 
     c, registry = params.canary, Registry(settings)
     dataset = load_dataset(params.dataset.module)
@@ -196,7 +236,14 @@ def run_canary(settings: Settings, params: Params, champion: str, challenger: st
     tracker = Progress(f"canary {challenger} vs {champion}", len(c.steps), unit="weight step", every_s=0)
     for i, weight in enumerate(c.steps):
         set_weight(registry, weight, i + 1, len(c.steps))
-        wait_until_served(url, champion, challenger, weight, timeout_s=max(30.0, params.serving.poll_s * 20))
+        wait_until_served(
+            url,
+            champion,
+            challenger,
+            weight,
+            timeout_s=max(30.0, params.serving.poll_s * 20),
+            replicas=lambda: replica_urls(settings.home),
+        )
         for attempt in range(1, c.failures_before_rollback + 1):
             outcome = _measure(settings, params, (champion, challenger), url, dataset, weight, sent, started)
             outcome.attempt, sent = attempt, sent + outcome.traffic.get("sent", c.requests_per_step)
@@ -229,7 +276,7 @@ def _measure(
     champion's earlier traffic is the comparison at 100%, and online quality needs every label there is)."""
     from tasks.canary.analysis import judge, select_window
     from tasks.canary.replay import replay_gold
-    from tasks.serving.paths import prediction_log_file
+    from tasks.serving.paths import prediction_log
     from tasks.serving.predlog import read_log
 
     c, (champion, challenger), t0 = params.canary, variants, time.time()
@@ -242,9 +289,10 @@ def _measure(
         feedback_delay_s=0.0,
         offset=offset,
     )
-    time.sleep(0.2)  # the last feedback lines reach the log
+    # Every replica writes its chunk of the shared log every log_flush_s: the last feedback is in it after that.
+    time.sleep(params.serving.log_flush_s + 0.3)
     window = select_window(
-        read_log(prediction_log_file(settings.home), params.serving.prediction_log_keep),
+        read_log(prediction_log(settings), start=started),
         start=started,
         model_versions={"champion": champion, "challenger": challenger},
     )

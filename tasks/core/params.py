@@ -269,10 +269,19 @@ class ServingParams(Section):
     max_rows: StrictInt = Field(ge=1)
     """Rows per request at most."""
     max_body_bytes: StrictInt = Field(ge=1024)
-    prediction_log_mb: float = Field(gt=0)
-    """Size at which the prediction log rotates."""
-    prediction_log_keep: StrictInt = Field(ge=1)
-    """Rotated prediction-log files kept."""
+    replicas: StrictInt = Field(ge=1, le=16)
+    """Model-server replicas `make up` starts; more than 1: behind HAProxy (tasks/serving/balancer.py)."""
+    drain_s: float = Field(ge=0, le=60)
+    """On SIGTERM a replica answers 503 on /v2/health/ready this long (the balancer takes it out), then
+    stops accepting and finishes the requests in flight."""
+    check_interval_ms: StrictInt = Field(ge=50, le=10_000)
+    """HAProxy's health check interval per replica (down after 2 failed checks, up after 1 good one)."""
+    log_flush_s: float = Field(gt=0, le=60)
+    """Seconds between a replica's writes of its prediction-log chunk to the object store."""
+    log_flush_rows: StrictInt = Field(ge=1)
+    """Records after which a replica writes its chunk before log_flush_s (bounds what a crash loses)."""
+    log_retention_h: float = Field(gt=0)
+    """Hours the shared prediction log keeps a chunk; request ids for /v1/feedback expire after as long."""
 
 
 class CanaryParams(Section):

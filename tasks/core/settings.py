@@ -71,6 +71,13 @@ class Settings(BaseSettings):
     params: Path | None = Field(None, description="a params file other than the checkout's params.yaml")
     dvc_remote: str = Field("", description="empty: a local folder under SLUICE_HOME; or s3://bucket/prefix")
     s3_endpoint_url: str = Field("", description="an S3-compatible store's endpoint (credentials: AWS_*)")
+    serving_key_file: str = Field(
+        "", description="the key replicas sign request ids with (empty: SLUICE_HOME/serving/request_id.key)"
+    )
+    predlog_uri: str = Field(
+        "",
+        description="the shared prediction log: empty, a folder under SLUICE_HOME (serving/predlog); or s3://bucket/prefix",
+    )
     demo_feed: bool = Field(True, description="deliver the next demo batch when landing/ is empty (0 or 1)")
     train_backend: str = Field(
         "local", description="local: torchrun processes here; kubernetes: pods (tasks/training/kubernetes.py)"
@@ -107,14 +114,16 @@ class Settings(BaseSettings):
             raise ValueError(f"must be 0 or 1, got {v!r}")
         return v
 
-    @field_validator("dvc_remote")
+    @field_validator("dvc_remote", "predlog_uri")
     @classmethod
     def _remote(cls, v: str) -> str:
         if v and "://" in v and not v.startswith("s3://"):
             raise ValueError(f"must be a local path or s3://bucket/prefix, got {redact(v)!r}")
         return v
 
-    @field_validator("dvc_remote", "registry_url", "registry_git_remote", "s3_endpoint_url", "train_out_uri")
+    @field_validator(
+        "dvc_remote", "predlog_uri", "registry_url", "registry_git_remote", "s3_endpoint_url", "train_out_uri"
+    )
     @classmethod
     def _no_credentials(cls, v: str) -> str:
         why = url_credentials_error(v)

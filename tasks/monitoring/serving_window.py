@@ -1,12 +1,11 @@
-"""The business layer between runs: what the model server recorded over a window (its prediction log,
-`$SLUICE_HOME/serving/predictions.jsonl` and the rotated files, the same records the canary analysis
+"""The business layer between runs: what the model servers recorded over a window (the shared
+prediction log, every replica's chunks: tasks/serving/predlog.py, the same records the canary analysis
 judges), per variant: requests, errors, error rate, p50/p99 latency, mean throughput, online ROC AUC from
 feedback labels. The daily cost report records one UTC day of it (subject "day:<variant>")."""
 
 from __future__ import annotations
 
 from datetime import date, datetime, timedelta, timezone
-from pathlib import Path
 from typing import Any
 
 
@@ -15,9 +14,7 @@ def day_bounds(day: str) -> tuple[float, float]:
     return start.timestamp(), (start + timedelta(days=1)).timestamp()
 
 
-def serving_summary(
-    log: Path, keep: int, start: float, end: float, canary: Any | None = None
-) -> dict[str, dict[str, Any]]:
+def serving_summary(log: Any, start: float, end: float, canary: Any | None = None) -> dict[str, dict[str, Any]]:
     """Per variant that served in [start, end): requests, errors, error_rate, p50_ms, p99_ms,
     p99_low_ms (with `canary`, the canary params: the p99's one-sided lower bound, as the canary and
     the p99_latency alert judge it), requests_per_s (over the window), labeled, online_roc_auc (None:
@@ -27,7 +24,7 @@ def serving_summary(
     from tasks.canary.analysis import labeled_arms, p99_lower_bound, roc_auc, select_window, variant_stats
     from tasks.serving.predlog import read_log as read_serving_log
 
-    window = select_window(read_serving_log(log, keep), start, end)
+    window = select_window(read_serving_log(log, start), start, end)  # later chunks: late feedback
     stats = variant_stats(window)
     _, arms = labeled_arms(window)
     out = {}
@@ -54,10 +51,9 @@ def serving_summary(
 
 
 def day_summary(settings: Any, params: Any, day: str) -> dict[str, dict[str, Any]]:
-    from tasks.serving.paths import prediction_log_file
+    from tasks.serving.paths import prediction_log
 
-    log = prediction_log_file(settings.home)
-    return serving_summary(log, params.serving.prediction_log_keep, *day_bounds(day), canary=params.canary)
+    return serving_summary(prediction_log(settings), *day_bounds(day), canary=params.canary)
 
 
 def serving_lines(serving: dict[str, dict[str, Any]]) -> str:

@@ -1,7 +1,8 @@
 """The Jinja2 environment every Sluice page is rendered with: templates/ beside this file (base.html
 holds the shared CSS; report.html, model_card.html, sluice_page.html extend it; macros.html has the
 table and the notes), autoescape on for every template, undefined names an error (a template that
-names a key its caller did not pass fails its test instead of printing nothing).
+names a key its caller did not pass fails its test instead of printing nothing). Templates that are
+not HTML (haproxy.cfg.j2) go through `render_text`: the same folder, nothing escaped.
 
 Filters: `cell` (a table cell: None as a dash, floats to 4 significant digits, NaN as n/a), `usd`.
 Values that are markup already (the charts of plots.py) are `Markup`; everything else is escaped.
@@ -48,6 +49,24 @@ def environment() -> jinja2.Environment:
     env.filters["cell"] = cell
     env.filters["usd"] = usd
     return env
+
+
+@cache
+def text_environment() -> jinja2.Environment:
+    """For the templates that are not HTML (haproxy.cfg.j2): the same folder, autoescape off."""
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(TEMPLATES),
+        autoescape=False,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+
+
+def render_text(template: str, **context: Any) -> str:
+    """A template that is not HTML (under templates/), rendered with `context`, nothing escaped."""
+    return text_environment().get_template(template).render(**context)
 
 
 def render(template: str, **context: Any) -> str:

@@ -11,8 +11,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-import uuid
-from typing import Optional
+from typing import Any, Optional
 
 import numpy as np
 
@@ -59,26 +58,33 @@ def pinned(snap: Snapshot, version: str, name: str) -> Answer:
     return (*found, None)
 
 
-def score(ctx: ServingContext, x: np.ndarray, answer: Answer, endpoint: str, t0: float) -> tuple[str, np.ndarray]:
-    """Score `x` with the answering model -> (request id, scores): logged, counted, remembered for
-    feedback, mirrored. A model that fails or gives a non-finite score is a 500 naming it, never an answer."""
+def score(
+    ctx: ServingContext, x: np.ndarray, answer: Answer, endpoint: str, t0: float, inputs: Optional[list[Any]] = None
+) -> tuple[str, np.ndarray]:
+    """Score `x` with the answering model -> (request id, scores): logged with each row's input
+    (`inputs`, else the feature vectors), counted, mirrored. The request id is signed (requestid.py),
+    so feedback for it is taken by any replica. A model that fails or gives a non-finite score is a
+    500 naming it, never an answer."""
     variant, model, shadow = answer
-    request_id = uuid.uuid4().hex
+    request_id = ctx.request_ids.issue(len(x))
+    if inputs is None:
+        inputs = x.tolist()
     try:
         scores = model.predict(x)  # a NaN or infinite score raises ScoreError: never served
     except Exception as exc:  # noqa: BLE001 - logged against the variant, answered as a 500
         message = f"{type(exc).__name__}: {str(exc)[:300]}"
         version, ms = model.spec.model_version, (time.perf_counter() - t0) * 1000
-        ctx.predlog.append([error_record(request_id, variant, version, ms, False, endpoint, message)])
+        ctx.predlog.append([error_record(request_id, variant, version, ms, False, endpoint, message, inputs)])
         log(f"serving: {variant} {version} failed: {message}")
         what = "gave a non-finite score" if isinstance(exc, ScoreError) else "failed to score the request"
         raise ApiError(500, f"model {version} {what}", variant) from exc
     seconds = time.perf_counter() - t0
     ctx.metrics.observe(endpoint, variant, seconds, scores)
     ctx.predlog.append(
-        prediction_records(request_id, scores, variant, model.spec.model_version, seconds * 1000, False, endpoint)
+        prediction_records(
+            request_id, scores, variant, model.spec.model_version, seconds * 1000, False, endpoint, inputs
+        )
     )
-    ctx.remember(request_id, len(scores))
     if shadow is not None:
         try:
             ctx.shadow_queue.put_nowait((x, request_id, shadow, endpoint))

@@ -118,7 +118,7 @@ class FeedbackRequest(BaseModel):
     """A delayed label for a served request: one label, or one per row of the request."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
-    request_id: Annotated[StrictStr, Field(min_length=1, max_length=64)]
+    request_id: Annotated[StrictStr, Field(min_length=1, max_length=128)]
     label: Union[Literal[0, 1], Annotated[list[Literal[0, 1]], Field(min_length=1)]]
 
 

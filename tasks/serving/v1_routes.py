@@ -15,9 +15,10 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
-from tasks.serving.context import REQUEST_INDEX_SIZE, Context, ServingContext
+from tasks.serving.context import Context, ServingContext
 from tasks.serving.errors import ApiError, ErrorBody
 from tasks.serving.predlog import feedback_records
+from tasks.serving.requestid import BadRequestId
 from tasks.serving.scoring import KEY_HEADER, pick, score, snapshot
 from tasks.serving.v1_models import (
     FeedbackRequest,
@@ -39,7 +40,10 @@ PREDICT_ERRORS = _errors(
     e500="the model failed, or gave a non-finite score (never answered)",
     e503="no version loaded yet",
 )
-FEEDBACK_ERRORS = _errors(e404="a request id this server does not know", e422="not one label per row")
+FEEDBACK_ERRORS = _errors(
+    e404="a request id that is not one of ours, forged, or expired (the message says which)",
+    e422="not one label per row",
+)
 
 
 def predict_rows(ctx: ServingContext, rows: list[Any], key: Optional[str]) -> JSONResponse:
@@ -57,7 +61,8 @@ def predict_rows(ctx: ServingContext, rows: list[Any], key: Optional[str]) -> JS
         raise ApiError(422, f"rows could not be featurized: {type(exc).__name__}: {exc}", variant) from exc
     if x.shape != (len(df), model.n_features) or not np.all(np.isfinite(x)):
         raise ApiError(422, "rows featurize to non-finite or misshaped features", variant)
-    request_id, scores = score(ctx, x, answer, "predict", t0)
+    raw = [r.model_dump(mode="json") for r in rows]  # the raw rows, as the log keeps them
+    request_id, scores = score(ctx, x, answer, "predict", t0, raw)
     version = model.spec.model_version
     common = {"model_version": version, "variant": variant, "request_id": request_id}
     body = PredictResponse(
@@ -65,7 +70,10 @@ def predict_rows(ctx: ServingContext, rows: list[Any], key: Optional[str]) -> JS
         **common,
         predictions=[Prediction(score=float(s), label=int(s >= 0.5), **common) for s in scores],
     )
-    return JSONResponse(body.model_dump(), headers={"X-Request-Id": request_id, "X-Sluice-Variant": variant})
+    return JSONResponse(
+        body.model_dump(),
+        headers={"X-Request-Id": request_id, "X-Sluice-Variant": variant, "X-Sluice-Replica": ctx.replica},
+    )
 
 
 def v1_router(predict_request: Any) -> APIRouter:
@@ -95,13 +103,10 @@ def v1_router(predict_request: Any) -> APIRouter:
 
 
 async def feedback(body: FeedbackRequest, ctx: Context) -> FeedbackResponse:
-    rows = ctx.rows_of(body.request_id)
-    if rows is None:
-        raise ApiError(
-            404,
-            f"unknown request id {body.request_id!r} (not served by this server, "
-            f"or older than its last {REQUEST_INDEX_SIZE:,} requests)",
-        )
+    try:
+        rows = ctx.request_ids.verify(body.request_id)
+    except BadRequestId as exc:
+        raise ApiError(404, str(exc)) from None
     labels = body.label if isinstance(body.label, list) else [body.label]
     if len(labels) != rows:
         raise ApiError(

@@ -99,8 +99,10 @@ async def live() -> ServerLive:
 @router.get("/health/ready", response_model=ServerReady, responses={503: {"model": ServerReady}})
 async def ready(ctx: Context) -> JSONResponse:
     v = ctx.variants
-    body = ServerReady(ready=v.ready, serving=v.describe(), pending=v.pending is not None, last_error=v.last_error)
-    return JSONResponse(body.model_dump(), status_code=200 if v.ready else 503)
+    ready = v.ready and not ctx.draining  # draining (SIGTERM): the balancer takes this replica out
+    error = "draining: stopping after the requests in flight" if ctx.draining else v.last_error
+    body = ServerReady(ready=ready, serving=v.describe(), pending=v.pending is not None, last_error=error)
+    return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
 
 @router.get("")
@@ -156,7 +158,7 @@ def infer(ctx: ServingContext, snap: Snapshot, request: TensorRequest, body: Inf
         "id": body.id if body.id is not None else request_id,
         "parameters": {"variant": variant, "request_id": request_id},
     }
-    headers = {"X-Request-Id": request_id, "X-Sluice-Variant": variant}
+    headers = {"X-Request-Id": request_id, "X-Sluice-Variant": variant, "X-Sluice-Replica": ctx.replica}
     return infer_response(body, scores, model.output_name, head, headers)
 
 

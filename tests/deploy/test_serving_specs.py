@@ -170,13 +170,20 @@ def test_quantities_parse_and_requests_fit_limits(container, pod):
     assert empty <= parse_quantity(res["limits"]["ephemeral-storage"])
 
 
-def test_the_state_volume_holds_the_rotated_prediction_log(pod):
-    from tasks.core.params import repo_params
+def test_the_replicas_share_one_prediction_log_on_the_object_store(container):
+    """Every replica writes its chunks to the same S3 prefix (the canary reads them all), not to its emptyDir."""
+    from tasks.core.settings import Settings
 
-    sp = repo_params().serving
-    state = next(v for v in pod["volumes"] if v["name"] == "state")
-    need = sp.prediction_log_mb * 1024 * 1024 * (sp.prediction_log_keep + 1)
-    assert parse_quantity(state["emptyDir"]["sizeLimit"]) >= 2 * need
+    uri = _env(container)["SLUICE_PREDLOG_URI"]["value"]
+    assert uri.startswith("s3://") and Settings.from_env({"SLUICE_PREDLOG_URI": uri}).predlog_uri == uri
+
+
+def test_the_replicas_share_the_request_id_key(pod, container):
+    """Feedback to any replica: every pod reads the same key, from one Secret (not its own emptyDir)."""
+    path = Path(_env(container)["SLUICE_SERVING_KEY_FILE"]["value"])
+    mount = next(m for m in container["volumeMounts"] if path.parent == Path(m["mountPath"]))
+    volume = next(v for v in pod["volumes"] if v["name"] == mount["name"])
+    assert mount.get("readOnly") and volume["secret"]["secretName"] == "sluice-serving-key"
 
 
 def test_threads_follow_the_cpu_limit(container):
@@ -206,8 +213,10 @@ def test_security_context(pod, container, docs):
 
 
 def test_writable_paths_are_volumes(pod, container):
-    # read-only root: everything the server, git and DVC write must be a mounted emptyDir
-    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    # read-only root: everything the server, git and DVC write must be a mounted emptyDir (the one
+    # other mount, the request-id key's Secret, is read-only)
+    writable = {m["mountPath"]: m["name"] for m in container["volumeMounts"] if not m.get("readOnly")}
+    mounts = writable
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert set(mounts.values()) <= set(volumes)
     assert all("emptyDir" in volumes[n] for n in mounts.values())
@@ -448,3 +457,12 @@ def test_the_server_imports_with_only_the_image_packages():
     report = _probe(list(_image_packages()), SERVER_IMPORTS)
     assert not report["failed"], f"{report['failed']}\n(blocked imports: {report['blocked']})"
     assert not [b for b in report["blocked"] if b.split(".")[0] in {"torch", "airflow", "sklearn"}], report["blocked"]
+
+
+def test_the_grace_period_covers_prestop_the_drain_and_the_in_flight_requests(pod, container):
+    """SIGTERM after preStop; the server then drains serving.drain_s (readiness 503, still serving) and gives
+    its requests in flight up to 5 s (uvicorn's graceful shutdown): all of it within the grace period."""
+    from tasks.core.params import repo_params
+
+    pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    assert pod["terminationGracePeriodSeconds"] >= pre_stop + repo_params().serving.drain_s + 5

@@ -11,36 +11,38 @@ from tasks.core.context import StepContext
 from tasks.cost_report import cost_report
 from tasks.monitoring.serving_window import serving_summary
 from tasks.monitoring.store import MetricsStore
-from tasks.serving.paths import prediction_log_file
-from tasks.serving.predlog import LOG_NAME, PredictionLog, error_record, feedback_records, prediction_records
+from tasks.serving.paths import prediction_log
+from tasks.serving.predlog import LogStore, PredictionLog, error_record, feedback_records, prediction_records
 
 
-def write_log(path, n_champion=40, n_challenger=10, challenger_ms=120.0):
-    log = PredictionLog(path, max_bytes=10_000, keep=5)  # small: the records rotate across files
+def write_log(store, n_champion=40, n_challenger=10, challenger_ms=120.0):
+    log = PredictionLog(store, "r1", 60, 25, 3600)  # small chunks: the records span several
+    log2 = PredictionLog(store, "r2", 60, 25, 3600)  # the challenger's from another replica
     for i in range(n_champion):
         label = i % 2
         log.append(prediction_records(f"c{i}", [0.2 + 0.6 * label], "champion", "model-v1", 5.0 + i % 3, False, "/v1"))
         log.append(feedback_records(f"c{i}", [label]))
     for i in range(n_challenger):
-        log.append(prediction_records(f"h{i}", [0.5], "challenger", "model-v2", challenger_ms, False, "/v1"))
-    log.append([error_record("h-err", "challenger", "model-v2", 1.0, False, "/v1", "nan score")])
+        log2.append(prediction_records(f"h{i}", [0.5], "challenger", "model-v2", challenger_ms, False, "/v1"))
+    log2.append([error_record("h-err", "challenger", "model-v2", 1.0, False, "/v1", "nan score")])
     log.close()
+    log2.close()
 
 
 def test_serving_summary_per_variant(tmp_path):
-    path = tmp_path / LOG_NAME
-    write_log(path)
-    assert path.with_name(LOG_NAME + ".1").exists()  # rotated files are read too
-    s = serving_summary(path, 5, 0, 2e9)
+    store = LogStore(tmp_path / "predlog")
+    write_log(store)
+    assert len(store.keys()) > 2 and {k.split("/")[0] for k in store.keys()} == {"r1", "r2"}  # every chunk is read
+    s = serving_summary(store, 0, 2e9)
     assert s["champion"]["requests"] == 40 and s["champion"]["online_roc_auc"] == pytest.approx(1.0)
     assert s["champion"]["labeled"] == 40 and s["champion"]["model_versions"] == ["model-v1"]
     assert s["challenger"]["requests"] == 11 and s["challenger"]["errors"] == 1
     assert s["challenger"]["p99_ms"] == pytest.approx(120.0) and s["challenger"]["online_roc_auc"] is None
-    assert serving_summary(path, 5, 0, 1) == {}  # nothing served in that window
+    assert serving_summary(store, 0, 1) == {}  # nothing served in that window
 
 
 def test_the_daily_report_records_the_days_serving(settings):
-    write_log(prediction_log_file(settings.home))
+    write_log(prediction_log(settings))
     day = datetime.now(timezone.utc).date().isoformat()
     rec = cost_report.run(StepContext.create("report-1", settings), lambda n: None, day=day)
     assert rec.serving["champion"]["requests"] == 40
@@ -53,13 +55,13 @@ def test_the_daily_report_records_the_days_serving(settings):
 
 
 def test_a_days_online_accuracy_drop_against_the_previous_report(settings):
-    log = prediction_log_file(settings.home)
+    store = prediction_log(settings)
     day = datetime.now(timezone.utc).date().isoformat()
-    write_log(log)  # the champion separates the classes: online ROC AUC 1.0
+    write_log(store)  # the champion separates the classes: online ROC AUC 1.0
     cost_report.run(StepContext.create("report-1", settings), lambda n: None, day=day)
-    for p in log.parent.iterdir():
-        p.unlink()
-    flat = PredictionLog(log, max_bytes=1_000_000, keep=5)
+    for key in store.keys():
+        store.remove(key)
+    flat = PredictionLog(store, "r1", 60, 1000, 3600)
     for i in range(40):  # the same score whatever the label: online ROC AUC 0.5
         flat.append(prediction_records(f"d{i}", [0.5], "champion", "model-v1", 5.0, False, "/v1"))
         flat.append(feedback_records(f"d{i}", [i % 2]))

@@ -22,7 +22,7 @@ import yaml
 
 from tasks.core.settings import REPO_ROOT, Settings
 from tasks.registry import Registry
-from tasks.serving.paths import prediction_log_file
+from tasks.serving.paths import prediction_log
 from tasks.serving.predlog import read_log
 from tasks.serving.split import choose_variant
 from tests.conftest import row
@@ -59,8 +59,8 @@ def world(tmp_path_factory):
             "poll_s": 0.1,
             "max_rows": MAX_ROWS,
             "max_body_bytes": MAX_BODY,
-            "prediction_log_mb": 0.25,
-            "prediction_log_keep": 3,
+            "log_flush_s": 0.1,
+            "drain_s": 0.2,
         }
     )
     params_file = tmp / "params.yaml"
@@ -326,7 +326,12 @@ def test_feedback_and_the_prediction_log(world, emails):
         httpx.post(url + "/v1/feedback", json={"request_id": three["request_id"], "label": [0, 1, 0]}).status_code
         == 200
     )
-    log = read_log(prediction_log_file(world["home"]), 3)
+
+    def logged():
+        log = read_log(prediction_log(Settings.from_env({"SLUICE_HOME": str(world["home"])})))
+        return log if any(r["kind"] == "feedback" and r["request_id"] == three["request_id"] for r in log) else None
+
+    log = wait_for(logged, 10, "the feedback in the log")
     preds = [r for r in log if r["kind"] == "prediction" and r["request_id"] == three["request_id"]]
     assert [p["row"] for p in preds] == [0, 1, 2]
     assert all(
@@ -401,7 +406,7 @@ def test_shadow_mode_mirrors_to_the_challenger(world):
     wanted = {r["request_id"] for r in ids}
 
     def shadows():
-        log = read_log(prediction_log_file(world["home"]), 3)
+        log = read_log(prediction_log(Settings.from_env({"SLUICE_HOME": str(world["home"])})))
         return [r for r in log if r["request_id"] in wanted and r["shadow"]]
 
     mirrored = wait_for(lambda: len(shadows()) == 20 and shadows(), 10, "shadow predictions")

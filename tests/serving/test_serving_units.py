@@ -12,7 +12,8 @@ from pydantic import ValidationError
 
 from tasks.registry import CHALLENGER, CHAMPION, ServedModel, ServingState
 from tasks.serving.errors import ApiError, describe_validation
-from tasks.serving.predlog import PredictionLog, prediction_records, read_log, rotated_paths
+from tasks.serving.predlog import LogStore, PredictionLog, read_log
+from tasks.serving.requestid import RequestIds
 from tasks.serving.split import choose_variant, key_bucket
 from tasks.serving.tensors import input_features, split_binary, wants_binary
 from tasks.serving.v2_models import InferenceRequest
@@ -133,21 +134,6 @@ def test_validation_messages_name_the_place():
     assert status == 400 and msg == "malformed JSON at character 7: Expecting value"
 
 
-def test_prediction_log_rotates_and_keeps_whole_lines(tmp_path):
-    path = tmp_path / "predictions.jsonl"
-    log = PredictionLog(path, max_bytes=2000, keep=2)
-    for i in range(60):
-        log.append(prediction_records(f"r{i}", [0.25], "champion", "model-v1", 1.5, False, "predict"))
-    log.close()
-    files = [p for p in rotated_paths(path, 2) if p.exists()]
-    assert len(files) == 3 and not path.with_name("predictions.jsonl.3").exists()
-    assert all(p.stat().st_size <= 2000 for p in files)
-    records = read_log(path, 2)
-    ids = [int(r["request_id"][1:]) for r in records]
-    assert ids == sorted(ids) and ids[-1] == 59 and len(ids) < 60  # oldest dropped, order kept
-    assert all(json.dumps(r) for r in records)
-
-
 def test_oip_binary_and_json_inputs():
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     head = json.dumps(
@@ -210,7 +196,8 @@ def test_a_non_finite_score_is_refused_logged_against_its_variant_and_counted(tm
     )
     assert variants.poll() and variants.ready
     ds = load_dataset("tasks.datasets.emails")
-    predlog = PredictionLog(tmp_path / "predictions.jsonl", 1 << 20, 2)
+    store = LogStore(tmp_path / "predlog")
+    predlog = PredictionLog(store, "r1", 0.1, 1000, 3600)
     ctx = ServingContext(
         dataset=ds,
         row_model=load_row_model(ds),
@@ -219,6 +206,8 @@ def test_a_non_finite_score_is_refused_logged_against_its_variant_and_counted(tm
         predlog=predlog,
         max_rows=64,
         max_body_bytes=1 << 20,
+        request_ids=RequestIds(b"k" * 32, 3600),
+        replica="r1",
     )
     client = TestClient(create_app(ctx))
 
@@ -243,10 +232,11 @@ def test_a_non_finite_score_is_refused_logged_against_its_variant_and_counted(tm
     assert bad.status_code == 500 and bad.json() == {"error": "model model-v7 gave a non-finite score"}
     assert "NaN" not in bad.text and "nan" not in bad.text
     predlog.close()
-    records = read_log(tmp_path / "predictions.jsonl", 2)
+    records = read_log(store)
     errors = [r for r in records if r.get("error")]
     assert len(errors) == 1 and errors[0]["variant"] == "champion" and errors[0]["model_version"] == "model-v7"
     assert errors[0]["error"].startswith("ScoreError: model-v7 gave a non-finite score")
+    assert errors[0]["inputs"] == x.tolist()  # every row's input, as the request sent it
     assert all(math.isfinite(r["score"]) for r in records if "score" in r)
     exposition = client.get("/metrics").text
     assert 'sluice_request_errors_total{code="500",endpoint="infer",variant="champion"} 1.0' in exposition
