@@ -33,6 +33,7 @@ RUN pip install --no-cache-dir -c constraints.txt \
       "tenacity==9.2.1" \
       "prometheus_client==0.26.0" \
       "dvc==3.67.1" \
+      "tokenizers==0.23.3" \
       "dvc-s3==3.3.0"
 
 COPY params.yaml pyproject.toml ./

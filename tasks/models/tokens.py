@@ -61,7 +61,7 @@ class Encoder:
             raise TokenizerError(f"the tokenizer has {size} ids; the model embeds {vocab_size}")
         if self.tokenizer.token_to_id(PAD) != 0:
             raise TokenizerError(f"the tokenizer's {PAD} is not id 0, which the model masks")
-        self.max_len = max_len
+        self.max_len, self.vocab_size = max_len, vocab_size
         self.sha256 = tokenizer_sha256(tokenizer_json)
         self.tokenizer.enable_truncation(max_len)
         self.tokenizer.enable_padding(pad_id=0, pad_token=PAD, length=max_len)

@@ -59,10 +59,18 @@ def pinned(snap: Snapshot, version: str, name: str) -> Answer:
 
 
 def score(
-    ctx: ServingContext, x: np.ndarray, answer: Answer, endpoint: str, t0: float, inputs: Optional[list[Any]] = None
+    ctx: ServingContext,
+    x: np.ndarray,
+    answer: Answer,
+    endpoint: str,
+    t0: float,
+    inputs: Optional[list[Any]] = None,
+    rows: Any = None,
 ) -> tuple[str, np.ndarray]:
     """Score `x` with the answering model -> (request id, scores): logged with each row's input
-    (`inputs`, else the feature vectors), counted, mirrored. The request id is signed (requestid.py),
+    (`inputs`, else the feature vectors), counted, mirrored (with the raw `rows`, a DataFrame, when the
+    request had them: a challenger that reads other inputs than the champion encodes them itself).
+    The request id is signed (requestid.py),
     so feedback for it is taken by any replica. A model that fails or gives a non-finite score is a
     500 naming it, never an answer."""
     variant, model, shadow = answer
@@ -87,7 +95,7 @@ def score(
     )
     if shadow is not None:
         try:
-            ctx.shadow_queue.put_nowait((x, request_id, shadow, endpoint))
+            ctx.shadow_queue.put_nowait((x, request_id, shadow, endpoint, rows))
         except queue.Full:
             ctx.metrics.shadow_dropped.inc()
     return request_id, scores
@@ -97,12 +105,16 @@ def shadow_worker(ctx: ServingContext, stop: threading.Event) -> None:
     """Scores mirrored traffic with the challenger, after the champion has answered."""
     while not stop.is_set():
         try:
-            x, request_id, model, endpoint = ctx.shadow_queue.get(timeout=0.2)
+            x, request_id, model, endpoint, rows = ctx.shadow_queue.get(timeout=0.2)
         except queue.Empty:
             continue
         version = model.spec.model_version
         try:
             t0 = time.perf_counter()
+            if model.takes_tokens != (x.dtype.kind in "iu") or x.shape[1] != model.n_features:
+                if rows is None:  # an OIP tensor made for the champion's inputs
+                    raise ValueError("the challenger reads other inputs than the champion: shadowed on /v1 rows only")
+                x = model.rows_to_inputs(ctx.dataset, rows)
             scores = model.predict(x)
             seconds = time.perf_counter() - t0
             ctx.metrics.shadow.inc()

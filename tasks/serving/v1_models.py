@@ -56,6 +56,8 @@ def column_specs(raw_columns: list[str], suite: dict[str, Any]) -> dict[str, dic
             spec["values"] = list(kw["value_set"])
         elif etype == "expect_column_values_to_match_regex":
             spec["pattern"], spec["kind"] = kw["regex"], "str"
+        elif etype == "expect_column_value_lengths_to_be_between":  # a text column's bounds (reviews)
+            spec["min_length"], spec["max_length"], spec["kind"] = kw.get("min_value"), kw.get("max_value"), "str"
         elif etype == "expect_column_values_to_be_between":
             spec["ge"], spec["le"] = kw.get("min_value"), kw.get("max_value")
             if spec["kind"] == "any":
@@ -73,11 +75,13 @@ def field_type(spec: dict[str, Any]) -> Any:
         return Annotated[StrictInt, Field(**bounds)]
     if spec["kind"] == "float":
         return Annotated[float, Field(allow_inf_nan=False, strict=False, **bounds)]
-    if spec["kind"] == "str":
+    if spec["kind"] == "str":  # at most what the contract allows (1,024 characters where it says nothing)
+        lengths = {"min_length": spec.get("min_length"), "max_length": spec.get("max_length") or 1024}
+        lengths = {k: v for k, v in lengths.items() if v is not None}
         return (
-            Annotated[StrictStr, Field(pattern=spec["pattern"], max_length=1024)]
+            Annotated[StrictStr, Field(pattern=spec["pattern"], **lengths)]
             if "pattern" in spec
-            else Annotated[StrictStr, Field(max_length=1024)]
+            else Annotated[StrictStr, Field(**lengths)]
         )
     return AnyScalar
 

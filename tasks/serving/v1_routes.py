@@ -56,13 +56,13 @@ def predict_rows(ctx: ServingContext, rows: list[Any], key: Optional[str]) -> JS
     t0 = time.perf_counter()
     df = pd.DataFrame([r.model_dump() for r in rows], columns=list(ctx.dataset.RAW_COLUMNS))
     try:
-        x = np.ascontiguousarray(ctx.dataset.featurize(df), dtype=np.float32)
+        x = model.rows_to_inputs(ctx.dataset, df)  # features, or a text model's ids from its own tokenizer
     except Exception as exc:  # noqa: BLE001 - the plug-in's own error, reported to the caller
         raise ApiError(422, f"rows could not be featurized: {type(exc).__name__}: {exc}", variant) from exc
     if x.shape != (len(df), model.n_features) or not np.all(np.isfinite(x)):
         raise ApiError(422, "rows featurize to non-finite or misshaped features", variant)
     raw = [r.model_dump(mode="json") for r in rows]  # the raw rows, as the log keeps them
-    request_id, scores = score(ctx, x, answer, "predict", t0, raw)
+    request_id, scores = score(ctx, x, answer, "predict", t0, raw, rows=df)
     version = model.spec.model_version
     common = {"model_version": version, "variant": variant, "request_id": request_id}
     body = PredictResponse(

@@ -19,7 +19,7 @@ from fastapi.routing import APIRoute
 from tasks.serving.context import Context, ServingContext
 from tasks.serving.errors import ErrorBody
 from tasks.serving.scoring import KEY_HEADER, pick, pinned, score, snapshot
-from tasks.serving.tensors import BINARY_HEADER, check_outputs, infer_response, input_features, split_binary
+from tasks.serving.tensors import BINARY_HEADER, check_outputs, infer_response, model_input, split_binary
 from tasks.serving.v2_models import (
     InferenceRequest,
     InferenceResponse,
@@ -116,7 +116,11 @@ def _metadata(ctx: ServingContext, snap: Snapshot, versions: list[str]) -> Model
         name=ctx.model_name,
         versions=versions,
         platform=PLATFORM,
-        inputs=[TensorMetadata(name=model.input_name, datatype="FP32", shape=[-1, model.n_features])],
+        inputs=[
+            TensorMetadata(name=model.input_name, datatype="INT64", shape=[-1, -1])
+            if model.takes_tokens  # or BYTES text as `text`, one per row (tensors.TEXT_INPUT)
+            else TensorMetadata(name=model.input_name, datatype="FP32", shape=[-1, model.n_features])
+        ],
         outputs=[TensorMetadata(name=model.output_name, datatype="FP32", shape=[-1])],
     )
 
@@ -149,9 +153,9 @@ def infer(ctx: ServingContext, snap: Snapshot, request: TensorRequest, body: Inf
         answer = pick(snap, request.headers.get(KEY_HEADER))
     variant, model, _ = answer
     t0 = time.perf_counter()
-    x = input_features(body, request.tail, model.input_name, model.n_features, ctx.max_rows)
+    x, logged = model_input(body, request.tail, model, ctx.max_rows)
     check_outputs(body, model.output_name, variant)
-    request_id, scores = score(ctx, x, answer, "infer", t0)
+    request_id, scores = score(ctx, x, answer, "infer", t0, logged)
     head = {
         "model_name": ctx.model_name,
         "model_version": model.spec.model_version,

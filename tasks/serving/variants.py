@@ -46,9 +46,22 @@ class LoadedModel:
     output_name: str
     n_features: int
     loaded_at: float = field(default_factory=time.time)
+    encoder: Any = None  # a text model's tokenizer (tasks.models.tokens.Encoder, from the artifact); None: dense
+
+    @property
+    def takes_tokens(self) -> bool:
+        return self.encoder is not None
+
+    def rows_to_inputs(self, dataset: Any, df: Any) -> np.ndarray:
+        """Raw rows -> this model's input array: the dataset's features, or ids of the dataset's texts
+        from the artifact's own tokenizer (the path training took: tasks.models.metadata_input_encoder)."""
+        if self.encoder is None:
+            return np.ascontiguousarray(dataset.featurize(df), dtype=np.float32)
+        return self.encoder.encode(dataset.texts(df))
 
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """float32 [n, n_features] -> scores float64 [n]; ScoreError if any score is NaN or infinite."""
+        """float32 [n, n_features] (or int64 ids [n, max_len]) -> scores float64 [n]; ScoreError if any
+        score is NaN or infinite."""
         out = self.session.run([self.output_name], {self.input_name: x})[0]
         scores = np.asarray(out, dtype=np.float64).reshape(len(x))
         bad = ~np.isfinite(scores)
@@ -59,6 +72,28 @@ class LoadedModel:
                 f"{int(bad.sum())} of {len(scores)} rows (first: row {first})"
             )
         return scores
+
+
+def _token_encoder(spec: ServedModel, sess: Any, graph_input: Any) -> Any:
+    """A text model's encoder, from its artifact's metadata (tokenizer, sha256, max_len), when its input
+    is int64 ids; None for a dense model. LoadError when the two disagree."""
+    import json
+
+    from tasks.models.artifact import METADATA_KEY
+
+    meta = json.loads(sess.get_modelmeta().custom_metadata_map.get(METADATA_KEY) or "{}")
+    ids = graph_input.type == "tensor(int64)"
+    if ids != ("tokenizer" in meta):
+        what = "int64 ids but no tokenizer in its metadata" if ids else "a tokenizer but no int64 ids input"
+        raise LoadError(f"{spec.model_version}: {spec.artifact} takes {what}")
+    if not ids:
+        return None
+    from tasks.models.tokens import Encoder, TokenizerError
+
+    try:
+        return Encoder(meta["tokenizer"], meta["max_len"], meta["vocab_size"], meta["tokenizer_sha256"])
+    except (TokenizerError, KeyError) as exc:
+        raise LoadError(f"{spec.model_version}: its tokenizer cannot be used: {exc}") from None
 
 
 def open_model(spec: ServedModel, data: bytes, n_features: int, warm_rows: tuple[int, ...] = (1, 32)) -> LoadedModel:
@@ -92,16 +127,25 @@ def open_model(spec: ServedModel, data: bytes, n_features: int, warm_rows: tuple
             f"{[i.name for i in inputs]} -> {[o.name for o in outputs]}"
         )
     shape = inputs[0].shape
-    if inputs[0].type != "tensor(float)" or len(shape) != 2 or (isinstance(shape[1], int) and shape[1] != n_features):
+    encoder = _token_encoder(spec, sess, inputs[0])
+    if encoder is None and (
+        inputs[0].type != "tensor(float)" or len(shape) != 2 or (isinstance(shape[1], int) and shape[1] != n_features)
+    ):
         raise LoadError(
             f"{spec.model_version}: input {inputs[0].name} is {inputs[0].type} {shape}, "
             f"the dataset has {n_features} features (float [batch, {n_features}])"
         )
-    model = LoadedModel(spec, digest, sess, inputs[0].name, outputs[0].name, n_features)
+    width = encoder.max_len if encoder is not None else n_features
+    model = LoadedModel(spec, digest, sess, inputs[0].name, outputs[0].name, width, encoder=encoder)
     rng = np.random.default_rng(0)
     for n in warm_rows:
+        warm = (
+            rng.integers(2, encoder.vocab_size, (n, width), dtype=np.int64)
+            if encoder is not None
+            else rng.random((n, n_features), dtype=np.float32)
+        )
         try:
-            scores = model.predict(rng.random((n, n_features), dtype=np.float32))
+            scores = model.predict(warm)
         except Exception as exc:  # noqa: BLE001
             raise LoadError(f"{spec.model_version}: warm-up on {n} rows failed: {type(exc).__name__}: {exc}") from None
         if not np.all(np.isfinite(scores)) or scores.min() < 0 or scores.max() > 1:
