@@ -30,6 +30,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from tasks.core.compression_config import CompressionSearchConfig
@@ -152,6 +153,19 @@ class WeakLabelParams(Section):
     """The label model's class balance from the gold dev labels (false: Snorkel's uniform prior)."""
 
 
+class FsdpParams(Section):
+    """FSDP2's knobs (train.strategy fsdp2; tasks/training/sharded.py)."""
+
+    reshard_after_forward: StrictBool
+    """Free each unit's gathered weights after its forward and gather them again for its backward
+    (less memory, one more all-gather per unit); false keeps them gathered until the backward."""
+    mixed_precision: Literal["fp32", "bf16"]
+    """bf16: parameters cast to bf16 for compute, gradients reduced in fp32 (MixedPrecisionPolicy);
+    meant for GPUs. On the CPU it is slower than fp32 (docs/training.md has the measurement)."""
+    activation_checkpointing: StrictBool
+    """Recompute each unit's activations in the backward instead of keeping them (checkpoint_wrapper)."""
+
+
 class TrainParams(Section):
     epochs: StrictInt = Field(ge=1, le=1000)
     nproc: StrictInt = Field(ge=1, le=256)
@@ -171,6 +185,10 @@ class TrainParams(Section):
     seed: StrictInt
     allreduce: Literal["flat", "hierarchical"]
     """hierarchical: reduce in each node, allreduce among node leaders, broadcast."""
+    strategy: Literal["ddp", "fsdp2"]
+    """ddp: every rank holds all weights, gradients and AdamW moments; fsdp2: each rank holds a shard
+    of them (fully_shard on the units the model names, then the root), checkpoints sharded (DCP)."""
+    fsdp: FsdpParams
     warm_start: StrictBool
     """Start from the prod model's weights when the architecture matches."""
     device: Literal["auto", "cpu", "cuda"]
@@ -187,6 +205,20 @@ class TrainParams(Section):
         if v < info.data.get("nproc", 1):
             raise ValueError(f"must be at least train.nproc={info.data['nproc']}, got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _ddp_only_features(self) -> TrainParams:
+        if self.strategy == "fsdp2" and self.allreduce == "hierarchical":
+            raise ValueError(
+                "train.allreduce hierarchical is a DDP comm hook: with train.strategy fsdp2 use flat "
+                "(the sharded counterpart, HSDP on a 2-D device mesh, is not built; docs/training.md)"
+            )
+        if self.strategy == "fsdp2" and self.balance_every:
+            raise ValueError(
+                "train.balance_every needs train.strategy ddp: under fsdp2 every unit's all-gather waits "
+                "for the slowest rank, so per-rank compute time cannot be measured (set balance_every: 0)"
+            )
+        return self
 
 
 class EvaluateParams(Section):
@@ -294,6 +326,8 @@ class ScalingParams(Section):
     profile: str
     bench_hidden: Widths
     """The benchmark model (~9.6M parameters)."""
+    sharded_hidden: Widths
+    """The model that needs sharding (train.strategy fsdp2; ~36M parameters with the demo features)."""
 
     @field_validator("profile")
     @classmethod

@@ -31,6 +31,9 @@ class SpamMLP(nn.Module):
         layers.append(nn.Linear(width, 1))
         self.net = nn.Sequential(*layers)
 
+    def shard_units(self) -> list[nn.Module]:
+        return [m for m in self.net if isinstance(m, nn.Linear)]
+
     def set_scaling(self, mean: torch.Tensor, std: torch.Tensor) -> None:
         self.mean.copy_(mean)
         self.std.copy_(std.clamp_min(1e-3))  # constant features would divide by zero
