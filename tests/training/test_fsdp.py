@@ -251,3 +251,24 @@ def test_a_non_tensor_entry_is_refused_before_anything_is_unpickled(tmp_path):
     # The control: DCP's default reader loads the entry with torch.load(weights_only=False), running it.
     dcp.load({"w": torch.zeros(3), "evil": None}, storage_reader=dcp.FileSystemReader(tmp_path / "ck"))
     assert target.exists()
+
+
+@pytest.mark.slow
+def test_activation_checkpointing_and_bf16_parameters_train(settings, data_version, tmp_path):
+    """Activation checkpointing recomputes the same forward (the same losses to float rounding);
+    bf16 parameters with fp32 reduction train, their losses near fp32's (bf16 has 8 bits of mantissa)."""
+    p = params(epochs=1, checkpoint_every=1000, strategy="fsdp2", micro_batch_size=20)
+    fsdp = p.fsdp.model_dump()
+    run_torchrun(data_version, tmp_path / "plain", p)
+    run_torchrun(data_version, tmp_path / "ac", p.replace(fsdp={**fsdp, "activation_checkpointing": True}))
+    run_torchrun(data_version, tmp_path / "bf16", p.replace(fsdp={**fsdp, "mixed_precision": "bf16"}))
+    plain = step_losses(tmp_path / "plain")
+    assert_losses_close(step_losses(tmp_path / "ac"), plain, rtol=1e-6)
+    bf16 = step_losses(tmp_path / "bf16")
+    assert bf16.keys() == plain.keys() and bf16 != plain
+    assert all(abs(bf16[s] - plain[s]) < 0.05 * plain[s] for s in plain), (bf16, plain)
+    # model.pt is fp32 either way (the sharded parameters stay fp32; bf16 is the compute copy).
+    blob = torch.load(tmp_path / "bf16" / "model.pt", weights_only=True)
+    assert all(t.dtype == torch.float32 for t in blob["state_dict"].values())
+    # Without checkpoint_wrapper's name in the keys: a plain SpamMLP loads it.
+    assert weights(tmp_path / "ac" / "model.pt").keys() == weights(tmp_path / "plain" / "model.pt").keys()
