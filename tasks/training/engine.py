@@ -8,8 +8,10 @@ Streams the data version's partitions from the registry by tag (through DVC; see
 `data.py`) and trains on the weak labels (soft targets: the label source's P(spam)),
 step by step: each step one global batch, split into per-rank micro-batches
 (re-split by throughput when balancing), gradients accumulated and averaged exactly.
-Checkpoints every `checkpoint_every` steps (asynchronously) and on SIGTERM; resumes
-from the newest valid checkpoint of the same training (`state.py`). The time the step
+`train.strategy` wraps the model in DDP or shards it with FSDP2 (`sharded.py`).
+Checkpoints every `checkpoint_every` steps (asynchronously) and on SIGTERM: one file by
+rank 0 under DDP, one DCP shard per rank under FSDP2; resumes from the newest valid
+checkpoint of the same training (`state.py`), of either kind and at any world size. The time the step
 loop spends blocked by checkpointing is summed (`checkpoint_blocked_s` in
 train_metrics.json; the `checkpoint_overhead` benchmark's figure). Only rank 0 logs
 and writes files; with `--out` a URI (a pod), rank 0 publishes them there (`outputs.py`).

@@ -20,6 +20,10 @@ from typing import Any
 import numpy as np
 import torch
 
+# At import, not inside the first checkpoint: importing DCP's helpers takes ~0.7 s, which the step
+# loop would count as blocked by checkpointing.
+from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
 from tasks.core.params import TrainParams
 from tasks.training.batching import equal_splits
 
@@ -133,8 +137,6 @@ class TrainState:
         """The single-file (DDP) checkpoint: the small state with the full model and optimizer, keyed
         by parameter name (torch.distributed.checkpoint.state_dict), so an FSDP2 run loads it too.
         Live tensors: the checkpointer copies them before training goes on."""
-        from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
-
         return {
             **self.small_dict(rng),
             "model": get_model_state_dict(self.model),

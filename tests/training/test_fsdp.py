@@ -272,3 +272,30 @@ def test_activation_checkpointing_and_bf16_parameters_train(settings, data_versi
     assert all(t.dtype == torch.float32 for t in blob["state_dict"].values())
     # Without checkpoint_wrapper's name in the keys: a plain SpamMLP loads it.
     assert weights(tmp_path / "ac" / "model.pt").keys() == weights(tmp_path / "plain" / "model.pt").keys()
+
+
+@pytest.mark.slow
+def test_sigterm_under_fsdp2_writes_a_complete_sharded_checkpoint_and_the_rerun_is_bit_identical(
+    settings, data_version, tmp_path
+):
+    import signal
+
+    from bench.slow_engine import slowed
+    from tasks.training.checkpoint import latest_valid_checkpoint
+    from tasks.training.local import start_torchrun
+    from tests.training.test_training import wait_for_step
+
+    p = params(epochs=4, strategy="fsdp2")
+    run_torchrun(data_version, tmp_path / "clean", p)
+    proc = start_torchrun(data_version, tmp_path / "preempted", p, **slowed("*:0.002"))
+    wait_for_step(tmp_path / "preempted", 13, proc)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) != 0
+    stopped = max(step_losses(tmp_path / "preempted"))
+    path, small = latest_valid_checkpoint(tmp_path / "preempted" / "checkpoints")
+    assert path.is_dir() and (path / "COMPLETE").exists() and small["step"] == stopped and len(small["rng"]) == 2
+    run_torchrun(data_version, tmp_path / "preempted", p)  # the Airflow retry
+    m = read_json(tmp_path / "preempted" / "train_metrics.json")
+    assert m["resumed_from_step"] == stopped and m["resumed_from"]["world_size"] == 2
+    assert m["losses"] == read_json(tmp_path / "clean" / "train_metrics.json")["losses"]
+    assert_same_weights(weights(tmp_path / "clean" / "model.pt"), weights(tmp_path / "preempted" / "model.pt"))
