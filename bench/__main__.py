@@ -48,6 +48,12 @@ BENCHMARKS = {
         "recovery_seconds",
         "preempt_redo_steps",
     ],
+    "bench.fsdp": [
+        "fsdp_memory_ratio",
+        "fsdp_step_time_ratio",
+        "dcp_checkpoint_overhead",
+        "reshard_resume_max_loss_diff",
+    ],
     "bench.streaming_memory": ["streaming_memory_ratio"],
     "bench.compression": [
         f"compress_{m}{s}" for s in ("", "_demo") for m in ("size_ratio", "quality_kept", "speedup_b1")

@@ -1,8 +1,10 @@
 """GPU check: the bench model (~9.6M parameters) trained with NCCL and bf16 autocast on every
-visible GPU, through the engine's own device, process-group and autocast code. Prints
-throughput and model FLOPs utilization (MFU). Bounded to a few minutes.
+visible GPU, through the engine's own device, process-group and autocast code, under DDP and
+then under FSDP2 (`--strategy`: the engine's `sharded.shard_model`, bf16 parameters with fp32
+gradient reduction; sharded even on one GPU, over a mesh of one). Prints throughput and model
+FLOPs utilization (MFU) of each, and FSDP2's peak GPU memory beside DDP's. Bounded to a few minutes.
 
-    python -m bench.gpu_check                   # all visible GPUs, NCCL, bf16
+    python -m bench.gpu_check                   # all visible GPUs, NCCL, bf16: DDP, then FSDP2
     python -m bench.gpu_check --device cpu --nproc 2 --steps 5    # the same path on CPU (gloo, fp32)
 
 MFU = achieved FLOP/s over the GPU's peak dense bf16 FLOP/s. Training FLOPs of an MLP
@@ -45,32 +47,40 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store_dir: str, out
     from tasks.training.data import FeatureStats
     from tasks.training.engine import autocast_for, init_process_group, pick_device
     from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
+    from tasks.training.sharded import shard_model
 
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank)})
     torch.set_num_threads(1)
     p = repo_params().train.replace(
         hidden=BENCH_HIDDEN, nproc=world, batch_size=args.batch * world, device=args.device, precision="auto"
     )
+    fsdp = args.strategy == "fsdp2"
+    if fsdp:  # bf16 parameters, fp32 reduction on a GPU; fp32 on the CPU (slower there in bf16)
+        precision = "bf16" if args.device == "cuda" else "fp32"
+        p = p.replace(strategy="fsdp2", fsdp={**p.fsdp.model_dump(), "mixed_precision": precision})
     device = pick_device(p)
-    if world > 1:
+    if world > 1 or fsdp:  # FSDP2 needs a process group even for one rank (a mesh of one)
         init_process_group(device, store_dir)
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, N_FEATURES, generator=g).to(device)
     y = (torch.rand(args.batch, generator=g) < 0.1).float().to(device)
     stats = FeatureStats(args.batch, torch.zeros(N_FEATURES), torch.ones(N_FEATURES), 0.1)
     model = make_model(stats, p).to(device)
-    ddp = (
-        DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-        if world > 1
-        else model
-    )
+    no_sync = contextlib.nullcontext
+    if fsdp:
+        no_sync, ddp = shard_model(model, p, device, distributed=True), model
+    elif world > 1:
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    else:
+        ddp = model
     opt, loss_fn = make_optimizer(model, p), make_loss(stats, p, device)
-    autocast = autocast_for(p, device)
+    # FSDP2's MixedPrecisionPolicy casts the parameters itself: no autocast on top.
+    autocast = contextlib.nullcontext if fsdp else autocast_for(p, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     def step():
         opt.zero_grad(set_to_none=True)
-        accumulate_gradients(ddp, loss_fn, x, y, 1.0 / args.batch, 0, autocast=autocast)
+        accumulate_gradients(ddp, loss_fn, x, y, 1.0 / args.batch, 0, no_sync, autocast)
         opt.step()
 
     for _ in range(args.warmup):
@@ -91,9 +101,12 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store_dir: str, out
         peak = args.peak_tflops or (peak_tflops(name) if device.type == "cuda" else None)
         result = {
             "device": name,
+            "strategy": args.strategy,
+            "mixed_precision": p.fsdp.mixed_precision if fsdp else None,
             "processes": world,
             "backend": "nccl" if device.type == "cuda" else "gloo",
             "bf16_autocast": autocast is not contextlib.nullcontext,
+            "bf16_parameters": fsdp and p.fsdp.mixed_precision == "bf16",
             "parameters": params,
             "batch_per_process": args.batch,
             "steps": steps,
@@ -105,7 +118,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store_dir: str, out
             "gpu_mem_mb": torch.cuda.max_memory_allocated(device) / 2**20 if device.type == "cuda" else None,
         }
         Path(out).write_text(json.dumps(result))
-    if world > 1:
+    if world > 1 or fsdp:
         import torch.distributed as dist
 
         dist.barrier()
@@ -120,6 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=200, help="timed steps (stops earlier at --budget-s)")
     parser.add_argument("--warmup", type=int, default=10)
     parser.add_argument("--budget-s", type=float, default=120.0, help="time limit of the timed loop")
+    parser.add_argument(
+        "--strategy", choices=["ddp", "fsdp2", "both"], default="both", help="DDP, FSDP2 or both in turn"
+    )
     parser.add_argument("--peak-tflops", type=float, help="peak dense bf16 TFLOP/s per device, if not in the table")
     args = parser.parse_args(argv)
 
@@ -137,20 +153,23 @@ def main(argv: list[str] | None = None) -> int:
     # One machine: collectives' bootstrap sockets stay on loopback (the store is a file).
     os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
     os.environ.setdefault("NCCL_SOCKET_IFNAME", "lo")
-    with tempfile.TemporaryDirectory() as tmp:
-        out, store = str(Path(tmp) / "result.json"), str(Path(tmp) / "store")
-        Path(store).mkdir()
-        if world == 1:
-            _worker(0, 1, args, store, out)
-        else:
-            mp.spawn(_worker, args=(world, args, store, out), nprocs=world, join=True)
-        result = json.loads(Path(out).read_text())
-    mfu = f"{result['mfu']:.1%}" if result["mfu"] is not None else "n/a (peak unknown)"
-    print(
-        f"gpu_check: {result['device']} x{world} {result['backend']} bf16={result['bf16_autocast']}: "
-        f"{result['samples_per_s']:,.0f} samples/s, {result['achieved_tflops']:.2f} TFLOP/s, MFU {mfu}"
-    )
-    print(json.dumps(result))
+    for strategy in ("ddp", "fsdp2") if args.strategy == "both" else (args.strategy,):
+        case = argparse.Namespace(**{**vars(args), "strategy": strategy})
+        with tempfile.TemporaryDirectory() as tmp:
+            out, store = str(Path(tmp) / "result.json"), str(Path(tmp) / "store")
+            Path(store).mkdir()
+            if world == 1:
+                _worker(0, 1, case, store, out)
+            else:
+                mp.spawn(_worker, args=(world, case, store, out), nprocs=world, join=True)
+            result = json.loads(Path(out).read_text())
+        mfu = f"{result['mfu']:.1%}" if result["mfu"] is not None else "n/a (peak unknown)"
+        bf16 = result["bf16_parameters"] if strategy == "fsdp2" else result["bf16_autocast"]
+        print(
+            f"gpu_check: {result['device']} x{world} {result['backend']} {strategy} bf16={bf16}: "
+            f"{result['samples_per_s']:,.0f} samples/s, {result['achieved_tflops']:.2f} TFLOP/s, MFU {mfu}"
+        )
+        print(json.dumps(result))
     return 0
 
 

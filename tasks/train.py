@@ -69,6 +69,8 @@ def _record(
     return TrainRecord(
         **{k: m[k] for k in keep},
         warm_start=m["warm_started_from"],
+        strategy=m["strategy"],
+        resumed_from=m["resumed_from"],
         metrics=summarize([json.loads(x) for x in lines]),
         model=str(out / "model.pt"),
         outputs=out_uri or str(out),

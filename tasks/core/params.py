@@ -173,6 +173,20 @@ class ModelParams(Section):
         return v
 
 
+class FsdpParams(Section):
+    """FSDP2's knobs (train.strategy fsdp2; tasks/training/sharded.py)."""
+
+    reshard_after_forward: StrictBool
+    """Free each unit's gathered weights after its forward and gather them again for its backward
+    (less memory, one more all-gather per unit); false keeps them gathered until the backward."""
+    mixed_precision: Literal["fp32", "bf16"]
+    """bf16: parameters cast to bf16 for compute, gradients reduced in fp32 (MixedPrecisionPolicy),
+    meant for GPUs. On this CPU bf16 was 1.7x faster a step but changed the losses by several percent
+    within 5 steps, so params.yaml keeps fp32 (the same numbers as DDP; docs/training.md)."""
+    activation_checkpointing: StrictBool
+    """Recompute each unit's activations in the backward instead of keeping them (checkpoint_wrapper)."""
+
+
 class TrainParams(Section):
     epochs: StrictInt = Field(ge=1, le=1000)
     nproc: StrictInt = Field(ge=1, le=256)
@@ -193,6 +207,10 @@ class TrainParams(Section):
     seed: StrictInt
     allreduce: Literal["flat", "hierarchical"]
     """hierarchical: reduce in each node, allreduce among node leaders, broadcast."""
+    strategy: Literal["ddp", "fsdp2"]
+    """ddp: every rank holds all weights, gradients and AdamW moments; fsdp2: each rank holds a shard
+    of them (fully_shard on the units the model names, then the root), checkpoints sharded (DCP)."""
+    fsdp: FsdpParams
     warm_start: StrictBool
     """Start from the prod model's weights when the architecture matches."""
     device: Literal["auto", "cpu", "cuda"]
@@ -228,6 +246,20 @@ class TrainParams(Section):
         if v < info.data.get("nproc", 1):
             raise ValueError(f"must be at least train.nproc={info.data['nproc']}, got {v}")
         return v
+
+    @model_validator(mode="after")
+    def _ddp_only_features(self) -> TrainParams:
+        if self.strategy == "fsdp2" and self.allreduce == "hierarchical":
+            raise ValueError(
+                "train.allreduce hierarchical is a DDP comm hook: with train.strategy fsdp2 use flat "
+                "(the sharded counterpart, HSDP on a 2-D device mesh, is not built; docs/training.md)"
+            )
+        if self.strategy == "fsdp2" and self.balance_every:
+            raise ValueError(
+                "train.balance_every needs train.strategy ddp: under fsdp2 every unit's all-gather waits "
+                "for the slowest rank, so per-rank compute time cannot be measured (set balance_every: 0)"
+            )
+        return self
 
 
 class EvaluateParams(Section):
@@ -347,6 +379,8 @@ class ScalingParams(Section):
     bench_text_models: dict[str, ModelParams]
     """The text benchmarks' models by role (`bow`, `transformer`: bench/text_models.py), each a model
     plug-in and its params as in `train.model`."""
+    sharded_hidden: Widths
+    """The model that needs sharding (train.strategy fsdp2; ~36M parameters with the demo features)."""
 
     @field_validator("profile")
     @classmethod

@@ -121,6 +121,9 @@ class TrainRecord(Record):
     resumed_from_step: int | None
     steps: int
     n_parameters: int
+    strategy: str = "ddp"  # train.strategy (records written before it existed were DDP)
+    resumed_from: dict[str, Any] | None = None
+    """The checkpoint resumed from: its step, world size and strategy, and this run's (a resize)."""
     warm_start: str | None
     metrics: dict[str, Any]
     model: str

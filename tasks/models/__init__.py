@@ -218,3 +218,14 @@ def metadata_input_encoder(metadata: dict[str, Any], dataset):
 
     encoder = Encoder(metadata["tokenizer"], metadata["max_len"], metadata["vocab_size"], metadata["tokenizer_sha256"])
     return lambda df: encoder.encode(dataset.texts(df))
+
+
+def rebuilt_with(model, state_dict: dict[str, Any]):
+    """A plain module of `model`'s plug-in and architecture holding `state_dict` (a sharded model's
+    gathered weights), with its tokenizer when it has one."""
+    plugin = plugin_of(model)
+    plain = _tagged(plugin.from_arch(plugin.arch(model)), model.sluice_plugin)
+    plain.load_state_dict(state_dict)
+    if getattr(model, "tokenizer_json", None) is not None:
+        attach_tokenizer(plain, model.tokenizer_json, model.tokenizer_sha256)
+    return plain

@@ -23,6 +23,7 @@ from tasks.core.files import atomic_write_bytes
 from tasks.core.log import log
 
 _NAME = re.compile(r"^ckpt-(\d{6})\.pt$")
+_DIR = re.compile(r"^ckpt-(\d{6})$")  # a sharded checkpoint's folder (sharded.py)
 
 
 def save_checkpoint(folder: Path, step: int, state: dict[str, Any], keep: int = 2) -> Path:
@@ -43,27 +44,50 @@ def load_checkpoint_bytes(data: bytes) -> dict[str, Any]:
     return torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
 
 
+def checkpoint_step(path: Path) -> int | None:
+    """The step of a checkpoint file (ckpt-000040.pt) or sharded folder (ckpt-000040/), else None."""
+    m = _NAME.match(path.name) or (_DIR.match(path.name) if path.is_dir() else None)
+    return int(m.group(1)) if m else None
+
+
+def load_checkpoint(path: Path) -> dict[str, Any]:
+    """A checkpoint's state after its checks: a file's sha256 and data-only unpickling, or a sharded
+    folder's marker, checksums and safe metadata (`sharded.read_sharded_state`: its small state only,
+    the tensors are loaded into the model later). Raises ValueError naming what is wrong."""
+    from tasks.training.sharded import CheckpointRefused, read_sharded_state
+
+    if path.is_dir():
+        try:
+            return read_sharded_state(path)
+        except CheckpointRefused as exc:
+            raise ValueError(f"checkpoint {path.name} refused: {exc}") from None
+    digest_file = path.with_suffix(".sha256")
+    data = path.read_bytes()
+    if not digest_file.exists() or digest_file.read_text().strip() != hashlib.sha256(data).hexdigest():
+        raise ValueError(f"checkpoint {path.name} fails its checksum")
+    try:
+        return load_checkpoint_bytes(data)
+    except pickle.UnpicklingError as exc:
+        why = re.search(r"Unsupported global: GLOBAL \S+|Unsupported operand \d+", str(exc))
+        raise ValueError(
+            f"checkpoint {path.name} refused: it holds more than tensors and plain values "
+            f"({why.group(0) if why else type(exc).__name__}): not loaded"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - any unreadable file is refused like a corrupt one
+        raise ValueError(f"checkpoint {path.name} is unreadable ({type(exc).__name__}: {exc})") from None
+
+
 def latest_valid_checkpoint(folder: Path) -> tuple[Path, dict[str, Any]] | None:
-    """Newest checkpoint whose checksum verifies and that holds data only; corrupt, partial or
-    refused ones are reported and skipped (None: none left, a fresh start)."""
+    """Newest checkpoint (a file or a sharded folder) that passes its checks (`load_checkpoint`);
+    corrupt, partial or refused ones are reported and skipped (None: none left, a fresh start)."""
     if not folder.is_dir():
         return None
-    for path in sorted((p for p in folder.iterdir() if _NAME.match(p.name)), reverse=True):
-        digest_file = path.with_suffix(".sha256")
-        data = path.read_bytes()
-        if not digest_file.exists() or digest_file.read_text().strip() != hashlib.sha256(data).hexdigest():
-            log(f"checkpoint {path.name} fails its checksum: skipped")
-            continue
+    found = [(step, path) for path in folder.iterdir() if (step := checkpoint_step(path)) is not None]
+    for _, path in sorted(found, key=lambda sp: (sp[0], sp[1].is_dir()), reverse=True):
         try:
-            return path, load_checkpoint_bytes(data)
-        except pickle.UnpicklingError as exc:
-            why = re.search(r"Unsupported global: GLOBAL \S+|Unsupported operand \d+", str(exc))
-            log(
-                f"checkpoint {path.name} refused: it holds more than tensors and plain values "
-                f"({why.group(0) if why else type(exc).__name__}): not loaded, skipped"
-            )
-        except Exception as exc:  # noqa: BLE001 - any unreadable file is skipped like a corrupt one
-            log(f"checkpoint {path.name} is unreadable ({type(exc).__name__}: {exc}): skipped")
+            return path, load_checkpoint(path)
+        except ValueError as exc:
+            log(f"{exc}: skipped")
     return None
 
 

@@ -8,8 +8,10 @@ Streams the data version's partitions from the registry by tag (through DVC; see
 `data.py`) and trains on the weak labels (soft targets: the label source's P(spam)),
 step by step: each step one global batch, split into per-rank micro-batches
 (re-split by throughput when balancing), gradients accumulated and averaged exactly.
-Checkpoints every `checkpoint_every` steps (asynchronously) and on SIGTERM; resumes
-from the newest valid checkpoint of the same training (`state.py`). The time the step
+`train.strategy` wraps the model in DDP or shards it with FSDP2 (`sharded.py`).
+Checkpoints every `checkpoint_every` steps (asynchronously) and on SIGTERM: one file by
+rank 0 under DDP, one DCP shard per rank under FSDP2; resumes from the newest valid
+checkpoint of the same training (`state.py`), of either kind and at any world size. The time the step
 loop spends blocked by checkpointing is summed (`checkpoint_blocked_s` in
 train_metrics.json; the `checkpoint_overhead` benchmark's figure). Only rank 0 logs
 and writes files; with `--out` a URI (a pod), rank 0 publishes them there (`outputs.py`).
@@ -19,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import hashlib
 import json
 import os
 import re
@@ -40,15 +41,24 @@ from tasks.core.params import TrainParams
 from tasks.core.settings import Settings
 from tasks.core.versions import is_model_version
 from tasks.datasets import load_dataset
-from tasks.models import LEGACY_PLUGIN, attach_tokenizer, model_blob, read_blob, save_model
+from tasks.models import LEGACY_PLUGIN, attach_tokenizer, model_blob, read_blob, rebuilt_with, save_model
 from tasks.training.batching import equal_splits, rank_slice, rebalance
-from tasks.training.checkpoint import AsyncCheckpointer, latest_valid_checkpoint, load_checkpoint_bytes
+from tasks.training.checkpoint import AsyncCheckpointer, latest_valid_checkpoint, load_checkpoint
 from tasks.training.data import StreamingVersion, version_texts
 from tasks.training.hierarchical import HierarchicalState, hierarchical_allreduce_hook
 from tasks.training.inputs import decide_tokenizer, row_inputs, takes_tokens
 from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
 from tasks.training.outputs import CHECKPOINTS, OUTPUTS, OutputStore
 from tasks.training.peers import describe_loss, gather_hosts, is_collective_failure
+from tasks.training.sharded import (
+    ShardedCheckpointer,
+    full_model_state,
+    is_sharded,
+    load_sharded,
+    local,
+    shard_model,
+    square_sums,
+)
 from tasks.training.spread import SpreadState, measured_hook
 from tasks.training.state import TrainState, rng_state, training_fingerprint
 from tasks.training.telemetry import TrainingMetrics
@@ -172,7 +182,10 @@ def warm_start(
     if theirs != (mine["plugin"], mine["arch"]):
         log(f"not warm-starting: {init_from} is {theirs[0]} {theirs[1]}, this run {mine['plugin']} {mine['arch']}")
         return None
-    model.load_state_dict(blob["state_dict"])
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+
+    # Plain or sharded (FSDP2: every rank holds the whole dict and keeps its own shard).
+    set_model_state_dict(model, blob["state_dict"], options=StateDictOptions(full_state_dict=True))
     return init_from
 
 
@@ -186,7 +199,10 @@ def resume_or_warm_start(
     settings: Settings | None = None,
 ) -> str | None:
     """Continue from the newest valid checkpoint of this same training (its fingerprint), else
-    start from `init_from`'s weights when the architecture matches. Returns the warm start used."""
+    start from `init_from`'s weights when the architecture matches. Returns (the warm start used,
+    where the run resumed from: step, world size and strategy that wrote the checkpoint, or None).
+    A checkpoint of either kind loads into either strategy at any world size: a DDP file (full state
+    dicts) or an FSDP2 folder (DCP shards, resharded on load)."""
     if ranks.local_rank == 0:
         store.fetch_checkpoints()  # one fetch per node: each pod has its own disk
     if ranks.distributed:
@@ -194,18 +210,31 @@ def resume_or_warm_start(
     found = latest_valid_checkpoint(store.local / CHECKPOINTS)
     if found and found[1].get("fingerprint") != state.fingerprint:
         if ranks.master:
-            log(f"ignoring {found[0].name}: it belongs to another data version, other params or world size")
+            log(f"ignoring {found[0].name}: it belongs to another data version, other params or another start")
         found = None
     found = agree_on_checkpoint(found, store.local / CHECKPOINTS, ranks)
     if found:
-        state.load_dict(found[1], ranks.rank, device)
+        path, blob = found
+        if blob.get("sharded"):
+            load_sharded(path, state.model, state.optimizer, blob["param_groups"])
+            origin = state.load_small(blob, ranks.rank, device)
+        else:
+            origin = state.load_dict(blob, ranks.rank, device)
         if ranks.master:
-            log(f"resumed from {found[0].name} at step {state.step}")
-        return None
+            moved = (origin["world_size"], origin["strategy"]) != (state.world, state.strategy)
+            log(
+                f"resumed from {path.name} at step {state.step}"
+                + (
+                    f" (written by {origin['world_size']} x {origin['strategy']}, now {state.world} x {state.strategy})"
+                    if moved
+                    else ""
+                )
+            )
+        return None, origin
     warm = warm_start(state.model, init_from, registry_url, settings)
     if warm and ranks.master:
         log(f"warm start from {warm}")
-    return warm
+    return warm, None
 
 
 def agree_on_checkpoint(found: tuple[Path, dict] | None, folder: Path, ranks: Ranks) -> tuple[Path, dict] | None:
@@ -225,12 +254,13 @@ def agree_on_checkpoint(found: tuple[Path, dict] | None, folder: Path, ranks: Ra
         log(f"ranks' newest checkpoints differ (steps {steps}): every rank resumes from step {max(target, 0)}")
     if target < 0:
         return None
-    path = folder / f"ckpt-{target:06d}.pt"
-    data = path.read_bytes() if path.exists() else b""
-    digest = path.with_suffix(".sha256")
-    if not data or not digest.exists() or digest.read_text().strip() != hashlib.sha256(data).hexdigest():
-        raise RuntimeError(f"rank {ranks.rank}: the agreed checkpoint {path.name} is missing or fails its checksum")
-    return path, load_checkpoint_bytes(data)
+    for path in (folder / f"ckpt-{target:06d}", folder / f"ckpt-{target:06d}.pt"):
+        if path.exists():
+            try:
+                return path, load_checkpoint(path)
+            except ValueError as exc:
+                log(f"rank {ranks.rank}: {exc}")
+    raise RuntimeError(f"rank {ranks.rank}: the agreed checkpoint of step {target} is missing or fails its checks")
 
 
 @dataclass
@@ -241,6 +271,14 @@ class Wrapped:
     module: torch.nn.Module
     no_sync: Callable
     spread: SpreadState
+
+
+def wrap(model: torch.nn.Module, p: TrainParams, device: torch.device, ranks: Ranks) -> Wrapped:
+    """The model as train.strategy runs it: DDP (`wrap_for_ddp`) or FSDP2 (`sharded.shard_model`, in
+    place: the optimizer must be built after it, on the sharded parameters)."""
+    if p.strategy == "fsdp2":
+        return Wrapped(model, shard_model(model, p, device, ranks.distributed), SpreadState())
+    return wrap_for_ddp(model, p, device, ranks)
 
 
 def wrap_for_ddp(model: torch.nn.Module, p: TrainParams, device: torch.device, ranks: Ranks) -> Wrapped:
@@ -264,6 +302,11 @@ def wrap_for_ddp(model: torch.nn.Module, p: TrainParams, device: torch.device, r
         spread.inner, spread.inner_state = hierarchical_allreduce_hook, HierarchicalState.build(ranks.local_world)
     ddp.register_comm_hook(spread, measured_hook)
     return Wrapped(ddp, ddp.no_sync, spread)
+
+
+def chunks_needed(splits: list[int], micro: int) -> int:
+    """Accumulation chunks of the largest slice: what every FSDP2 rank runs (its forwards gather)."""
+    return max(-(-n // micro) for n in splits) if micro else 1
 
 
 @dataclass(frozen=True)
@@ -300,21 +343,32 @@ class StopSignal:
         self.requested = True
 
 
+Checkpointer = AsyncCheckpointer | ShardedCheckpointer  # rank 0's single-file writer (DDP) or every rank's (FSDP2)
+
+
 def checkpoint(
-    state: TrainState, checkpointer: AsyncCheckpointer | None, ranks: Ranks, device: torch.device, wait: bool = False
+    state: TrainState, checkpointer: Checkpointer | None, ranks: Ranks, device: torch.device, wait: bool = False
 ) -> None:
     """Every rank calls this at the same steps: the RNG states of all ranks are gathered (no layer
     draws random numbers today, but a resumed run must not depend on that staying true)."""
     rng = [rng_state(device)] * ranks.world
     if ranks.distributed:
         dist.all_gather_object(rng, rng_state(device))
-    if checkpointer is not None:
+    if isinstance(checkpointer, ShardedCheckpointer):
+        checkpointer.save(state.step, state.model, state.optimizer, state.small_dict(rng), wait=wait)
+    elif checkpointer is not None:
         checkpointer.save(state.step, state.to_dict(rng), wait=wait)
 
 
-def make_checkpointer(store: OutputStore) -> AsyncCheckpointer:
-    """Rank 0's background checkpoint writer; with a URI, each checkpoint is published once written."""
+def make_checkpointer(store: OutputStore, p: TrainParams, ranks: Ranks) -> Checkpointer | None:
+    """The background checkpoint writer: under FSDP2 every rank's (`ShardedCheckpointer`, built on
+    every rank: it creates a process group), else rank 0's; with a URI, each checkpoint is published
+    once written (single-file checkpoints only: run_training refuses fsdp2 with a URI)."""
     folder = store.local / CHECKPOINTS
+    if p.strategy == "fsdp2":
+        return ShardedCheckpointer(folder, ranks.rank, ranks.distributed)
+    if not ranks.master:
+        return None
 
     def publish(path: Path) -> None:
         store.publish(path, path.with_suffix(".sha256"))  # the checksum last: it marks it complete
@@ -340,7 +394,7 @@ class _Run:
     net: Wrapped
     autocast: Callable
     loss_fn: torch.nn.Module
-    checkpointer: AsyncCheckpointer | None
+    checkpointer: Checkpointer | None
     metrics: TrainingMetrics
     stop: StopSignal
     tracker: Progress | None
@@ -350,6 +404,7 @@ class _Run:
     blocked_s: float = 0.0  # the step loop's time inside checkpointing, by its own clock
     saves: int = 0
     stopped_at_epoch: int | None = None  # set when on_epoch stops the training early
+    resumed: dict | None = None  # the checkpoint's origin (step, world size, strategy) when resumed
 
 
 def run_training(
@@ -375,6 +430,11 @@ def run_training(
     device = pick_device(p)
     ranks = join_process_group(device, store_dir, dist_timeout_s)
     stop, store = StopSignal(), OutputStore(out, workdir, settings)
+    if p.strategy == "fsdp2" and store.uri:
+        raise ValueError(
+            "train.strategy fsdp2 writes sharded checkpoints on each rank's disk; publishing them to an "
+            f"object store (--out {out}) is not built yet: use strategy ddp for pods (docs/training.md)"
+        )
     dataset = load_dataset(settings=settings)
     tokenizer = decide_tokenizer(
         p,
@@ -398,17 +458,21 @@ def run_training(
     model = make_model(data.stats, p).to(device)  # same seed and data on every rank: same start, same scaling
     if tokenizer is not None:
         attach_tokenizer(model, tokenizer)
+    net = wrap(model, p, device, ranks)  # before the optimizer: FSDP2 replaces the parameters by shards
     state = TrainState(
         model,
         make_optimizer(model, p),
         equal_splits(batch, ranks.world),
-        training_fingerprint(data_version, p, init_from, ranks.world),
+        training_fingerprint(data_version, p, init_from),
+        ranks.world,
+        p.strategy,
     )
-    warm = resume_or_warm_start(state, store, ranks, device, init_from, registry_url, settings)
+    warm, resumed = resume_or_warm_start(state, store, ranks, device, init_from, registry_url, settings)
     resumed_from = state.step
     if ranks.master:
         log(
-            f"{len(data)} rows in {len(data.counts)} partition(s), {ranks.world} process(es) on {device.type}, "
+            f"{len(data)} rows in {len(data.counts)} partition(s), {ranks.world} process(es) on {device.type} "
+            f"({p.strategy}), "
             f"steps {state.step}->{total_steps}"
         )
     run = _Run(
@@ -420,16 +484,17 @@ def run_training(
         ranks,
         device,
         state,
-        wrap_for_ddp(model, p, device, ranks),
+        net,
         autocast_for(p, device),
         make_loss(data.stats, p, device),
-        make_checkpointer(store) if ranks.master else None,
+        make_checkpointer(store, p, ranks),
         TrainingMetrics(store.local / "metrics.jsonl", enabled=ranks.master),
         stop,
         Progress("training", total_steps, start=state.step) if ranks.master else None,
         on_micro_batch,
         on_epoch,
         sync_checkpoints,
+        resumed=resumed,
     )
     t0 = time.time()
     with naming_lost_peers(ranks, state, dist_timeout_s):
@@ -453,9 +518,16 @@ def _result(run: _Run, data_version: str, warm: str | None, resumed_from: int, s
         "partitions": len(data.counts),
         "epochs": p.epochs,
         "world_size": run.ranks.world,
+        "strategy": p.strategy,
         "device": run.device.type,
         "steps": run.total_steps,
         "resumed_from_step": resumed_from,
+        # The checkpoint's origin and this run's layout: a resize (world size or strategy) is in lineage.
+        "resumed_from": (
+            None
+            if run.resumed is None
+            else {**run.resumed, "to_world_size": run.ranks.world, "to_strategy": p.strategy}
+        ),
         "warm_started_from": warm,
         "losses": state.losses,
         "final_loss": state.losses[-1],
@@ -477,7 +549,7 @@ def _step(run: _Run) -> bool:
     lo, hi = rank_slice(state.splits, ranks.rank)
     xb, yb = (t.to(device, non_blocking=True) for t in run.data.rows(epoch, s * batch + lo, s * batch + hi))
     logging = run.metrics.due(state.step, p.log_every)
-    before = [t.detach().clone() for t in model.parameters()] if logging else None
+    before = [local(t).detach().clone() for t in model.parameters()] if logging else None
     run.net.spread.start(logging)
     started = time.perf_counter()
     if run.on_micro_batch is not None:  # e.g. a benchmark's simulated slow rank: timed as compute
@@ -485,7 +557,15 @@ def _step(run: _Run) -> bool:
     state.optimizer.zero_grad(set_to_none=True)
     # Scaled so that DDP's mean over ranks is the mean over the global batch, whatever the split.
     loss_sum, ready = accumulate_gradients(
-        run.net.module, run.loss_fn, xb, yb, ranks.world / batch, p.micro_batch_size, run.net.no_sync, run.autocast
+        run.net.module,
+        run.loss_fn,
+        xb,
+        yb,
+        ranks.world / batch,
+        p.micro_batch_size,
+        run.net.no_sync,
+        run.autocast,
+        chunks_needed(state.splits, p.micro_batch_size) if p.strategy == "fsdp2" else 1,
     )
     state.optimizer.step()
     compute_s = ready - started  # this rank's own time (the last backward waits for the others)
@@ -498,9 +578,21 @@ def _step(run: _Run) -> bool:
     if run.tracker is not None:  # 'training: step 120/400 (30%), 12.3 steps/s, ETA 23 s' in the task log
         run.tracker.update(state.step)
     if before is not None:
-        local_sq = [r.local_grad_sq for r in stats] if ranks.distributed else None
+        sharded = is_sharded(model)  # each rank holds a part of every norm: summed on every rank
+        sums = square_sums(model, before, ranks.distributed) if sharded else None
+        # FSDP2 reduce-scatters each gradient without the DDP hook that sees each rank's own part.
+        local_sq = [r.local_grad_sq for r in stats] if ranks.distributed and not sharded else None
         run.metrics.record(
-            state.step, epoch, step_loss, model, before, state.splits, batch, compute_s, local_grad_sq=local_sq
+            state.step,
+            epoch,
+            step_loss,
+            model,
+            before,
+            state.splits,
+            batch,
+            compute_s,
+            local_grad_sq=local_sq,
+            sums=sums,
         )
     if epoch_done and ranks.master and (state.step // run.steps_per_epoch) % max(1, p.epochs // 10) == 0:
         log(f"epoch {state.step // run.steps_per_epoch}/{p.epochs} loss {state.losses[-1]:.4f} splits {state.splits}")
@@ -539,7 +631,7 @@ def epoch_hook_stops(
 
 
 def stop_with_checkpoint(
-    state: TrainState, checkpointer: AsyncCheckpointer | None, ranks: Ranks, device: torch.device
+    state: TrainState, checkpointer: Checkpointer | None, ranks: Ranks, device: torch.device
 ) -> None:
     """A rank was told to stop: checkpoint this very step (waiting for the write), then exit 143."""
     checkpoint(state, checkpointer, ranks, device, wait=True)
@@ -551,7 +643,13 @@ def stop_with_checkpoint(
 
 
 def finish(result: dict, model: torch.nn.Module, store: OutputStore, ranks: Ranks) -> None:
-    """Rank 0 writes (and publishes) the model and the run's metrics; every rank leaves the group."""
+    """Rank 0 writes (and publishes) the model and the run's metrics; every rank leaves the group.
+    A sharded model is gathered first (every rank takes part) into a plain module of its plug-in, so
+    model.pt loads into a plain model as a DDP run's does."""
+    if is_sharded(model):
+        full = full_model_state(model)  # plain CPU tensors on rank 0, empty elsewhere
+        if ranks.master:
+            model = rebuilt_with(model, full)
     if ranks.master:
         save_model(model.cpu(), str(store.local / "model.pt"), {"data_version": result["data_version"]})
         atomic_write_json(store.local / "train_metrics.json", result)

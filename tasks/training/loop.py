@@ -43,15 +43,19 @@ def accumulate_gradients(
     micro: int = 0,
     no_sync=contextlib.nullcontext,
     autocast=contextlib.nullcontext,
+    min_chunks: int = 1,
 ) -> tuple[float, float]:
     """Backward of `scale * sum of sample losses` over xb, in chunks of `micro` rows (0: one chunk).
     Gradients add up across chunks, so the result is the same as one pass over the whole slice;
-    only the last chunk may synchronize (DDP's `no_sync` for the others).
+    only the last chunk may synchronize (DDP's `no_sync` for the others). `min_chunks`: run at least
+    this many, the extra ones empty: under FSDP2 every chunk's forward and backward are collectives
+    (all-gathers), so ranks with uneven slices must run as many chunks as the largest slice needs.
 
     Returns (loss sum, the perf_counter time just before the synchronizing backward): the time
     this rank needed on its own, before any wait for slower ranks (what load balancing measures)."""
-    size = micro or len(xb)
+    size = micro or max(1, len(xb))
     chunks = list(range(0, len(xb), size)) or [0]
+    chunks += [len(xb)] * (min_chunks - len(chunks))  # empty chunks: xb[len(xb):] has no rows
     total, ready = 0.0, time.perf_counter()
     for i, start in enumerate(chunks):
         last = i == len(chunks) - 1

@@ -52,15 +52,21 @@ class TrainingMetrics:
         batch: int,
         compute_s: float,
         local_grad_sq: list[float] | None = None,
+        sums: tuple[float, float, float] | None = None,
     ) -> None:
-        """On the steps that close a window (after `observe` of that step): write one line."""
+        """On the steps that close a window (after `observe` of that step): write one line. `sums`:
+        (||grad||^2, ||update||^2, ||weights before||^2) when the caller has them (a sharded model's,
+        summed over every rank's shards: `sharded.square_sums`), else computed from the model here."""
         if not self.enabled:
             return
         now = time.perf_counter()
-        params = list(model.parameters())
-        grad_sq = sum(float(p.grad.detach().pow(2).sum()) for p in params if p.grad is not None)
-        delta_sq = sum(float((p.detach() - b).pow(2).sum()) for p, b in zip(params, before))
-        weight_sq = sum(float(b.pow(2).sum()) for b in before)
+        if sums is None:
+            params = list(model.parameters())
+            grad_sq = sum(float(p.grad.detach().pow(2).sum()) for p in params if p.grad is not None)
+            delta_sq = sum(float((p.detach() - b).pow(2).sum()) for p, b in zip(params, before))
+            weight_sq = sum(float(b.pow(2).sum()) for b in before)
+        else:
+            grad_sq, delta_sq, weight_sq = sums
         mean = sum(self.window) / len(self.window)
         line = {
             "step": step,

@@ -19,7 +19,7 @@ def test_record_goal_comparison():
 
 
 def test_gpu_check_runs_the_engine_path_on_cpu_and_refuses_without_a_gpu():
-    """The GPU script's own code path (process group, DDP, autocast choice, FLOP count) on gloo."""
+    """The GPU script's own code path (process group, DDP and FSDP2, autocast choice, FLOP count) on gloo."""
     import json
     import subprocess
     import sys
@@ -49,11 +49,15 @@ def test_gpu_check_runs_the_engine_path_on_cpu_and_refuses_without_a_gpu():
         timeout=300,
     )
     assert run.returncode == 0, run.stderr[-2000:]
-    result = json.loads(run.stdout.strip().splitlines()[-1])
-    assert result["backend"] == "gloo" and result["processes"] == 2 and result["steps"] == 2
-    assert result["bf16_autocast"] is False and 9e6 < result["parameters"] < 11e6  # the ~10M bench model
-    expected = 6 * result["parameters"] * result["samples_per_s"] / 1e12
-    assert result["achieved_tflops"] == pytest.approx(expected) and result["mfu"] == pytest.approx(expected / 2)
+    results = [json.loads(x) for x in run.stdout.strip().splitlines() if x.startswith("{")]
+    assert [r["strategy"] for r in results] == ["ddp", "fsdp2"]  # DDP, then the FSDP2 case
+    for result in results:
+        assert result["backend"] == "gloo" and result["processes"] == 2 and result["steps"] == 2
+        assert result["bf16_autocast"] is False and 9e6 < result["parameters"] < 11e6  # the ~10M bench model
+        expected = 6 * result["parameters"] * result["samples_per_s"] / 1e12
+        assert result["achieved_tflops"] == pytest.approx(expected) and result["mfu"] == pytest.approx(expected / 2)
+    # On the CPU the FSDP2 case keeps fp32 parameters (bf16 is its GPU setting).
+    assert results[1]["mixed_precision"] == "fp32" and results[1]["bf16_parameters"] is False
     if not torch.cuda.is_available():
         gpu = subprocess.run([sys.executable, "-m", "bench.gpu_check"], capture_output=True, text=True, timeout=120)
         assert gpu.returncode == 2 and "no NVIDIA GPU" in gpu.stderr
