@@ -21,20 +21,20 @@ from tasks.models.text import (  # noqa: F401 - the plug-in interface, shared wi
 )
 
 NAME = "bow"
-TUNABLE = {"dim": "int", "hidden": "int"}
+TUNABLE = {"dim": "int", "head_width": "int"}
 
 
 class Params(TokenParams):
     dim: Annotated[StrictInt, Field(ge=2, le=4096)]
     """Embedding width."""
-    hidden: Annotated[StrictInt, Field(ge=1, le=65536)]
+    head_width: Annotated[StrictInt, Field(ge=1, le=65536)]
     """Width of the hidden layer over the mean embedding."""
 
 
 def build(stats, params: Params):
     from tasks.models.text_net import BagOfEmbeddings
 
-    return BagOfEmbeddings(params.vocab_size, params.max_len, params.dim, params.hidden)
+    return BagOfEmbeddings(params.vocab_size, params.max_len, params.dim, params.head_width)
 
 
 def from_arch(spec: dict):

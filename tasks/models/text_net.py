@@ -18,11 +18,11 @@ class BagOfEmbeddings(nn.Module):
 
     sluice_plugin = "tasks.models.bow"
 
-    def __init__(self, vocab_size: int, max_len: int, dim: int, hidden: int):
+    def __init__(self, vocab_size: int, max_len: int, dim: int, head_width: int):
         super().__init__()
-        self.arch = {"vocab_size": vocab_size, "max_len": max_len, "dim": dim, "hidden": hidden}
+        self.arch = {"vocab_size": vocab_size, "max_len": max_len, "dim": dim, "head_width": head_width}
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
-        self.head = nn.Sequential(nn.Linear(dim, hidden), nn.ReLU(), nn.Linear(hidden, 1))
+        self.head = nn.Sequential(nn.Linear(dim, head_width), nn.ReLU(), nn.Linear(head_width, 1))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return self.head(masked_mean(self.embed(ids), ids != 0)).squeeze(-1)

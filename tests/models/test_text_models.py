@@ -18,7 +18,7 @@ from tasks.training.loop import fit_in_memory
 from tests.conftest import write_params
 from tests.toy import text as toy_text
 
-BOW = {"module": "tasks.models.bow", "params": {"vocab_size": 200, "max_len": 16, "dim": 16, "hidden": 16}}
+BOW = {"module": "tasks.models.bow", "params": {"vocab_size": 200, "max_len": 16, "dim": 16, "head_width": 16}}
 TRANSFORMER = {
     "module": "tasks.models.transformer",
     "params": {"vocab_size": 200, "max_len": 16, "width": 32, "depth": 2, "heads": 4, "ffn": 64, "dropout": 0.0},
