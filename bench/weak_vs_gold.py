@@ -60,29 +60,31 @@ def names(suffix: str = "") -> list[str]:
     return per_k + [f"label_savings_at_95{suffix}", f"weak_gold_margin_min{suffix}"]
 
 
-def budget_reaching(ratios: list[float], target: float = TARGET) -> float | None:
-    """The smallest gold budget (percent) at which a curve over KS reaches `target`, linearly
-    interpolated between measured budgets; KS[0] when it is there already, None when never."""
+def budget_reaching(ratios: list[float], target: float = TARGET, ks: tuple[int, ...] = KS) -> float | None:
+    """The smallest gold budget (percent) at which a curve over `ks` reaches `target`, linearly
+    interpolated between measured budgets; ks[0] when it is there already, None when never."""
     for i, r in enumerate(ratios):
         if r >= target:
             if i == 0:
-                return float(KS[0])
+                return float(ks[0])
             lo, hi = ratios[i - 1], r
-            return KS[i - 1] + (KS[i] - KS[i - 1]) * (target - lo) / (hi - lo)
+            return ks[i - 1] + (ks[i] - ks[i - 1]) * (target - lo) / (hi - lo)
     return None
 
 
-def label_savings(weak_plus_gold: list[float], gold_only: list[float]) -> tuple[float, float | None, float | None]:
+def label_savings(
+    weak_plus_gold: list[float], gold_only: list[float], ks: tuple[int, ...] = KS
+) -> tuple[float, float | None, float | None]:
     """(savings, budget weak plus gold needs, budget gold alone needs); nan when both reach the target at
     the smallest budget measured (no savings can be measured there). Weak plus gold never reaching
     the target within KS saves nothing (0); gold alone never reaching it is measured at its last
     budget (a lower bound on what gold alone needs, so the savings are a lower bound too)."""
-    k_mix, k_gold = budget_reaching(weak_plus_gold), budget_reaching(gold_only)
+    k_mix, k_gold = budget_reaching(weak_plus_gold, ks=ks), budget_reaching(gold_only, ks=ks)
     if k_mix is None:
         return 0.0, None, k_gold
-    if k_mix == k_gold == KS[0]:
+    if k_mix == k_gold == ks[0]:
         return float("nan"), k_mix, k_gold  # both there at the smallest budget: nothing measurable to save
-    return 1.0 - k_mix / (k_gold if k_gold is not None else float(KS[-1])), k_mix, k_gold
+    return 1.0 - k_mix / (k_gold if k_gold is not None else float(ks[-1])), k_mix, k_gold
 
 
 def _ablation_variants(lf_module, wp) -> dict | None:
@@ -276,7 +278,7 @@ def records(*parts: dict, suffix: str = "", ks: tuple[int, ...] = KS) -> list[Re
                 {"per_split": ratios[f"weak_vs_gold_k{k}"], "gold_only": gold},
             )
         )
-    savings, k_mix, k_gold = label_savings(curves["weak_plus_gold"], curves["gold_only"])
+    savings, k_mix, k_gold = label_savings(curves["weak_plus_gold"], curves["gold_only"], ks)
     margins = {f"k{k}": curves["weak_plus_gold"][i] - curves["gold_only"][i] for i, k in enumerate(ks)}
     summary = {"table": table, "budget_weak_plus_gold": k_mix, "budget_gold_only": k_gold}
     if ablation:

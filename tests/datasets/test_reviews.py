@@ -306,3 +306,13 @@ def test_nightly_pipeline_on_reviews(model, settings, tmp_path, monkeypatch):
         assert trained.sluice_plugin == TEXT_MODELS[model]["module"]
         assert meta["tokenizer_sha256"] == trained.tokenizer_sha256 and meta["max_len"] == trained.arch["max_len"]
     (tmp_path / "summary.json").write_text(json.dumps(summary, default=str))  # kept for a look with --basetemp
+
+
+def test_the_label_savings_interpolate_on_the_budgets_measured():
+    from bench.weak_vs_gold import budget_reaching, label_savings
+    from bench.weak_vs_gold_reviews import KS
+
+    # reaching 0.95 halfway between the 2nd and 3rd budget measured (2% and 5%), not between KS[1] and KS[2]
+    assert budget_reaching([0.8, 0.9, 1.0, 1.0, 1.0, 1.0], ks=KS) == pytest.approx(3.5)
+    savings, k_mix, k_gold = label_savings([0.96] * 6, [0.5, 0.6, 0.7, 0.8, 0.9, 1.0], ks=KS)
+    assert (k_mix, k_gold) == (1.0, pytest.approx(25.0)) and savings == pytest.approx(0.96)
