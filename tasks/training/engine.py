@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import re
@@ -505,6 +506,12 @@ def run_training(
         run.checkpointer.close()  # the last write is part of the run's time
         run.blocked_s += time.perf_counter() - blocked
     result = _result(run, data_version, warm, resumed_from, time.time() - t0)
+    # DDP's reducer holds the process group. Freed after destroy_process_group, it would hold the last
+    # reference and run the gloo group's destructor inside its own dealloc, under the GIL, joining the
+    # group's loop thread, which may be waiting for the GIL to free a finished work's tensors: a hang
+    # at exit (seen on rank 0 after a resume). Dropped here, while the group lives, it frees nothing more.
+    del run, net
+    gc.collect()
     finish(result, model, store, ranks)
     return result
 
