@@ -81,7 +81,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=names, help="run one benchmark")
     args = parser.parse_args(argv)
     records, failed = [], []
-    entries = load_results()
     for module, produced in BENCHMARKS.items():
         if args.only and args.only not in produced:
             continue
@@ -94,7 +93,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         records += new
         today = datetime.now(timezone.utc).date().isoformat()
-        entries = merge_records(entries, new, module=module, measured=today, notes=_machine())
+        # Read the file now, not at the start: a benchmark runs for minutes, and another run (or a
+        # merge) may have written the file meanwhile; what it wrote stays.
+        entries = merge_records(load_results(), new, module=module, measured=today, notes=_machine())
         write_results(entries)  # after each module: nothing lost
         readme.write(entries)
     print(f"\n{'benchmark':<28}{'value':>10}  {'unit':<10}{'goal':<10}result")
