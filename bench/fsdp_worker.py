@@ -30,6 +30,7 @@ from tasks.models.mlp_net import MLP
 from tasks.training.batching import equal_splits, rank_slice
 from tasks.training.engine import Ranks, init_process_group, wrap
 from tasks.training.loop import accumulate_gradients, make_optimizer
+from tasks.training.peers import leave_process_group
 
 
 def main(
@@ -93,8 +94,8 @@ def main(
                 },
                 f,
             )
-    dist.barrier()
-    dist.destroy_process_group()
+    del net  # DDP (or the sharded model), before the group goes (leave_process_group says why)
+    leave_process_group()
 
 
 if __name__ == "__main__":

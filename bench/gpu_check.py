@@ -119,10 +119,10 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store_dir: str, out
         }
         Path(out).write_text(json.dumps(result))
     if world > 1 or fsdp:
-        import torch.distributed as dist
+        from tasks.training.peers import leave_process_group
 
-        dist.barrier()
-        dist.destroy_process_group()
+        del step, ddp  # DDP (and the step that closes over it), before the group goes
+        leave_process_group()
 
 
 def main(argv: list[str] | None = None) -> int:

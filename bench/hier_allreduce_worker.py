@@ -17,6 +17,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from tasks.training.engine import init_process_group
 from tasks.training.hierarchical import FlatState, HierarchicalState, flat_allreduce_hook, hierarchical_allreduce_hook
+from tasks.training.peers import leave_process_group
 
 WIDTH = int(os.environ.get("HIER_WIDTH", "64"))
 STEPS = int(os.environ.get("HIER_STEPS", "1"))
@@ -74,8 +75,8 @@ def main(out, store_dir):
     }
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(result, f)
-    dist.barrier()
-    dist.destroy_process_group()
+    del m  # the last DDP module, before the group goes (leave_process_group says why)
+    leave_process_group()
 
 
 if __name__ == "__main__":

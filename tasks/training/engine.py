@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import json
 import os
 import re
@@ -50,7 +49,7 @@ from tasks.training.hierarchical import HierarchicalState, hierarchical_allreduc
 from tasks.training.inputs import decide_tokenizer, row_inputs, takes_tokens
 from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
 from tasks.training.outputs import CHECKPOINTS, OUTPUTS, OutputStore
-from tasks.training.peers import describe_loss, gather_hosts, is_collective_failure
+from tasks.training.peers import describe_loss, gather_hosts, is_collective_failure, leave_process_group
 from tasks.training.sharded import (
     ShardedCheckpointer,
     full_model_state,
@@ -506,12 +505,7 @@ def run_training(
         run.checkpointer.close()  # the last write is part of the run's time
         run.blocked_s += time.perf_counter() - blocked
     result = _result(run, data_version, warm, resumed_from, time.time() - t0)
-    # DDP's reducer holds the process group. Freed after destroy_process_group, it would hold the last
-    # reference and run the gloo group's destructor inside its own dealloc, under the GIL, joining the
-    # group's loop thread, which may be waiting for the GIL to free a finished work's tensors: a hang
-    # at exit (seen on rank 0 after a resume). Dropped here, while the group lives, it frees nothing more.
-    del run, net
-    gc.collect()
+    del run, net  # DDP goes while the process group lives (peers.leave_process_group says why)
     finish(result, model, store, ranks)
     return result
 
@@ -663,8 +657,7 @@ def finish(result: dict, model: torch.nn.Module, store: OutputStore, ranks: Rank
         store.publish(*(store.local / name for name in OUTPUTS if (store.local / name).exists()))
         log(f"trained on {result['rows']} rows x {ranks.world} processes: final loss {result['final_loss']:.4f}")
     if ranks.distributed:
-        dist.barrier()
-        dist.destroy_process_group()
+        leave_process_group()
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -112,3 +112,16 @@ def describe_loss(
         f"rank {rank} on {hosts[rank]}: a collective failed at step {step} "
         f"(timeout {timeout_s} s, SLUICE_DIST_TIMEOUT_S): {lost}. Cause: {first}"
     )
+
+
+def leave_process_group() -> None:
+    """A distributed worker's end: every rank meets, then the group is destroyed. Drop every DDP module
+    first (del it, and what closes over it): a reducer freed after the group is destroyed holds the
+    group's last reference and runs its destructor inside its own dealloc, under the GIL, joining the
+    gloo loop thread, which may be waiting for the GIL to free a finished work's tensors; the rank then
+    hangs at exit (torch 2.13, seen in the engine and the hierarchical-allreduce worker)."""
+    import gc
+
+    gc.collect()  # DDP modules in reference cycles go now, while the group lives
+    dist.barrier()
+    dist.destroy_process_group()

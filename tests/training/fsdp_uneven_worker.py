@@ -23,6 +23,7 @@ from tasks.models.mlp_net import MLP
 from tasks.training.batching import rank_slice
 from tasks.training.engine import chunks_needed, init_process_group
 from tasks.training.loop import accumulate_gradients
+from tasks.training.peers import leave_process_group
 from tasks.training.sharded import shard_model
 
 
@@ -65,8 +66,7 @@ def main(store_dir: str, out: str) -> None:
     if rank == 0:
         with open(out, "w") as f:
             json.dump(result, f)
-    dist.barrier()
-    dist.destroy_process_group()
+    leave_process_group()
 
 
 if __name__ == "__main__":
