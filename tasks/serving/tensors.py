@@ -45,24 +45,7 @@ def _shape(t: RequestInput, n_features: int, max_rows: int) -> tuple[int, int]:
 
 
 def _values(t: RequestInput, tail: bytes, n: int, width: int) -> np.ndarray:
-    size = (t.parameters or {}).get("binary_data_size")
-    if size is not None:
-        if not isinstance(size, int) or size != n * width * 4 or len(tail) < size:
-            raise ApiError(
-                400,
-                f"binary_data_size {size!r} does not match shape {t.shape} of FP32 "
-                f"({n * width * 4} bytes; {len(tail)} bytes follow the header)",
-            )
-        return np.frombuffer(tail[:size], dtype="<f4").reshape(n, width)
-    if t.data is None:
-        raise ApiError(400, f"input {t.name!r} has neither 'data' nor binary_data_size")
-    try:
-        x = np.asarray(t.data, dtype=np.float32).reshape(-1)
-    except (ValueError, TypeError) as exc:
-        raise ApiError(400, f"input {t.name!r} data must be numbers: {exc}") from None
-    if x.size != n * width:
-        raise ApiError(400, f"input {t.name!r} holds {x.size} values, shape {t.shape} needs {n * width}")
-    return x.reshape(n, width)
+    return _numbers(t, tail, n * width, "<f4", 4, "FP32").astype(np.float32).reshape(n, width)
 
 
 def input_features(req: InferenceRequest, tail: bytes, input_name: str, n_features: int, max_rows: int) -> np.ndarray:
@@ -117,19 +100,27 @@ def model_input(req: InferenceRequest, tail: bytes, model: Any, max_rows: int) -
 
 
 def _numbers(t: RequestInput, tail: bytes, count: int, dtype: str, width: int, name: str) -> np.ndarray:
+    """A numeric tensor's `count` values: the binary extension's bytes (`dtype`, `width` bytes each) or
+    JSON `data`; INT64 values must be whole numbers."""
     size = (t.parameters or {}).get("binary_data_size")
     if size is not None:
         if not isinstance(size, int) or size != count * width or len(tail) < size:
-            raise ApiError(400, f"binary_data_size {size!r} does not match shape {t.shape} of {name}")
+            raise ApiError(
+                400,
+                f"binary_data_size {size!r} does not match shape {t.shape} of {name} "
+                f"({count * width} bytes; {len(tail)} bytes follow the header)",
+            )
         return np.frombuffer(tail[:size], dtype=dtype)
     if t.data is None:
         raise ApiError(400, f"input {t.name!r} has neither 'data' nor binary_data_size")
     try:
-        x = np.asarray(t.data, dtype=np.float64).reshape(-1)
+        x = np.asarray(t.data, dtype=np.float64 if name == "INT64" else np.float32).reshape(-1)
     except (ValueError, TypeError) as exc:
         raise ApiError(400, f"input {t.name!r} data must be numbers: {exc}") from None
-    if x.size != count or not np.all(np.isfinite(x)) or not np.all(x == np.round(x)):
-        raise ApiError(400, f"input {t.name!r} must hold {count} integers for shape {t.shape}")
+    if x.size != count:
+        raise ApiError(400, f"input {t.name!r} holds {x.size} values, shape {t.shape} needs {count}")
+    if name == "INT64" and not (np.all(np.isfinite(x)) and np.all(x == np.round(x))):
+        raise ApiError(400, f"input {t.name!r} must hold whole numbers (INT64 token ids)")
     return x
 
 
