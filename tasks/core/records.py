@@ -125,7 +125,7 @@ class TrainRecord(Record):
     resumed_from: dict[str, Any] | None = None
     """The checkpoint resumed from: its step, world size and strategy, and this run's (a resize)."""
     warm_start: str | None
-    metrics: dict[str, Any]
+    metrics: dict[str, Any] | None  # None: the run closed no metrics window (fewer steps than train.log_every)
     model: str
     outputs: str
     params_overlay: str | None = None  # the tuned overlay (tuned-vN) applied to train, if any

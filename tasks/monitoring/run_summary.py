@@ -118,7 +118,11 @@ def build_summary(
         },
         "data_version": (snap.data_version if snap else None) or registry_state.get("current_data"),
         "data_version_rows": snap.total_rows if snap else None,
-        "train": pick(tr, "rows", "epochs", "world_size", "device", "final_loss", "seconds", "warm_start", "metrics"),
+        "train": pick(
+            tr,
+            *("rows", "epochs", "world_size", "device", "final_loss", "seconds", "warm_start", "metrics"),
+            *("strategy", "n_parameters"),
+        ),
         "test": pick(ev, "challenger", "champion", "champion_version"),
         "compression": compression_summary(cp),
         "registered": steps["register"].model_version if "register" in steps else None,
@@ -289,8 +293,9 @@ def render_text(s: dict[str, Any]) -> str:
     if s["train"]:
         t = s["train"]
         lines.append(
-            f"  train          {t['rows']} rows, {t['epochs']} epochs x {t['world_size']} processes, "
-            f"final loss {t['final_loss']:.4f}"
+            f"  train          {t['rows']} rows, {t['epochs']} epochs x {t['world_size']} processes"
+            + (f" ({t['strategy']}, {t['n_parameters'] / 1e6:.1f}M parameters)" if t.get("strategy") else "")
+            + f", final loss {t['final_loss']:.4f}"
             + (f", warm start from {t['warm_start']}" if t.get("warm_start") else ", from scratch")
         )
         if t.get("metrics"):

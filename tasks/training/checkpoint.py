@@ -102,31 +102,21 @@ def _cpu_copy(obj: Any) -> Any:
     return obj
 
 
-class AsyncCheckpointer:
-    """Copy the state now (fast), serialize and write it on a background thread (slow), so
-    training goes on while the file is written. One write in flight at a time.
-    `on_saved(path)` runs on the same thread after each write (publishing it, on a pod)."""
+class BackgroundWriter:
+    """One write in flight at a time, on a thread of its own: `_submit` queues the next write (the
+    caller has waited for the last one, `wait`), `wait` re-raises a failed write, `close` waits and
+    stops the thread. The checkpointers of both strategies write through it."""
 
-    def __init__(self, folder: Path, keep: int = 2, on_saved: Callable[[Path], None] | None = None):
+    def __init__(self, thread_name: str):
         import concurrent.futures
 
-        self.folder = folder
-        self.keep = keep
-        self.on_saved = on_saved
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="checkpoint")
-        self._pending = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=thread_name)
+        self._pending: concurrent.futures.Future | None = None
 
-    def save(self, step: int, state: dict[str, Any], wait: bool = False) -> None:
-        self.wait()
-        snapshot = _cpu_copy(state)
-        self._pending = self._pool.submit(self._write, step, snapshot)
+    def _submit(self, write: Callable[..., None], *args: Any, wait: bool = False) -> None:
+        self._pending = self._pool.submit(write, *args)
         if wait:
             self.wait()
-
-    def _write(self, step: int, state: dict[str, Any]) -> None:
-        path = save_checkpoint(self.folder, step, state, self.keep)
-        if self.on_saved:
-            self.on_saved(path)
 
     def wait(self) -> None:
         if self._pending is not None:
@@ -136,3 +126,22 @@ class AsyncCheckpointer:
     def close(self) -> None:
         self.wait()
         self._pool.shutdown()
+
+
+class AsyncCheckpointer(BackgroundWriter):
+    """Copy the state now (fast), serialize and write it on a background thread (slow), so
+    training goes on while the file is written. One write in flight at a time.
+    `on_saved(path)` runs on the same thread after each write (publishing it, on a pod)."""
+
+    def __init__(self, folder: Path, keep: int = 2, on_saved: Callable[[Path], None] | None = None):
+        super().__init__("checkpoint")
+        self.folder, self.keep, self.on_saved = folder, keep, on_saved
+
+    def save(self, step: int, state: dict[str, Any], wait: bool = False) -> None:
+        self.wait()
+        self._submit(self._write, step, _cpu_copy(state), wait=wait)
+
+    def _write(self, step: int, state: dict[str, Any]) -> None:
+        path = save_checkpoint(self.folder, step, state, self.keep)
+        if self.on_saved:
+            self.on_saved(path)

@@ -51,6 +51,9 @@ from tasks.training.loop import accumulate_gradients, make_loss, make_model, mak
 from tasks.training.outputs import CHECKPOINTS, OUTPUTS, OutputStore
 from tasks.training.peers import describe_loss, gather_hosts, is_collective_failure, leave_process_group
 from tasks.training.sharded import (
+    MARKER,
+    METADATA,
+    SMALL_STATE,
     ShardedCheckpointer,
     full_model_state,
     is_sharded,
@@ -363,20 +366,27 @@ def checkpoint(
 def make_checkpointer(store: OutputStore, p: TrainParams, ranks: Ranks) -> Checkpointer | None:
     """The background checkpoint writer: under FSDP2 every rank's (`ShardedCheckpointer`, built on
     every rank: it creates a process group), else rank 0's; with a URI, each checkpoint is published
-    once written (single-file checkpoints only: run_training refuses fsdp2 with a URI)."""
+    once written, the file that marks it complete last (a single file's checksum; a sharded
+    folder's COMPLETE, after every rank has published its own shards)."""
     folder = store.local / CHECKPOINTS
-    if p.strategy == "fsdp2":
-        return ShardedCheckpointer(folder, ranks.rank, ranks.distributed)
-    if not ranks.master:
-        return None
 
-    def publish(path: Path) -> None:
-        store.publish(path, path.with_suffix(".sha256"))  # the checksum last: it marks it complete
+    def published(*marked_by: Path) -> None:
+        store.publish(*marked_by)
         store.prune_checkpoints({f.name for f in folder.glob("ckpt-*")})
         if (store.local / "metrics.jsonl").exists():
             store.publish(store.local / "metrics.jsonl")
 
-    return AsyncCheckpointer(folder, on_saved=publish if store.uri else None)
+    if p.strategy == "fsdp2":
+        return ShardedCheckpointer(
+            folder,
+            ranks.rank,
+            ranks.distributed,
+            on_saved=(lambda d: published(d / METADATA, d / SMALL_STATE, d / MARKER)) if store.uri else None,
+            publish_shards=(lambda files: store.publish(*files)) if store.uri else None,
+        )
+    if not ranks.master:
+        return None
+    return AsyncCheckpointer(folder, on_saved=(lambda f: published(f, f.with_suffix(".sha256"))) if store.uri else None)
 
 
 @dataclass
@@ -430,11 +440,6 @@ def run_training(
     device = pick_device(p)
     ranks = join_process_group(device, store_dir, dist_timeout_s)
     stop, store = StopSignal(), OutputStore(out, workdir, settings)
-    if p.strategy == "fsdp2" and store.uri:
-        raise ValueError(
-            "train.strategy fsdp2 writes sharded checkpoints on each rank's disk; publishing them to an "
-            f"object store (--out {out}) is not built yet: use strategy ddp for pods (docs/training.md)"
-        )
     dataset = load_dataset(settings=settings)
     tokenizer = decide_tokenizer(
         p,

@@ -7,18 +7,22 @@ file once it is complete: an object store has no rename, but an upload appears w
 or not at all. On start, the checkpoints already published are fetched back, so a
 restarted pod, on any node, resumes where the last one stopped.
 
-A checkpoint is published before its checksum file, so a pod killed between the two
-uploads leaves a checkpoint without a checksum, which is skipped on resume.
+A checkpoint is published before the file that marks it complete (a single file's checksum;
+a sharded folder's COMPLETE, after every rank's shards), so a pod killed in between leaves a
+checkpoint that is skipped on resume.
 """
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from tasks.core.log import log
 from tasks.core.settings import Settings
 
 CHECKPOINTS = "checkpoints"
+COMPLETE_MARKER = "COMPLETE"  # a sharded checkpoint folder's last file (sharded.py)
+_STEP = re.compile(r"^ckpt-(\d{6})")
 OUTPUTS = ("model.pt", "train_metrics.json", "metrics.jsonl")  # what a finished run publishes
 
 
@@ -63,25 +67,27 @@ class OutputStore:
             self.fs.put_file(str(path), self._remote(path.relative_to(self.local).as_posix()))
 
     def prune_checkpoints(self, keep: set[str]) -> None:
-        """Remove published checkpoints that the local folder no longer keeps."""
-        if not self.uri:
+        """Remove the published checkpoints (files, or sharded folders whole) older than every one
+        the local folder keeps. Newer ones stay: the other ranks may be publishing the next one."""
+        kept = [int(m.group(1)) for name in keep if (m := _STEP.match(name))]
+        if not self.uri or not kept:
             return
         for remote in self.fs.glob(self._remote(f"{CHECKPOINTS}/ckpt-*")):
-            if remote.rsplit("/", 1)[-1] not in keep:
-                self.fs.rm_file(remote)
+            m = _STEP.match(remote.rsplit("/", 1)[-1])
+            if m and int(m.group(1)) < min(kept):
+                self.fs.rm(remote, recursive=True)
 
     def fetch(self, name: str) -> bool:
         """Download the published file `name` when the local folder lacks it; True if fetched."""
         target = self.local / name
         if not self.uri or target.exists() or not self.fs.exists(self._remote(name)):
             return False
-        part = target.with_name(f".{name}.part")
-        self.fs.get_file(self._remote(name), str(part))
-        part.replace(target)
+        self._get(self._remote(name), target)
         return True
 
     def fetch_checkpoints(self) -> int:
-        """Download the published checkpoints the local folder lacks; returns how many files."""
+        """Download the published checkpoint files the local folder lacks; returns how many. A
+        sharded folder is fetched only once its COMPLETE is published, and COMPLETE comes last."""
         if not self.uri:
             return 0
         folder = self.local / CHECKPOINTS
@@ -89,12 +95,26 @@ class OutputStore:
         fetched = 0
         for remote in self.fs.glob(self._remote(f"{CHECKPOINTS}/ckpt-*")):
             target = folder / remote.rsplit("/", 1)[-1]
-            if not target.exists():
-                self.fs.get_file(remote, str(target))
+            if self.fs.isdir(remote):
+                names = {path.rsplit("/", 1)[-1] for path in self.fs.find(remote)}
+                if COMPLETE_MARKER not in names:
+                    continue  # still being written, or cut off: never resumed from
+                target.mkdir(exist_ok=True)
+                for name in [*sorted(names - {COMPLETE_MARKER}), COMPLETE_MARKER]:
+                    if not (target / name).exists():
+                        self._get(f"{remote}/{name}", target / name)
+                        fetched += 1
+            elif not target.exists():
+                self._get(remote, target)
                 fetched += 1
         if fetched:
             log(f"fetched {fetched} checkpoint file(s) from {self.uri}")
         return fetched
+
+    def _get(self, remote: str, target: Path) -> None:
+        part = target.with_name(f".{target.name}.part")
+        self.fs.get_file(remote, str(part))
+        part.replace(target)
 
 
 def fetch_outputs(uri: str, dest: Path, names: tuple[str, ...], settings: Settings | None = None) -> None:

@@ -14,14 +14,21 @@ Checkpoints (`ShardedCheckpointer`): a folder `ckpt-NNNNNN/` per checkpoint, wri
 torch.distributed.checkpoint (DCP) on a background thread of every rank, over a
 process group of its own (its collectives never interleave with the step loop's):
 
-    __R_0.distcp (+ .sha256)   rank R's shard of the weights and AdamW moments (tensors only)
+    __R_0.distcp                rank R's shard of the weights and AdamW moments (tensors only)
     .metadata                   DCP's index of the shards (written by rank 0 after every shard)
-    state.pt (+ .sha256)        the small state (step, losses, RNG, splits, fingerprint, the
+    state.pt                    the small state (step, losses, RNG, splits, fingerprint, the
                                 optimizer's param_groups), a weights_only torch file
-    COMPLETE                    written last by rank 0, after every rank's save has finished
-                                (a barrier) and `.metadata` exists: every file's sha256
+    COMPLETE                    written last by rank 0, once every rank's save has finished and
+                                `.metadata` exists: every file's sha256 (each rank hashes its
+                                own shards and the digests are gathered, so the marker lists
+                                every shard even where the ranks' disks are not shared)
 
 A folder without COMPLETE, or whose files do not match it, is never resumed from.
+
+On a pod (`--out` a URI) each rank publishes its own shard files as soon as they are written,
+and rank 0 then publishes `.metadata`, `state.pt` and, last, COMPLETE (`publish_shards` and
+`on_saved`): a published folder without COMPLETE is still being written, or was cut off, and a
+replaced pod fetches only folders whose COMPLETE is there (`outputs.OutputStore`).
 
 Reading goes through `SafeReader`: DCP's own FileSystemReader unpickles `.metadata` with
 plain `pickle.load` (any `__reduce__` runs) and loads non-tensor entries with
@@ -33,7 +40,6 @@ refuses any non-tensor (bytes) entry: a checkpoint, like the single-file kind
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import hashlib
 import io
@@ -52,8 +58,10 @@ from torch import nn
 from tasks.core.files import atomic_write_bytes
 from tasks.core.params import TrainParams
 from tasks.models import plugin_of
+from tasks.training.checkpoint import BackgroundWriter
+from tasks.training.outputs import COMPLETE_MARKER
 
-MARKER = "COMPLETE"
+MARKER = COMPLETE_MARKER
 SMALL_STATE = "state.pt"
 METADATA = ".metadata"
 _DIR = re.compile(r"^ckpt-(\d{6})$")
@@ -282,10 +290,11 @@ def tensor_state(model: nn.Module, optimizer: torch.optim.Optimizer) -> tuple[di
     return {"model": get_model_state_dict(model), "optimizer": osd["state"]}, osd["param_groups"]
 
 
-class ShardedCheckpointer:
+class ShardedCheckpointer(BackgroundWriter):
     """Every rank's background writer of sharded checkpoints (one write in flight at a time).
-    `save` copies this rank's shards now (fast) and writes them on a thread (slow); rank 0's
-    `on_saved(folder)` runs after the COMPLETE marker. Build it on every rank at the same point:
+    `save` copies this rank's shards now (fast) and writes them on a thread (slow); every rank's
+    `publish_shards(files)` runs once its own shard files are written, rank 0's `on_saved(folder)`
+    after the COMPLETE marker. Build it on every rank at the same point:
     it creates a process group (every rank creates groups in the same order)."""
 
     def __init__(
@@ -295,21 +304,19 @@ class ShardedCheckpointer:
         distributed: bool,
         keep: int = 2,
         on_saved: Callable[[Path], None] | None = None,
+        publish_shards: Callable[[list[Path]], None] | None = None,
     ):
+        super().__init__("sharded-checkpoint")
         self.folder, self.rank, self.keep, self.on_saved = folder, rank, keep, on_saved
+        self.publish_shards = publish_shards
         self.group = dist.new_group(backend="gloo") if distributed else None
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sharded-checkpoint")
-        self._pending: concurrent.futures.Future | None = None
 
     def save(
         self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, small: dict, wait: bool = False
     ) -> None:
         self.wait()
         tensors, groups = tensor_state(model, optimizer)
-        snapshot, small = _copy(tensors), _copy({**small, "param_groups": groups})
-        self._pending = self._pool.submit(self._write, step, snapshot, small)
-        if wait:
-            self.wait()
+        self._submit(self._write, step, _copy(tensors), _copy({**small, "param_groups": groups}), wait=wait)
 
     def _write(self, step: int, tensors: dict, small: dict) -> None:
         import torch.distributed.checkpoint as dcp
@@ -319,42 +326,37 @@ class ShardedCheckpointer:
             (path / MARKER).unlink(missing_ok=True)  # a rewrite of this step is not complete until re-marked
         path.mkdir(parents=True, exist_ok=True)
         dcp.save(tensors, storage_writer=dcp.FileSystemWriter(path), process_group=self.group)
-        for shard in path.glob(f"__{self.rank}_*.distcp"):  # this rank's own shard file(s)
-            atomic_write_bytes(shard.with_name(shard.name + ".sha256"), _sha(shard).encode())
+        mine = sorted(path.glob(f"__{self.rank}_*.distcp"))  # this rank's own shard file(s)
+        if self.publish_shards:
+            self.publish_shards(mine)
+        digests = [{shard.name: _sha(shard) for shard in mine}]
         if self.rank == 0:
             buf = io.BytesIO()
             torch.save(small, buf)
             atomic_write_bytes(path / SMALL_STATE, buf.getvalue())
-        if self.group is not None:
-            dist.barrier(group=self.group)  # every rank's shard and checksum are on disk
+        if self.group is not None:  # every rank's shards are written (and published): their digests
+            gathered: list[dict[str, str] | None] = [None] * dist.get_world_size(self.group)
+            dist.all_gather_object(gathered, digests[0], group=self.group)
+            digests = gathered
         if self.rank != 0:
             return
-        self._mark_complete(path)
+        self._mark_complete(path, {name: sha for d in digests for name, sha in d.items()})
         for old in sorted(p for p in self.folder.iterdir() if _DIR.match(p.name))[: -self.keep]:
             shutil.rmtree(old, ignore_errors=True)
         if self.on_saved:
             self.on_saved(path)
 
     @staticmethod
-    def _mark_complete(path: Path) -> None:
+    def _mark_complete(path: Path, shards: dict[str, str]) -> None:
+        """COMPLETE from every rank's shard digests, after checking that DCP wrote its index and
+        that no shard file on this disk is missing from what the ranks reported."""
         if not (path / METADATA).exists():
             raise CheckpointRefused(f"{path.name}: DCP finished without writing {METADATA}")
-        files = {METADATA: _sha(path / METADATA), SMALL_STATE: _sha(path / SMALL_STATE)}
-        for shard in sorted(path.glob("*.distcp")):
-            digest = shard.with_name(shard.name + ".sha256")
-            if not digest.exists():
-                raise CheckpointRefused(f"{path.name}: shard {shard.name} has no checksum")
-            files[shard.name] = digest.read_text().strip()
+        unreported = sorted({p.name for p in path.glob("*.distcp")} - set(shards))
+        if unreported:
+            raise CheckpointRefused(f"{path.name}: shard(s) {', '.join(unreported)} reported by no rank")
+        files = {METADATA: _sha(path / METADATA), SMALL_STATE: _sha(path / SMALL_STATE), **shards}
         atomic_write_bytes(path / MARKER, json.dumps({"files": files}, sort_keys=True).encode())
-
-    def wait(self) -> None:
-        if self._pending is not None:
-            self._pending.result()  # re-raises a failed write here
-            self._pending = None
-
-    def close(self) -> None:
-        self.wait()
-        self._pool.shutdown()
 
 
 def read_sharded_state(path: Path) -> dict[str, Any]:

@@ -262,10 +262,14 @@ def test_streaming_with_a_tiny_cache_trains_the_same_model(settings, emails, tmp
 
 
 @pytest.mark.slow
-def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(settings, emails, tmp_path, s3_server, monkeypatch):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(
+    strategy, settings, emails, tmp_path, s3_server, monkeypatch
+):
     """Storage-compute separation: the registry is cloned from git and its data read from the S3
     remote; outputs and checkpoints go to an S3 URI; a killed pod's replacement, on a fresh disk,
-    resumes from the published checkpoint and ends bit-identical to an uninterrupted run."""
+    resumes from the published checkpoint and ends bit-identical to an uninterrupted run. Under
+    fsdp2 the checkpoint is a folder of shards, published by each rank, COMPLETE last."""
     import os
     import signal
     import subprocess
@@ -286,7 +290,7 @@ def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(settings, emails
     subprocess.run(["git", "clone", "-q", str(reg.root), str(clone)], check=True)
     monkeypatch.setenv("SLUICE_REGISTRY_URL", str(clone))
 
-    p = params(epochs=8, checkpoint_every=10)
+    p = params(epochs=8, checkpoint_every=10, strategy=strategy)
     clean_uri, uri = f"s3://{S3_BUCKET}/runs/clean/train", f"s3://{S3_BUCKET}/runs/r1/train"
     run_torchrun(version, clean_uri, p, workdir=tmp_path / "pod0")
     proc = start_torchrun(version, uri, p, workdir=tmp_path / "pod1")
@@ -299,9 +303,16 @@ def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(settings, emails
         .list_objects_v2(Bucket=S3_BUCKET, Prefix="runs/r1/")
         .get("Contents", [])
     ]
-    assert "runs/r1/train/checkpoints/ckpt-000020.sha256" in keys, keys
+    marker = {"ddp": "ckpt-000020.sha256", "fsdp2": "ckpt-000020/COMPLETE"}[strategy]
+    assert f"runs/r1/train/checkpoints/{marker}" in keys, keys
+    if strategy == "fsdp2":  # every rank's shard is there beside the marker that lists it
+        assert {
+            "runs/r1/train/checkpoints/ckpt-000020/__0_0.distcp",
+            "runs/r1/train/checkpoints/ckpt-000020/__1_0.distcp",
+        } <= set(keys)
     run_torchrun(version, uri, p, workdir=tmp_path / "pod2")  # a fresh disk
-    assert read_json(tmp_path / "pod2" / "train_metrics.json")["resumed_from_step"] >= 20
+    resumed = read_json(tmp_path / "pod2" / "train_metrics.json")
+    assert resumed["resumed_from_step"] >= 20 and resumed["strategy"] == strategy
     for run, out_uri in (("r1", uri), ("clean", clean_uri)):  # the pipeline side: fetch and record
         plan = TrainPlanRecord(
             name="t", run_id=run, data_version=version, params="{}", out_uri=out_uri, registry_url="", init_from=""
