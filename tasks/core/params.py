@@ -452,11 +452,14 @@ class DriftParams(Section):
     """Cron (UTC) of the monitor_serving DAG, read when the DAG file is parsed."""
     window_h: float = Field(gt=0, le=168)
     """Each run judges the predictions served in the last window_h hours."""
+    tails: tuple[Unit, ...] = Field(min_length=1)
+    """...and the latest parts of it, as fractions of window_h (1.0: the whole window): a shift that began
+    late in the window fills its last quarter while it is still a small share of the whole."""
     family_alpha: Unit
     """The chance of any false alert over a horizon of unshifted traffic (Bonferroni over its tests)."""
     horizon_runs: int = Field(ge=1)
     """Runs in a horizon (168: a week of hourly runs); each test's p-value must be under
-    family_alpha / (tests per run x horizon_runs)."""
+    family_alpha / (tests per run x horizon_runs), a run's tests being (features + 2 classes) x tails."""
     min_psi: float = Field(ge=0)
     """And its PSI must reach this (an effect size): a tiny shift is significant in heavy traffic."""
     psi_bins: int = Field(ge=2, le=100)

@@ -13,7 +13,11 @@ tasks/serving/predlog.py: each record has the raw input row, the model version a
   same raw row through `featurize`: rows that differ by more than `skew_tolerance` mean the serving
   path computes other features (or runs another model) than the offline one.
 
-Many tests every hour: each run makes `tests` tests (features + classes) per model version, and
+Each run tests the whole window and its latest parts (`tails`: the last half and the last quarter by
+default), so a shift that began late in the window is judged on a part it fills rather than diluted in
+the whole hour: it is caught at the first run after it unless it began in the last quarter-hour.
+
+Many tests every hour: each run makes (features + 2 classes) x tails tests per model version, and
 `horizon_runs` runs make a horizon (a week of hourly runs by default). A test flags drift only when
 both hold: its KS p-value is under family_alpha / (tests x horizon_runs) (Bonferroni over every test
 of the horizon: the chance of any false alert in a week of unshifted traffic is at most family_alpha),
@@ -75,6 +79,7 @@ def ks_pvalue(expected: np.ndarray, actual: np.ndarray) -> tuple[float, float]:
 @dataclass
 class Finding:
     test: str  # a feature name, or "score|class=c"
+    tail: float  # the part of the window tested: its latest `tail` x window_h hours
     ks: float
     p_value: float
     psi: float
@@ -104,9 +109,26 @@ class VersionVerdict:
         return bool(self.drifted) or self.skew
 
 
+def tests_per_run(p: DriftParams, features: int) -> int:
+    """Every feature and the score in each of the 2 classes, on the window and each of its tails."""
+    return (features + 2) * len(p.tails)
+
+
 def alpha_per_test(p: DriftParams, tests: int) -> float:
     """Bonferroni over every test of the horizon: family_alpha / (tests x horizon_runs)."""
     return p.family_alpha / (max(tests, 1) * p.horizon_runs)
+
+
+def compare(name: str, tail: float, ref: np.ndarray, now: np.ndarray, p: DriftParams, alpha: float) -> Finding:
+    """One test: KS p-value under `alpha` and PSI at least min_psi."""
+    if ref.size < 2 or now.size < 2:  # e.g. no served row in a class: nothing to compare, said so
+        return Finding(name, tail, float("nan"), 1.0, float("nan"), int(now.size), int(ref.size), False)
+    if np.all(ref == ref[0]) and np.all(now == now[0]) and ref[0] == now[0]:
+        ks, pv, value = 0.0, 1.0, 0.0  # a constant feature on both sides
+    else:
+        ks, pv = ks_pvalue(ref, now)
+        value = psi_quantile(ref, now, p.psi_bins)
+    return Finding(name, tail, ks, pv, value, int(now.size), int(ref.size), bool(pv < alpha and value >= p.min_psi))
 
 
 def judge(
@@ -118,9 +140,11 @@ def judge(
     model_version: str,
     data_version: str,
     scorer: Scorer,
+    end: float | None = None,
 ) -> VersionVerdict:
-    """One model version's window against its training rows (`reference`, raw rows). Pure apart from
-    `scorer` (the model file's offline score of raw rows)."""
+    """One model version's window (ending at `end`, epoch s; default: its last row) against its training
+    rows (`reference`, raw rows): the window and each tail of it (p.tails) that holds min_rows rows. Pure
+    apart from `scorer` (the model file's offline score of raw rows)."""
     xs, xr = featurize(served), featurize(reference)
     if xs.shape[1] != len(feature_names) or xr.shape[1] != len(feature_names):
         raise ValueError(
@@ -129,24 +153,23 @@ def judge(
     ref_scores = np.asarray(scorer(reference), dtype=np.float64).reshape(-1)
     offline = np.asarray(scorer(served), dtype=np.float64).reshape(-1)
     scores = served["__score"].to_numpy(dtype=np.float64)
-    tests = len(feature_names) + 2
+    ts = served["__ts"].to_numpy(dtype=np.float64)
+    end = float(ts.max()) if end is None else end
+    tests = tests_per_run(p, len(feature_names))
     alpha = alpha_per_test(p, tests)
     out = VersionVerdict(model_version, data_version, len(served), tests, alpha)
-    pairs = [(name, xr[:, j], xs[:, j]) for j, name in enumerate(feature_names)]
-    for c in (0, 1):
-        pairs.append((f"score|class={c}", ref_scores[(ref_scores >= CLASS_THRESHOLD) == c],
-                      scores[(scores >= CLASS_THRESHOLD) == c]))  # fmt: skip
-    for name, ref, now in pairs:
-        if ref.size < 2 or now.size < 2:  # e.g. no served row in a class: nothing to compare, said so
-            out.findings.append(Finding(name, float("nan"), 1.0, float("nan"), int(now.size), int(ref.size), False))
-            continue
-        if np.all(ref == ref[0]) and np.all(now == now[0]) and ref[0] == now[0]:
-            ks, pv, value = 0.0, 1.0, 0.0  # a constant feature on both sides
-        else:
-            ks, pv = ks_pvalue(ref, now)
-            value = psi_quantile(ref, now, p.psi_bins)
-        drifted = pv < alpha and value >= p.min_psi
-        out.findings.append(Finding(name, ks, pv, value, int(now.size), int(ref.size), bool(drifted)))
+    ref_class = [ref_scores[(ref_scores >= CLASS_THRESHOLD) == c] for c in (0, 1)]
+    for tail in p.tails:
+        keep = ts >= end - tail * p.window_h * 3600.0
+        if tail < 1.0 and keep.sum() < p.min_rows:
+            continue  # too few rows in this tail to judge it (the whole window was judged)
+        x, sc = xs[keep], scores[keep]
+        for j, name in enumerate(feature_names):
+            out.findings.append(compare(name, tail, xr[:, j], x[:, j], p, alpha))
+        for c in (0, 1):
+            out.findings.append(
+                compare(f"score|class={c}", tail, ref_class[c], sc[(sc >= CLASS_THRESHOLD) == c], p, alpha)
+            )
     diff = np.abs(offline - scores)
     out.skewed_rows = int(np.sum(diff > p.skew_tolerance))
     out.max_skew = float(diff.max()) if diff.size else 0.0
@@ -161,14 +184,22 @@ def sample_reference(rows: pd.DataFrame, p: DriftParams) -> pd.DataFrame:
     return rows.sample(n=p.reference_rows, random_state=p.seed).reset_index(drop=True)
 
 
+def _tail(tail: float) -> str:
+    return "" if tail >= 1.0 else f" in the window's last {tail:g}"
+
+
 def cause_text(v: VersionVerdict, top: int = 3) -> str:
     """One line: what drifted or skewed for this model version."""
     parts = []
-    worst = sorted(v.drifted, key=lambda f: -f.psi)
+    widest: dict[str, Finding] = {}  # per drifted test, on the widest part of the window where it drifted
+    for f in v.drifted:
+        if f.test not in widest or f.tail > widest[f.test].tail:
+            widest[f.test] = f
+    worst = sorted(widest.values(), key=lambda f: -f.psi)
     if worst:
-        shown = ", ".join(f"{f.test} (PSI {f.psi:.2f}, p {f.p_value:.1e})" for f in worst[:top])
+        shown = ", ".join(f"{f.test}{_tail(f.tail)} (PSI {f.psi:.2f}, p {f.p_value:.1e})" for f in worst[:top])
         more = f" and {len(worst) - top} more" if len(worst) > top else ""
-        parts.append(f"{len(worst)} of {v.tests} tests drifted: {shown}{more}")
+        parts.append(f"{len(worst)} drifted ({len(v.drifted)} of {v.tests} tests): {shown}{more}")
     if v.skew:
         parts.append(f"skew: {v.skewed_rows} of {v.rows} rows score differently offline (max {v.max_skew:.3g})")
     return f"{v.model_version} (trained on {v.data_version}, {v.rows} rows): " + "; ".join(parts)
@@ -192,7 +223,8 @@ def version_summary(v: VersionVerdict) -> dict[str, Any]:
         "alpha_per_test": v.alpha_per_test,
         "worst_psi": max(finite) if finite else None,
         "drifted": [
-            {"test": f.test, "psi": f.psi, "p_value": f.p_value, "ks": f.ks, "rows": f.rows} for f in v.drifted
+            {"test": f.test, "tail": f.tail, "psi": f.psi, "p_value": f.p_value, "ks": f.ks, "rows": f.rows}
+            for f in v.drifted
         ],
         "skewed_rows": v.skewed_rows,
         "max_skew": v.max_skew,
@@ -260,7 +292,7 @@ def judge_window(settings: Any, params: Any, end: float, artifact_dir: Any, run_
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(registry.read_model_artifact(version, artifact))
         verdict = judge(served, reference, ds.featurize, list(ds.FEATURE_NAMES), p, version, data_version,
-                        onnx_scorer(path))  # fmt: skip
+                        onnx_scorer(path), end)  # fmt: skip
         out["versions"].append(version_summary(verdict))
         out["verdicts"].append(verdict)
     flagged = [v for v in out["verdicts"] if v.flagged]
@@ -276,7 +308,7 @@ def judge_window(settings: Any, params: Any, end: float, artifact_dir: Any, run_
             "window_end": out["window_end"],
             "model_versions": [v.model_version for v in flagged],
             "data_versions": sorted({v.data_version for v in flagged}),
-            "drifted": {v.model_version: [f.test for f in v.drifted] for v in flagged},
+            "drifted": {v.model_version: sorted({f.test for f in v.drifted}) for v in flagged},
             "skew": {v.model_version: v.skewed_rows for v in flagged if v.skew},
             "why": "; ".join(causes),
         }

@@ -97,7 +97,7 @@ def test_unshifted_traffic_raises_nothing(world):
     assert rec.status == "judged" and rec.rows == 600 and not rec.drift and rec.cause is None, rec.message
     (v,) = rec.versions
     assert v["model_version"] == world["version"] and v["data_version"] == world["data_version"]
-    tests = len(FEATURE_NAMES) + 2  # every feature, and the score in each class
+    tests = (len(FEATURE_NAMES) + 2) * 3  # every feature and the score in each class; the window and 2 tails
     assert v["drifted"] == [] and v["skewed_rows"] == 0 and v["tests"] == tests
     assert v["alpha_per_test"] == pytest.approx(0.01 / (tests * 168))
     assert stored_alerts(world["settings"]) == [] and not world["alerts"].exists()
@@ -169,3 +169,24 @@ def test_psi_of_a_feature_bins_at_the_reference_quantiles():
     binary = (rng.random(5000) < 0.2).astype(float)  # a discrete feature: bins merge, nothing is lost
     assert psi_quantile(binary, (rng.random(5000) < 0.6).astype(float), 10) > 0.5
     assert psi_quantile(np.zeros(100), np.ones(100), 10) > 1.0  # a constant reference: values over it count
+
+
+def test_a_shift_late_in_the_window_is_caught_on_its_tail_and_many_tests_are_corrected(params):
+    """A feature that shifts in the window's last quarter: diluted in the whole hour, plain in its last
+    quarter. The per-test threshold is family_alpha over every test of the horizon."""
+    from tasks.monitoring.serving_drift import alpha_per_test, judge
+
+    p = params.monitoring.drift
+    rng = np.random.default_rng(1)
+    reference = pd.DataFrame({"x": rng.normal(0, 1, 5000)})
+    ts = np.sort(rng.uniform(0, 3600, 1200))
+    x = rng.normal(0, 1, ts.size) + np.where(ts >= 3000, 1.0, 0.0)
+    served = pd.DataFrame({"x": x, "__score": np.full(ts.size, 0.2), "__ts": ts})
+    featurize = lambda df: df[["x"]].to_numpy(dtype=np.float32)  # noqa: E731
+    scorer = lambda df: np.full(len(df), 0.2)  # noqa: E731
+    v = judge(served, reference, featurize, ["x"], p, "model-v1", "data-v1", scorer, end=3600.0)
+    assert v.tests == 3 * len(p.tails) and v.alpha_per_test == alpha_per_test(p, v.tests)
+    by_tail = {f.tail: f for f in v.findings if f.test == "x"}
+    assert not by_tail[1.0].drifted and by_tail[0.25].drifted, by_tail
+    assert by_tail[0.25].rows == int(np.sum(ts >= 2700))
+    assert v.flagged and not v.skew
