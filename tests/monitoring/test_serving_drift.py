@@ -25,10 +25,9 @@ def as_inputs(df: pd.DataFrame) -> list[dict]:
     return json.loads(df.to_json(orient="records", date_format="iso"))
 
 
-@pytest.fixture
-def world(settings, emails, tmp_path, monkeypatch):
+def build_world(settings, emails: pd.DataFrame, tmp_path: Path) -> dict:
     """A data version of 2/3 of the emails (seeded), a logistic regression trained on it as ONNX and
-    registered with that lineage; the other third is the unshifted traffic. A FileNotifier receives alerts."""
+    registered with that lineage; the other third is the unshifted traffic."""
     from bench.canary import fit_champion, lr_onnx
     from tasks.datasets.emails import GOLD_COLUMN, featurize
     from tasks.registry import Registry
@@ -44,13 +43,19 @@ def world(settings, emails, tmp_path, monkeypatch):
     w, b = fit_champion(featurize(train), train[GOLD_COLUMN].to_numpy())
     path = lr_onnx(tmp_path / "m" / ARTIFACT, w, b)
     version = reg.register_model("run-1", {ARTIFACT: path}, {"data_version": data_version})["model_version"]
+    return {"settings": settings, "rest": rest.drop(columns=[GOLD_COLUMN]), "version": version,
+            "data_version": data_version, "model": path}  # fmt: skip
+
+
+@pytest.fixture
+def world(settings, emails, tmp_path, monkeypatch):
+    """build_world, and a FileNotifier that receives the alerts."""
+    out = build_world(settings, emails, tmp_path)
     alerts_file = tmp_path / "alerts.txt"
     notifier = {"class_path": "tests.monitoring.notifiers.FileNotifier", "kwargs": {"path": str(alerts_file)}}
-    monkeypatch.setenv(
-        "SLUICE_PARAMS", str(write_params(tmp_path / "params.json", {"monitoring": {"notifiers": [notifier]}}))
-    )
-    return {"settings": settings, "rest": rest.drop(columns=[GOLD_COLUMN]), "version": version,
-            "data_version": data_version, "model": path, "alerts": alerts_file}  # fmt: skip
+    params = write_params(tmp_path / "params.json", {"monitoring": {"notifiers": [notifier]}})
+    monkeypatch.setenv("SLUICE_PARAMS", str(params))
+    return {**out, "alerts": alerts_file}
 
 
 def serve(settings, version: str, rows: pd.DataFrame, model: Path, score_shift: float = 0.0) -> None:
