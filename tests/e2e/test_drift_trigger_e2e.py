@@ -1,12 +1,14 @@
 """The real scheduler: monitor_serving finds a planted shift, its sluice_serving_drift event starts a
 nightly_pipeline run (AssetOrTimeSchedule) that carries no conf, and with no batch waiting that run
-retrains on the current data version, the cause from the event's extra in hand."""
+retrains (train succeeds) on the current data version, the cause from the event's extra in hand.
+The run is stopped with the services after train (no gold sets exist here for evaluate)."""
 
 from __future__ import annotations
 
 import pytest
 
 from ops.services import AirflowServices
+from tasks.core.files import read_json
 from tasks.core.processes import group_alive
 from tasks.core.settings import Settings
 from tasks.core.wait import wait_until
@@ -57,6 +59,17 @@ def test_a_drift_event_triggers_a_nightly_run_that_retrains(tmp_path, emails, mo
             f"/dags/nightly_pipeline/dagRuns/{nightly['dag_run_id']}/taskInstances/drift_retrain/xcomEntries/result",
         ).json()
         assert world["data_version"] in str(xcom["value"]) and run in str(xcom["value"]), xcom
+
+        def trained():
+            states = {
+                t["task_id"]: t["state"] for t in client.task_instances("nightly_pipeline", nightly["dag_run_id"])
+            }
+            return states if states.get("train") in ("success", "failed", "upstream_failed") else None
+
+        states = wait_until(trained, timeout_s=600, interval_s=3, what="the drift-triggered run's train")
+        assert states["train"] == "success", states
+        record = read_json(settings.layout.run_dir(nightly["dag_run_id"]) / "steps" / "train.json")
+        assert record["data_version"] == world["data_version"] and record["rows"] > 0, record
     finally:
         svc.stop()
     assert not any(group_alive(p) for p in pgids.values()), "a service outlived stop()"

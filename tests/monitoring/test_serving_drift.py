@@ -37,7 +37,8 @@ def build_world(settings, emails: pd.DataFrame, tmp_path: Path) -> dict:
     cut = len(emails) * 2 // 3
     train, rest = emails.iloc[order[:cut]].reset_index(drop=True), emails.iloc[order[cut:]].reset_index(drop=True)
     part = tmp_path / "train.parquet"
-    train.rename(columns={GOLD_COLUMN: "label"}).to_parquet(part)
+    labeled = train.rename(columns={GOLD_COLUMN: "label"})
+    labeled.assign(label_prob=labeled["label"].astype("float32"), label_weight=np.float32(1.0)).to_parquet(part)
     reg = Registry(settings)
     data_version = reg.snapshot({"batch-0001": part}, {"rows_by_batch": {"batch-0001": len(train)}})["data_version"]
     w, b = fit_champion(featurize(train), train[GOLD_COLUMN].to_numpy())
