@@ -19,7 +19,9 @@ for dag_id, dag in bag.dags.items():
         "file": dag.fileloc.rsplit("/", 1)[-1], "tags": sorted(dag.tags), "catchup": dag.catchup,
         "max_active_runs": dag.max_active_runs, "doc": bool(dag.doc_md),
         "params": sorted(dag.params.keys()), "paused_on_creation": dag.is_paused_upon_creation,
-        "timetable": type(dag.timetable).__name__, "timetable_summary": getattr(dag.timetable, "summary", None),
+        "timetable": type(dag.timetable).__name__,
+        "cron": getattr(getattr(dag.timetable, "timetable", dag.timetable), "summary", None),
+        "schedule_assets": [a.name for a in getattr(getattr(dag.timetable, "asset_condition", None), "objects", [])],
         "tasks": {t.task_id: {"retries": t.retries, "down": sorted(t.downstream_task_ids),
                               "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule),
                               "outlets": [type(o).__name__ + ":" + o.name for o in t.outlets]} for t in dag.tasks},
@@ -117,5 +119,6 @@ def test_version_steps_emit_assets(dagbag):
 def test_nightly_is_scheduled_on_its_cron_and_the_serving_drift_asset(dagbag):
     nightly, monitor = dagbag["dags"]["nightly_pipeline"], dagbag["dags"]["monitor_serving"]
     assert nightly["timetable"] == "AssetOrTimeSchedule", nightly["timetable"]
-    assert monitor["timetable"] == "CronTriggerTimetable" and monitor["timetable_summary"] in ("0 * * * *", None)
+    assert nightly["cron"] == "0 2 * * *" and nightly["schedule_assets"] == ["sluice_serving_drift"], nightly
+    assert monitor["timetable"] == "CronTriggerTimetable" and monitor["cron"] == "0 * * * *", monitor
     assert monitor["params"] == ["window_end"] and monitor["max_active_runs"] == 1

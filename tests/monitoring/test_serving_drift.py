@@ -196,3 +196,28 @@ def test_a_shift_late_in_the_window_is_caught_on_its_tail_and_many_tests_are_cor
     assert not by_tail[1.0].drifted and by_tail[0.25].drifted, by_tail
     assert by_tail[0.25].rows == int(np.sum(ts >= 2700))
     assert v.flagged and not v.skew
+
+
+def test_the_drift_cause_and_the_retrain_reach_the_summary():
+    """An Asset-triggered run has no conf: the events' extras are the cause the summary shows."""
+    from tasks.core.records import DriftRetrainRecord, IngestRecord
+    from tasks.monitoring.run_summary import build_summary, render_text, trigger_summary
+
+    cause = {
+        "event": "serving_drift",
+        "run_id": "scheduled__x",
+        "window_start": "2026-12-02T07:00:00+00:00",
+        "window_end": "2026-12-02T08:00:00+00:00",
+        "why": "model-v3 (trained on data-v3, 600 rows): ...",
+    }
+    steps = {
+        "ingest": IngestRecord(status="no_batch"),
+        "drift_retrain": DriftRetrainRecord(data_version="data-v3", causes=[cause]),
+    }
+    summary = build_summary("asset_triggered__y", steps, {"current_data": "data-v3"}, [])
+    summary["trigger"] = trigger_summary([cause], steps)
+    text = render_text(summary)
+    assert "trigger        serving drift 2026-12-02T07:00:00+00:00 .. 2026-12-02T08:00:00+00:00" in text
+    assert "(monitor_serving run scheduled__x): model-v3 (trained on data-v3, 600 rows)" in text
+    assert "retrain        no new batch: retrained on the current data version data-v3" in text
+    assert trigger_summary([], {}) is None  # a run of the cron says nothing of drift
