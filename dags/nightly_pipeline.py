@@ -32,7 +32,7 @@ stays light and the same step runs as `python -m tasks.<step>`.
 
 **Schedule**: 02:00 UTC, or a `sluice_serving_drift` event of `monitor_serving` (AssetOrTimeSchedule).
 Such a run has no conf: the events' extras (why it drifted) reach the summary. With no new batch it
-retrains on the current data version (`drift_retrain` -> `train`; local backend only).
+retrains on the current data version (`drift_retrain` -> `train`, or -> `plan_train` on kubernetes).
 
 **Assets**: `snapshot` emits `sluice_data_version` and `register` emits `sluice_model_version`, the
 version in the event's extra (`tasks/core/assets.py`, `docs/assets.md`): schedule a DAG on them.
@@ -116,8 +116,7 @@ def nightly_pipeline():
         except (FileNotFoundError, ValueError) as exc:  # a bad `batch` param: retrying cannot help
             raise AirflowFailException(str(exc)) from exc
         if r.status == "no_batch":  # a drift-triggered run retrains anyway, on the current data version
-            local = _train_backend() != "kubernetes"  # plan_train (kubernetes) needs a snapshot: not built
-            return "drift_retrain" if drift_causes(context) and local else "no_batch"
+            return "drift_retrain" if drift_causes(context) else "no_batch"
         return "validate_raw"
 
     @task
@@ -160,8 +159,8 @@ def nightly_pipeline():
     def train(**context):  # after snapshot, or after drift_retrain (the other one skipped)
         return _run("tasks.train", context).model
 
-    @task
-    def plan_train(**context):
+    @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
+    def plan_train(**context):  # after snapshot, or after drift_retrain (the other one skipped)
         return _run("tasks.plan_train", context).name
 
     @task(task_id="train")
@@ -229,12 +228,13 @@ def nightly_pipeline():
         from tasks.training.kubernetes import KubernetesTraining, training_tasks
 
         t_pods, service = training_tasks(KubernetesTraining.from_env(), task_id="train_pods")
-        t_plan, t_train = plan_train(), collect_train()
+        t_plan, t_train, t_retrain = plan_train(), collect_train(), drift_retrain()
         t_snap >> t_plan >> [t_pods, *service[:1]]
+        t_ingest >> t_retrain >> t_plan
         t_pods >> t_train
         # The Service's setup/teardown stay out of run_failed's upstreams (a setup's downstream tasks
         # must be all_success); a failed setup still shows there, as train_pods upstream_failed.
-        train_steps = [t_plan, t_pods, t_train]
+        train_steps = [t_retrain, t_plan, t_pods, t_train]
     else:
         t_train, t_retrain = train(), drift_retrain()
         t_snap >> t_train
