@@ -62,6 +62,7 @@ BENCHMARKS = {
     "bench.canary": ["swap_failed_requests", "canary_detect_requests"],
     "bench.replicas": ["replica_join_s", "scale_failed_requests", "replicas_throughput_ratio"],
     "bench.canary_false_rollback": ["canary_false_rollback_rate", "canary_false_rollback_rate_before"],
+    "bench.drift": ["drift_detect_hours", "drift_false_alerts_week"],
     "bench.reproduce": ["reproduce_identical"],
     "bench.monitoring_overhead": ["monitoring_overhead"],
     "bench.report_build": ["report_build_s"],

@@ -30,6 +30,10 @@ This file only wires tasks and branches: every step is declared once in `tasks/<
 (its upstream records and options), and `_run` calls it inside the task, so parsing
 stays light and the same step runs as `python -m tasks.<step>`.
 
+**Schedule**: 02:00 UTC, or a `sluice_serving_drift` event of `monitor_serving` (AssetOrTimeSchedule).
+Such a run has no conf: the events' extras (why it drifted) reach the summary. With no new batch it
+retrains on the current data version (`drift_retrain` -> `train`, or -> `plan_train` on kubernetes).
+
 **Assets**: `snapshot` emits `sluice_data_version` and `register` emits `sluice_model_version`, the
 version in the event's extra (`tasks/core/assets.py`, `docs/assets.md`): schedule a DAG on them.
 """
@@ -39,10 +43,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.providers.standard.operators.empty import EmptyOperator
-from airflow.sdk import Param, TriggerRule, dag, task
+from airflow.sdk import AssetOrTimeSchedule, Param, TriggerRule, dag, task
 from airflow.timetables.trigger import CronTriggerTimetable
 
-from tasks.core.assets import DATA_VERSIONS, MODEL_VERSIONS  # airflow.sdk only
+from tasks.core.assets import DATA_VERSIONS, MODEL_VERSIONS, SERVING_DRIFT, drift_causes  # airflow.sdk only
 
 DAG_ID = "nightly_pipeline"
 
@@ -66,8 +70,10 @@ def _run(step: str, context: dict, **options):
 @dag(
     dag_id=DAG_ID,
     # No start_date: once unpaused, the first run waits for the next 02:00 UTC rather than
-    # running the one that already passed today.
-    schedule=CronTriggerTimetable("0 2 * * *", timezone="UTC", run_immediately=False),
+    # running the one that already passed today. Or a sluice_serving_drift event (monitor_serving).
+    schedule=AssetOrTimeSchedule(
+        timetable=CronTriggerTimetable("0 2 * * *", timezone="UTC", run_immediately=False), assets=[SERVING_DRIFT]
+    ),
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 1, "retry_delay": timedelta(seconds=30), "owner": "sluice"},
@@ -109,7 +115,17 @@ def nightly_pipeline():
             r = _run("tasks.ingest", context, batch=context["params"]["batch"])
         except (FileNotFoundError, ValueError) as exc:  # a bad `batch` param: retrying cannot help
             raise AirflowFailException(str(exc)) from exc
-        return "no_batch" if r.status == "no_batch" else "validate_raw"
+        if r.status == "no_batch":  # a drift-triggered run retrains anyway, on the current data version
+            return "drift_retrain" if drift_causes(context) else "no_batch"
+        return "validate_raw"
+
+    @task
+    def drift_retrain(**context):
+        import json
+
+        return _run(
+            "tasks.monitor_serving:drift_retrain", context, causes=json.dumps(drift_causes(context))
+        ).data_version
 
     @task.branch
     def validate_raw(**context):
@@ -139,12 +155,12 @@ def nightly_pipeline():
         context["outlet_events"][DATA_VERSIONS].extra = snapshot_extra(r, context["run_id"])
         return r.data_version
 
-    @task(execution_timeout=timedelta(hours=4))
-    def train(**context):
+    @task(execution_timeout=timedelta(hours=4), trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
+    def train(**context):  # after snapshot, or after drift_retrain (the other one skipped)
         return _run("tasks.train", context).model
 
-    @task
-    def plan_train(**context):
+    @task(trigger_rule=TriggerRule.NONE_FAILED_MIN_ONE_SUCCESS)
+    def plan_train(**context):  # after snapshot, or after drift_retrain (the other one skipped)
         return _run("tasks.plan_train", context).name
 
     @task(task_id="train")
@@ -193,10 +209,13 @@ def nightly_pipeline():
 
     @task(trigger_rule=TriggerRule.ALL_DONE, retries=0)
     def report(**context):
+        import json
+
         ti, run_id = context["ti"], context["run_id"]
         states = ti.get_task_states(dag_id=DAG_ID, run_ids=[run_id]).get(run_id, {})
         failed = sorted(t for t, s in states.items() if s == "failed" and t != "run_failed")
-        return _run("tasks.report", context, failed_steps=",".join(failed)).outcome
+        causes = json.dumps(drift_causes(context))
+        return _run("tasks.report", context, failed_steps=",".join(failed), drift_causes=causes).outcome
 
     @task(trigger_rule=TriggerRule.ONE_FAILED, retries=0)
     def run_failed():
@@ -209,16 +228,18 @@ def nightly_pipeline():
         from tasks.training.kubernetes import KubernetesTraining, training_tasks
 
         t_pods, service = training_tasks(KubernetesTraining.from_env(), task_id="train_pods")
-        t_plan, t_train = plan_train(), collect_train()
+        t_plan, t_train, t_retrain = plan_train(), collect_train(), drift_retrain()
         t_snap >> t_plan >> [t_pods, *service[:1]]
+        t_ingest >> t_retrain >> t_plan
         t_pods >> t_train
         # The Service's setup/teardown stay out of run_failed's upstreams (a setup's downstream tasks
         # must be all_success); a failed setup still shows there, as train_pods upstream_failed.
-        train_steps = [t_plan, t_pods, t_train]
+        train_steps = [t_retrain, t_plan, t_pods, t_train]
     else:
-        t_train = train()
+        t_train, t_retrain = train(), drift_retrain()
         t_snap >> t_train
-        train_steps = [t_train]
+        t_ingest >> t_retrain >> t_train
+        train_steps = [t_retrain, t_train]
     t_reg, t_canary, t_analysis = register(), deploy_canary(), canary_analysis()
     t_promote, t_back = promote(), rollback_canary()
     no_batch = EmptyOperator(task_id="no_batch")

@@ -7,18 +7,25 @@ The pod or Indexed Job operators' templated fields read this record from XCom
 from __future__ import annotations
 
 from tasks.core.context import StepContext
-from tasks.core.records import SnapshotRecord, TrainPlanRecord
+from tasks.core.records import DriftRetrainRecord, SnapshotRecord, TrainPlanRecord
 from tasks.runner import step
 
 
 @step
-def plan_train(ctx: StepContext, snapshot: SnapshotRecord) -> TrainPlanRecord:
+def plan_train(
+    ctx: StepContext, snapshot: SnapshotRecord | None = None, drift_retrain: DriftRetrainRecord | None = None
+) -> TrainPlanRecord:
+    """On this run's snapshot; in a drift-triggered run with no new batch, on the current data version."""
+    from tasks.core.errors import StepError
     from tasks.training.kubernetes import KubernetesTraining, plan_training, pod_requests
     from tasks.tuning.overlay import apply_overlay
 
+    source = snapshot or drift_retrain
+    if source is None:
+        raise StepError(f"plan_train needs this run's snapshot or drift_retrain record ({ctx.run_id} has neither)")
     # train.params_overlay: the tuned-vN resolved now, its values in the pods' params (the record names it).
     p, _, _ = apply_overlay(ctx.settings, ctx.params.train)
-    plan = plan_training(ctx.run_id, ctx.settings, snapshot.data_version, p)
+    plan = plan_training(ctx.run_id, ctx.settings, source.data_version, p)
     return TrainPlanRecord(**plan, requests=pod_requests(KubernetesTraining.from_env()))
 
 

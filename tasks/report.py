@@ -10,18 +10,25 @@ from tasks.core.context import StepContext, load_records, load_refusals
 from tasks.core.files import atomic_write_bytes, atomic_write_json
 from tasks.core.log import log
 from tasks.core.records import ReportRecord
-from tasks.monitoring.run_summary import build_summary, render_text, run_monitoring
+from tasks.monitoring.run_summary import build_summary, render_text, run_monitoring, trigger_summary
 from tasks.registry import Registry
 from tasks.runner import step
 
 
-@step(help={"failed_steps": "comma-separated steps that failed in this run"})
-def report(ctx: StepContext, *, failed_steps: str = "") -> ReportRecord:
+@step(
+    help={
+        "failed_steps": "comma-separated steps that failed in this run",
+        "drift_causes": "JSON list: the extras of the sluice_serving_drift events that triggered the run",
+    }
+)
+def report(ctx: StepContext, *, failed_steps: str = "", drift_causes: str = "[]") -> ReportRecord:
+    import json
+
     run_dir = ctx.run_dir
     failed = [s for s in failed_steps.split(",") if s]
-    summary = build_summary(
-        ctx.run_id, load_records(run_dir), Registry(ctx.settings).state(), failed, load_refusals(run_dir)
-    )
+    records = load_records(run_dir)
+    summary = build_summary(ctx.run_id, records, Registry(ctx.settings).state(), failed, load_refusals(run_dir))
+    summary["trigger"] = trigger_summary(json.loads(drift_causes), records)
     summary["monitoring"] = run_monitoring(ctx.settings, ctx.params, ctx.run_id)  # alerts and cost so far
     text = render_text(summary)
     atomic_write_json(run_dir / "summary.json", summary)

@@ -13,18 +13,26 @@ from pathlib import Path
 
 from tasks.core.context import StepContext
 from tasks.core.files import read_json
-from tasks.core.records import SnapshotRecord, TrainPlanRecord, TrainRecord
+from tasks.core.records import DriftRetrainRecord, SnapshotRecord, TrainPlanRecord, TrainRecord
 from tasks.core.versions import is_data_version
 from tasks.runner import step
 
 
 @step(help={"data_version": "train on this version (default: the one this run's snapshot made)"})
-def train(ctx: StepContext, snapshot: SnapshotRecord | None = None, *, data_version: str | None = None) -> TrainRecord:
+def train(
+    ctx: StepContext,
+    snapshot: SnapshotRecord | None = None,
+    drift_retrain: DriftRetrainRecord | None = None,
+    *,
+    data_version: str | None = None,
+) -> TrainRecord:
+    """`drift_retrain`: a drift-triggered run with no new batch trains on the current data version."""
     from tasks.training.local import run_torchrun
     from tasks.training.warm_start import warm_start_version
     from tasks.tuning.overlay import apply_overlay
 
     version = data_version or (snapshot.data_version if snapshot else None)
+    version = version or (drift_retrain.data_version if drift_retrain else None)
     if not version or not is_data_version(version):
         raise ValueError(
             f"train needs a data version like data-v3 (got {version!r}): pass --data-version or run snapshot first"

@@ -14,6 +14,10 @@ Who emits what (each event's `extra` carries the version; see docs/assets.md):
     MODEL_VERSIONS  `register` (nightly_pipeline): {"event": "register", "model_version", "data_version",
                     "created", "run_id"}; the `rollback` DAG when it moves the prod model: {"event": "rollback",
                     "model_version", "previous", "run_id"}
+    SERVING_DRIFT   `monitor` (monitor_serving), only when a window of served traffic drifted or skewed, through
+                    the alias SERVING_DRIFT_EVENTS: {"event": "serving_drift", "run_id", "window_start",
+                    "window_end", "model_versions", "data_versions", "drifted", "skew", "why"}; nightly_pipeline
+                    is scheduled on it (and on its cron)
 
 Imported by DAG files at parse time: Airflow's task SDK and nothing else.
 """
@@ -28,6 +32,20 @@ DATA_VERSIONS = Asset(name="sluice_data_version", uri="sluice://registry/data", 
 MODEL_VERSIONS = Asset(name="sluice_model_version", uri="sluice://registry/model", group="sluice")
 # The rollback DAG emits through an alias: only for the pointers it actually moved.
 ROLLBACK_MOVES = AssetAlias(name="sluice_rollback_moves", group="sluice")
+SERVING_DRIFT = Asset(name="sluice_serving_drift", uri="sluice://serving/drift", group="sluice")
+# monitor_serving emits through an alias too: an event only for a window that drifted.
+SERVING_DRIFT_EVENTS = AssetAlias(name="sluice_serving_drift_events", group="sluice")
+
+
+def drift_causes(context: Any) -> list[dict[str, Any]]:
+    """The extras of the SERVING_DRIFT events that triggered this DAG run ([] for a run of the cron, a
+    manual one, or one of `airflow dags test`): an Asset-triggered run carries no conf."""
+    events = context.get("triggering_asset_events") or {}
+    try:
+        found = events[SERVING_DRIFT]
+    except KeyError:
+        return []
+    return [dict(e.extra or {}) for e in found]
 
 
 def snapshot_extra(record: Any, run_id: str) -> dict[str, Any]:

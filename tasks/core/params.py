@@ -445,6 +445,36 @@ class AlertParams(Section):
     """Days cheaper than this are not compared (noise)."""
 
 
+class DriftParams(Section):
+    """Serving drift and skew (the monitor_serving DAG, tasks/monitoring/serving_drift.py)."""
+
+    schedule: str = Field(min_length=9)
+    """Cron (UTC) of the monitor_serving DAG, read when the DAG file is parsed."""
+    window_h: float = Field(gt=0, le=168)
+    """Each run judges the predictions served in the last window_h hours."""
+    tails: tuple[Unit, ...] = Field(min_length=1)
+    """...and the latest parts of it, as fractions of window_h (1.0: the whole window): a shift that began
+    late in the window fills its last quarter while it is still a small share of the whole."""
+    family_alpha: Unit
+    """The chance of any false alert over a horizon of unshifted traffic (Bonferroni over its tests)."""
+    horizon_runs: int = Field(ge=1)
+    """Runs in a horizon (168: a week of hourly runs); each test's p-value must be under
+    family_alpha / (tests per run x horizon_runs), a run's tests being (features + 2 classes) x tails."""
+    min_psi: float = Field(ge=0)
+    """And its PSI must reach this (an effect size): a tiny shift is significant in heavy traffic."""
+    psi_bins: int = Field(ge=2, le=100)
+    """PSI bins, cut at the reference's quantiles."""
+    min_rows: int = Field(ge=2)
+    """A model version with fewer served rows in the window is not judged (listed as such)."""
+    reference_rows: int = Field(ge=2)
+    """Training rows sampled (seeded) as the reference."""
+    skew_tolerance: float = Field(ge=0)
+    """A served score further than this from the offline score of the same raw row is a skewed row."""
+    skew_max_share: Unit
+    """More skewed rows than this share of the window: skew."""
+    seed: int
+
+
 class MonitoringParams(Section):
     """The metrics store, hardware sampling and alerts (tasks/monitoring, docs/monitoring.md)."""
 
@@ -453,6 +483,7 @@ class MonitoringParams(Section):
     sample_every_s: float = Field(gt=0, le=600)
     """Seconds between hardware samples (psutil; NVML when a GPU is present) during a task."""
     alerts: AlertParams
+    drift: DriftParams
     notifiers: tuple[NotifierSpec, ...]
     """Airflow notifiers that receive alerts (e.g. the SMTP provider's SmtpNotifier); [] for none."""
 

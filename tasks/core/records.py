@@ -320,6 +320,36 @@ class CostReportRecord(Record):
     """The day's serving per variant from the model server's prediction log (tasks/monitoring/serving_window.py)."""
 
 
+class MonitorServingRecord(Record):
+    """The monitor_serving DAG's verdict on a window of served traffic (tasks/monitoring/serving_drift.py)."""
+
+    status: Literal["judged", "no_traffic"]
+    window_start: str
+    window_end: str
+    log: str
+    rows: int
+    """/v1/predict rows with their input served in the window (every model version)."""
+    cut_short: list[str] = []
+    """Prediction-log chunks cut short (no trailer): skipped whole, named here."""
+    versions: list[dict[str, Any]] = []
+    """Per judged model version: data_version, rows, tests, alpha_per_test, drifted tests, skew."""
+    not_judged: list[str] = []
+    """Model versions with too few rows in the window, or none with inputs (the reason each)."""
+    drift: bool = False
+    cause: dict[str, Any] | None = None
+    """The sluice_serving_drift event's extra when drift (or skew) was found: why, for the nightly run."""
+    alerts: list[dict[str, Any]] = []
+    message: str = ""
+    report: str | None = None
+
+
+class DriftRetrainRecord(Record):
+    """A drift-triggered nightly run with no new batch: it retrains on the current data version."""
+
+    data_version: str
+    causes: list[dict[str, Any]]
+
+
 # The record type of each step's record file (runs/<run_id>/steps/<name>.json).
 RECORDS: dict[str, type[Record]] = {
     "ingest": IngestRecord,
@@ -344,6 +374,8 @@ RECORDS: dict[str, type[Record]] = {
     "tune_trial": TuneTrialRecord,
     "tune_report": TuneReportRecord,
     "cost_report": CostReportRecord,
+    "monitor_serving": MonitorServingRecord,
+    "drift_retrain": DriftRetrainRecord,
 }
 
 

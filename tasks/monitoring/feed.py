@@ -22,6 +22,7 @@ from tasks.core.records import (
     ContractRecord,
     CostReportRecord,
     EvaluateRecord,
+    MonitorServingRecord,
     QuarantineRecord,
     Record,
     RejectRecord,
@@ -322,7 +323,25 @@ def cost_report(rec: CostReportRecord, info: RunInfo) -> Fed:
     return Fed(ms, alerts=[Alert(**{k: a.get(k) for k in keep}) for a in rec.alerts])
 
 
+def monitor_serving(rec: MonitorServingRecord, info: RunInfo) -> Fed:
+    """The served window's drift per model version (the worst PSI, the drifted tests, skewed rows) and the
+    serving_drift alerts it raised."""
+    keep = ("rule", "severity", "message", "value", "threshold")
+    ms: list[Metric] = []
+    for v in rec.versions:
+        kw = {"subject": f"window:{rec.window_end}", "model_version": v["model_version"],
+              "data_version": v["data_version"]}  # fmt: skip
+        ms += _keep(
+            _m("business", info, "drift_rows", v["rows"], **kw),
+            _m("business", info, "drift_worst_psi", v["worst_psi"], **kw),
+            _m("business", info, "drift_tests_drifted", len(v["drifted"]), **kw),
+            _m("business", info, "skewed_rows", v["skewed_rows"], **kw),
+        )
+    return Fed(ms, alerts=[Alert(**{k: a.get(k) for k in keep}) for a in rec.alerts])
+
+
 FEEDS: dict[type[Record], Callable[[Any, RunInfo], Fed]] = {
+    MonitorServingRecord: monitor_serving,
     CostReportRecord: cost_report,
     WeakLabelRecord: weak_label,
     ContractRecord: contract,

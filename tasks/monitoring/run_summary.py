@@ -253,8 +253,33 @@ def held_lines(h: dict[str, Any]) -> list[str]:
     return lines
 
 
+def trigger_summary(causes: list[dict[str, Any]], steps: dict[str, Any]) -> dict[str, Any] | None:
+    """Why an Asset-triggered run ran: the sluice_serving_drift events' extras (an Asset-triggered run
+    has no conf: the cause travels in the event), and the data version a run with no new batch
+    retrained on (drift_retrain). None: a run of the cron or a manual one."""
+    if not causes:
+        return None
+    retrain = steps.get("drift_retrain")
+    return {"serving_drift": causes, "retrained_on": retrain.data_version if retrain else None}
+
+
+def trigger_lines(t: dict[str, Any] | None) -> list[str]:
+    if not t:
+        return []
+    lines = []
+    for c in t["serving_drift"]:
+        lines.append(
+            f"  trigger        serving drift {c.get('window_start', '?')} .. {c.get('window_end', '?')} "
+            f"(monitor_serving run {c.get('run_id', '?')}): {c.get('why', 'no cause in the event')}"
+        )
+    if t["retrained_on"]:
+        lines.append(f"  retrain        no new batch: retrained on the current data version {t['retrained_on']}")
+    return lines
+
+
 def render_text(s: dict[str, Any]) -> str:
     lines = [f"Sluice nightly run {s['run_id']}", f"  outcome        {s['outcome']}"]
+    lines += trigger_lines(s.get("trigger"))
     b = s["batch"]
     if b["id"]:
         lines.append(

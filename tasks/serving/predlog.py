@@ -327,13 +327,13 @@ class PredictionLog:
 
 
 # ---- the readers --------------------------------------------------------------------------------
-def read_log(store: LogStore, start: float | None = None) -> list[Record]:
+def read_log(store: LogStore, start: float | None = None, skipped: list[str] | None = None) -> list[Record]:
     """Every record of every replica's chunks, ordered by time (`ts`); with `start`, the chunks whose
     records all precede it are not read (the records are not filtered: select_window does that; a
     later chunk is always read, since feedback comes after the prediction it labels).
 
     A chunk cut short is skipped whole, with a warning naming it; a chunk deleted while listed (the
-    retention) is skipped quietly."""
+    retention) is skipped quietly. `skipped`: a list the keys of the chunks cut short are added to."""
     out: list[Record] = []
     for key in store.keys():
         span = chunk_span(key)
@@ -346,6 +346,8 @@ def read_log(store: LogStore, start: float | None = None) -> list[Record]:
         records = decode_chunk(data)
         if records is None:
             log(f"WARNING: prediction-log chunk {store.uri.rstrip('/')}/{key} was cut short: skipped")
+            if skipped is not None:
+                skipped.append(key)
             continue
         out.extend(records)
     out.sort(key=lambda r: r.get("ts", 0.0))

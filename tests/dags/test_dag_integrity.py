@@ -19,6 +19,9 @@ for dag_id, dag in bag.dags.items():
         "file": dag.fileloc.rsplit("/", 1)[-1], "tags": sorted(dag.tags), "catchup": dag.catchup,
         "max_active_runs": dag.max_active_runs, "doc": bool(dag.doc_md),
         "params": sorted(dag.params.keys()), "paused_on_creation": dag.is_paused_upon_creation,
+        "timetable": type(dag.timetable).__name__,
+        "cron": getattr(getattr(dag.timetable, "timetable", dag.timetable), "summary", None),
+        "schedule_assets": [a.name for a in getattr(getattr(dag.timetable, "asset_condition", None), "objects", [])],
         "tasks": {t.task_id: {"retries": t.retries, "down": sorted(t.downstream_task_ids),
                               "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule),
                               "outlets": [type(o).__name__ + ":" + o.name for o in t.outlets]} for t in dag.tasks},
@@ -78,7 +81,10 @@ def test_nightly_pipeline_wiring(dagbag):
     t = dagbag["dags"]["nightly_pipeline"]["tasks"]
     for task in t.values():  # run_failed watches every task
         task["down"] = [d for d in task["down"] if d != "run_failed"]
-    assert t["ingest"]["down"] == ["no_batch", "validate_raw"]
+    assert t["ingest"]["down"] == ["drift_retrain", "no_batch", "validate_raw"]
+    # a drift-triggered run with no batch trains on the current data version: train after either
+    assert t["drift_retrain"]["down"] == ["train"] and t["snapshot"]["down"] == ["train"]
+    assert t["train"]["trigger_rule"] == "none_failed_min_one_success"
     assert t["validate_raw"]["down"] == ["quarantine_raw", "weak_label"]
     assert t["validate_labeled"]["down"] == ["quarantine_labeled", "snapshot"]
     assert t["evaluate"]["down"] == ["compress", "reject_model_evaluate"]
@@ -106,3 +112,13 @@ def test_version_steps_emit_assets(dagbag):
     assert nightly["register"]["outlets"] == ["Asset:sluice_model_version"]
     assert {k for k, t in nightly.items() if t["outlets"]} == {"snapshot", "register"}
     assert dagbag["dags"]["rollback"]["tasks"]["rollback_versions"]["outlets"] == ["AssetAlias:sluice_rollback_moves"]
+    monitor = dagbag["dags"]["monitor_serving"]["tasks"]
+    assert monitor["monitor"]["outlets"] == ["AssetAlias:sluice_serving_drift_events"]
+
+
+def test_nightly_is_scheduled_on_its_cron_and_the_serving_drift_asset(dagbag):
+    nightly, monitor = dagbag["dags"]["nightly_pipeline"], dagbag["dags"]["monitor_serving"]
+    assert nightly["timetable"] == "AssetOrTimeSchedule", nightly["timetable"]
+    assert nightly["cron"] == "0 2 * * *" and nightly["schedule_assets"] == ["sluice_serving_drift"], nightly
+    assert monitor["timetable"] == "CronTriggerTimetable" and monitor["cron"] == "0 * * * *", monitor
+    assert monitor["params"] == ["window_end"] and monitor["max_active_runs"] == 1

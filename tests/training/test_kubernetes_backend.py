@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+from tasks.core.errors import StepError
 from tasks.core.params import load_params
 from tasks.core.settings import safe_run_id
 from tasks.training.kubernetes import KubernetesTraining, render_manifests, validate_manifests
@@ -78,6 +79,7 @@ def test_one_node_the_dag_sends_a_valid_pod_running_the_planned_command(settings
     out = render_dag(settings, monkeypatch, plan)
     t = out["tasks"]
     assert t["plan_train"]["down"] == ["run_failed", "train_pods"]
+    assert t["drift_retrain"]["down"] == ["plan_train", "run_failed"]  # a drift-triggered run with no batch
     assert t["train_pods"]["type"] == "KubernetesPodOperator" and t["train_pods"]["down"] == ["run_failed", "train"]
     assert "evaluate" in t["train"]["down"] and "train_rendezvous" not in t
     (pod,) = out["manifests"]
@@ -213,3 +215,9 @@ def test_plan_train_sends_the_pods_every_train_value_the_step_was_given(settings
         False,
     )
     assert rec.init_from == ""  # warm_start false in the step's params: no prod model to start from
+    from tasks.core.records import DriftRetrainRecord
+
+    retrain = plan_train(ctx, drift_retrain=DriftRetrainRecord(data_version="data-v1", causes=[{"why": "drift"}]))
+    assert retrain.data_version == "data-v1" and json.loads(retrain.params) == sent  # a drift-triggered run, no batch
+    with pytest.raises(StepError, match="snapshot or drift_retrain"):
+        plan_train(ctx)
