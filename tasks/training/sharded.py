@@ -58,8 +58,8 @@ from torch import nn
 from tasks.core.files import atomic_write_bytes
 from tasks.core.params import TrainParams
 from tasks.models import plugin_of
-from tasks.training.checkpoint import BackgroundWriter
 from tasks.training.outputs import COMPLETE_MARKER
+from tasks.training.writer import BackgroundWriter
 
 MARKER = COMPLETE_MARKER
 SMALL_STATE = "state.pt"

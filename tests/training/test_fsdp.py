@@ -323,7 +323,7 @@ def test_the_nightly_dag_trains_the_sharded_profile_with_fsdp2_on_two_processes(
                 "checkpoint_every": 4,
                 "model": {"module": "tasks.models.mlp", "params": {"hidden": list(hidden)}},
             },
-            # 143 MB in fp32 (~31 ms at batch 1 on one thread, ~11 ms as int8): the demo's 10 ms budget is the small model's
+            # 143 MB in fp32 (~31 ms a row at batch 1, ~11 ms as int8): the demo's 10 ms budget suits the small model
             "compress": {"candidates": [["int8_dynamic"]], "latency_repeats": 3, "latency_budget_ms": 100},
             "weak_label": {"weak_weight_repeats": 1, "weak_weight_bootstrap": 50},
         },
