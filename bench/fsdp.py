@@ -13,7 +13,7 @@
   run): the largest |loss difference| over the 20 steps after the resume against the uninterrupted
   run. Goal <= 1e-5.
 - dcp_checkpoint_overhead: the engine (FSDP2, world 2, the bench model ~9.6M parameters with its
-  AdamW state, 312 steps of 64 rows), a sharded checkpoint every 50 steps, asynchronous: the share of the run's training
+  AdamW state, 312 steps of 64 rows), a sharded checkpoint every `DCP_EVERY` (25) steps, asynchronous: the share of the run's training
   time its step loop is blocked (`checkpoint_blocked_s` over `seconds`), the larger of 2 runs; the
   control saves synchronously (`bench/slow_engine.py --sync-checkpoints`) and must fail the goal.
   Goal <= 0.03.
@@ -43,6 +43,10 @@ MEMORY_FEATURES = 64
 MEMORY_STEPS = 4
 MEMORY_BATCH = 64
 CHECKPOINT_GOAL = 0.03
+# dcp_checkpoint_overhead checkpoints every 25 steps, twice as often as the claim's 50: at 50 the
+# synchronous control was blocked 2.7% of its run, under the goal, so it could not tell async from
+# sync (a step here costs the same at 16 rows as at 64: its all-gathers, not its arithmetic).
+DCP_EVERY = 25
 
 
 def _worker_run(tmp: Path, strategy: str, k: int) -> dict:
@@ -171,10 +175,10 @@ def dcp_checkpoint_overhead(version: str, tmp: Path) -> Record:
         strategy="fsdp2",
         hidden=BENCH_HIDDEN,
         nproc=2,
-        batch_size=64,  # short steps: a checkpoint's write is a visible share of them (the control must fail)
+        batch_size=64,
         epochs=1,
         log_every=1000,
-        checkpoint_every=50,
+        checkpoint_every=DCP_EVERY,
         warm_start=False,
     )
     async_ = []
@@ -201,8 +205,8 @@ def dcp_checkpoint_overhead(version: str, tmp: Path) -> Record:
             "sync_control_blocked_fraction": control,
             "sync_control_blocked_s": sync["checkpoint_blocked_s"],
             "sync_control_seconds": sync["seconds"],
-            "sync_control_fails_goal": control > CHECKPOINT_GOAL,
         },
+        controls={"sync_control_fails_goal": control > CHECKPOINT_GOAL},
     )
 
 

@@ -42,6 +42,9 @@ def _cell(text: str) -> str:
 
 
 def _result(e: dict[str, Any]) -> str:
+    failed = [name for name, held in e["details"].get("controls", {}).items() if not held]
+    if failed:
+        return f"**invalid** (control did not hold: {', '.join(failed)})"
     return "pass" if e["passed"] else "**missed**"
 
 

@@ -30,13 +30,21 @@ class Record:
     unit: str
     goal: str  # e.g. "<= 1.5"
     details: dict[str, Any] = field(default_factory=dict)
+    # Conditions without which the figure proves nothing, by name: a control arm that must miss the
+    # goal (a synchronous save where the claim is about asynchronous ones), for example. A figure
+    # whose control does not hold does not pass, whatever its value. Kept in details["controls"].
+    controls: dict[str, bool] = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
-        return goal_met(self.value, self.goal)
+        return goal_met(self.value, self.goal) and all(self.controls.values())
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "passed": self.passed}
+        out = {**asdict(self), "passed": self.passed}
+        controls = out.pop("controls")
+        if controls:
+            out["details"] = {**out["details"], "controls": controls}
+        return out
 
 
 def load_results(path: Path = RESULTS_FILE) -> list[dict[str, Any]]:
