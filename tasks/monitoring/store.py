@@ -342,8 +342,9 @@ class MetricsStore:
         key = {"run_id": run_id, "task": task}
         with self._transaction() as db:
             if self.is_postgres:
-                # SQLite's BEGIN IMMEDIATE makes a replace atomic; here two writers of one (run, task) would
-                # each delete what they see and both insert: this lock (until commit) makes them take turns
+                # SQLite's BEGIN IMMEDIATE makes a replace atomic. Here, under READ COMMITTED, two writers of one
+                # (run, task) could each delete what they see and both insert: this lock (held until commit)
+                # makes them take turns. (The runs-row upsert below would too, but only by its place first.)
                 db.execute(_sql("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_key(f"sluice.metrics:{run_id}:{task}")})
             _touch_run(db, run_id, now, dag_id, kind)
             if usage is not None:
