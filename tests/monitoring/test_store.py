@@ -3,11 +3,15 @@ on SQLite and on a real PostgreSQL server (tests/postgres.py; more in test_store
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
+from tasks.core.settings import REPO_ROOT
 from tasks.monitoring.store import (
     SCHEMA_VERSION,
     Alert,
@@ -111,3 +115,116 @@ def test_bad_values_are_refused_and_nan_is_missing(new_store):
     store = new_store
     store.record_metrics("r1", "train", [Metric("algorithm", "loss", float("nan"))])
     assert store.metrics("r1")[0]["value"] is None
+
+
+def test_sqlalchemy_and_the_driver_are_imported_only_when_used(tmp_path):
+    """The model server's cold start pays for neither; a SQLite store never imports the PostgreSQL driver."""
+    code = (
+        "import json, sys\n"
+        "import tasks.serving.__main__, tasks.serving.app, tasks.monitoring.store, tasks.registry.repo\n"
+        "before = sorted(m for m in ('sqlalchemy', 'psycopg') if m in sys.modules)\n"
+        "from tasks.monitoring.store import MetricsStore\n"
+        "MetricsStore.open(sys.argv[1]).runs()\n"
+        "after = sorted(m for m in ('sqlalchemy', 'psycopg') if m in sys.modules)\n"
+        "print(json.dumps([before, after]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "m.sqlite")], cwd=REPO_ROOT, capture_output=True, text=True
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout) == [[], ["sqlalchemy"]]
+
+
+# The schema as the store wrote it before it went through SQLAlchemy (raw sqlite3), for the test below.
+PRE_SQLALCHEMY_SCHEMA = """
+CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    kind TEXT NOT NULL DEFAULT 'pipeline',
+    dag_id TEXT,
+    first_seen TEXT NOT NULL,
+    last_seen TEXT NOT NULL,
+    day TEXT NOT NULL,
+    outcome TEXT,
+    data_version TEXT,
+    model_version TEXT
+);
+CREATE TABLE IF NOT EXISTS tasks (
+    run_id TEXT NOT NULL,
+    task TEXT NOT NULL,
+    started TEXT NOT NULL,
+    ended TEXT NOT NULL,
+    seconds REAL NOT NULL,
+    cpus REAL NOT NULL,
+    gpus REAL NOT NULL,
+    memory_gb REAL NOT NULL,
+    backend TEXT NOT NULL,
+    state TEXT NOT NULL,
+    day TEXT NOT NULL,
+    PRIMARY KEY (run_id, task)
+);
+CREATE TABLE IF NOT EXISTS metrics (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    task TEXT NOT NULL,
+    layer TEXT NOT NULL,
+    name TEXT NOT NULL,
+    subject TEXT NOT NULL DEFAULT '',
+    value REAL,
+    step INTEGER,
+    model_version TEXT,
+    data_version TEXT,
+    ts TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS metrics_run_task ON metrics (run_id, task);
+CREATE INDEX IF NOT EXISTS metrics_name ON metrics (name, layer);
+CREATE TABLE IF NOT EXISTS costs (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    task TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    item TEXT NOT NULL,
+    quantity REAL NOT NULL,
+    unit TEXT NOT NULL,
+    unit_price REAL NOT NULL,
+    amount REAL NOT NULL,
+    day TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS costs_run_task ON costs (run_id, task);
+CREATE INDEX IF NOT EXISTS costs_day ON costs (day);
+CREATE TABLE IF NOT EXISTS alerts (
+    id INTEGER PRIMARY KEY,
+    run_id TEXT NOT NULL,
+    task TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    severity TEXT NOT NULL,
+    message TEXT NOT NULL,
+    value REAL,
+    threshold REAL,
+    ts TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS alerts_run_task ON alerts (run_id, task);
+"""
+
+
+def test_a_store_written_before_sqlalchemy_is_read_and_written_as_before(tmp_path):
+    path = tmp_path / "m.sqlite"
+    with sqlite3.connect(path) as db:
+        db.executescript(PRE_SQLALCHEMY_SCHEMA)
+        db.execute("INSERT INTO schema_version (version) VALUES (1)")
+        db.execute(
+            "INSERT INTO runs (run_id, first_seen, last_seen, day) VALUES ('r0', '2026-11-30T22:00:00+00:00', "
+            "'2026-11-30T22:00:00+00:00', '2026-11-30')"
+        )
+        db.execute(
+            "INSERT INTO metrics (run_id, task, layer, name, value, ts) VALUES "
+            "('r0', 'train', 'algorithm', 'loss', 0.5, '2026-11-30T22:00:00+00:00')"
+        )
+    store = MetricsStore.open(path)
+    assert [(r["run_id"], r["kind"], r["cost"]) for r in store.runs()] == [("r0", "pipeline", 0)]
+    store.record("r0", "train", usage=usage(), metrics=[Metric("algorithm", "loss", 0.4)] * 2)
+    assert [(m["id"], m["value"], m["subject"]) for m in store.metrics("r0")] == [(1, 0.4, ""), (2, 0.4, "")]
+    assert [t["seconds"] for t in store.tasks("r0")] == [60.0]
+    with sqlite3.connect(path) as db:  # the tables are the old ones, untouched
+        (sql,) = db.execute("SELECT sql FROM sqlite_master WHERE name='metrics'").fetchone()
+    assert "id INTEGER PRIMARY KEY" in sql
