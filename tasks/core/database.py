@@ -21,6 +21,14 @@ if TYPE_CHECKING:  # pragma: no cover - types only
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://", "postgresql+psycopg://")
 CONNECT_TIMEOUT_S = 10  # a database that is not there fails a connection in seconds, not minutes
+# libpq's TCP keepalives: a server that vanished without closing (a lost node) is noticed in about a minute
+POSTGRES_CONNECT_ARGS = {
+    "connect_timeout": CONNECT_TIMEOUT_S,
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+}
 
 
 class DatabaseError(RuntimeError):
@@ -48,7 +56,7 @@ def make_engine(url: str) -> "Engine":
     from sqlalchemy import create_engine
     from sqlalchemy.pool import NullPool
 
-    connect_args = {"connect_timeout": CONNECT_TIMEOUT_S} if is_postgres(url) else {}
+    connect_args = POSTGRES_CONNECT_ARGS if is_postgres(url) else {}
     return create_engine(sqlalchemy_url(url), poolclass=NullPool, connect_args=connect_args)
 
 

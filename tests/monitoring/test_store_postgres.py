@@ -80,8 +80,9 @@ def test_concurrent_writers_from_several_processes(postgres_url):
 
 
 def test_the_database_going_away_mid_run_fails_the_monitoring_write_not_the_step(settings, monkeypatch, capsys):
-    server = PostgresServer().start()  # its own server: this test stops it
+    server = PostgresServer()  # its own server: this test stops it
     try:
+        server.start()
         url = server.create_database()
         monkeypatch.setenv("SLUICE_DATABASE_URL", url)
         pg = Settings.from_env()
