@@ -134,3 +134,21 @@ def s3_server(monkeypatch):
         yield url
     finally:
         stop_groups({"moto": proc.pid}, grace_s=5)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A real PostgreSQL server (tests/postgres.py), shared by the session's tests; stopped at the end."""
+    from tests.postgres import PostgresServer
+
+    server = PostgresServer()
+    try:
+        yield server.start()
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def postgres_url(postgres_server) -> str:
+    """A fresh empty database on the shared server: its postgresql:// URL."""
+    return postgres_server.create_database()

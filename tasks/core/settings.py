@@ -101,6 +101,11 @@ class Settings(BaseSettings):
     tuning_storage: str = Field(
         "", description="a tuning study's storage: empty, a journal file under SLUICE_HOME; or postgresql://..."
     )
+    database_url: str = Field(
+        "",
+        description="the metrics store: empty, a SQLite file under SLUICE_HOME (monitoring/metrics.sqlite); or "
+        "postgresql://user@host:port/db (many hosts; the registry then also takes an advisory lock there)",
+    )
 
     @field_validator("home", mode="after")
     @classmethod
@@ -136,6 +141,15 @@ class Settings(BaseSettings):
     def _tuning_storage(cls, v: str) -> str:
         if v and not v.startswith(("postgresql://", "postgresql+")):
             raise ValueError(f"must be empty (a journal file) or a postgresql:// URL, got {redact(v)!r}")
+        return v
+
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, v: str) -> str:
+        if v and not v.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
+            raise ValueError(
+                f"must be empty (a SQLite file under SLUICE_HOME) or a postgresql:// URL, got {redact(v)!r}"
+            )
         return v
 
     @field_validator("train_backend")

@@ -106,9 +106,9 @@ def _currency() -> str:
 
 def _existing_store(settings: Any):
     """The metrics store, or None when there is none yet (a status or a page view creates nothing)."""
-    from tasks.monitoring.store import MetricsStore, store_path
+    from tasks.monitoring.store import MetricsStore, store_exists
 
-    return MetricsStore.open(settings) if store_path(settings).exists() else None
+    return MetricsStore.open(settings) if store_exists(settings) else None
 
 
 # ---- the registry ---------------------------------------------------------------------------------------

@@ -32,7 +32,7 @@ def run_monitoring(settings: Any, params: Any, run_id: str) -> dict[str, Any] | 
             "cost": totals(store.costs(run_id)),
             "currency": params.cost.currency,
             "tasks": len(store.tasks(run_id)),
-            "store": str(store.path),
+            "store": store.where,
         }
     except Exception as exc:  # noqa: BLE001 - the summary is written whatever the store's state
         log(f"monitoring: the run's alerts and costs could not be read ({type(exc).__name__}: {exc})")

@@ -1,23 +1,28 @@
-"""The metrics store: one SQLite file under SLUICE_HOME that outlives runs (docs/monitoring.md).
+"""The metrics store: one database that outlives runs (docs/monitoring.md): a SQLite file under
+SLUICE_HOME by default, or PostgreSQL when SLUICE_DATABASE_URL names one (many hosts, docs/deploy.md).
 
 Keyed by run, task, step and model/data version: the three layers of metrics ("hardware",
 "algorithm", "business", plus "data" for labeling), each task's usage (duration and what it
 requested), its cost lines, and alerts. Writes for one (run_id, task) replace that task's
 earlier rows of the same table, in one transaction, so a retried or re-run task never counts
-twice. WAL mode and a busy timeout let the report, the UI and concurrent tasks read while a
-task writes. Nothing here touches the disk until a store is opened.
+twice. On SQLite, WAL mode and a busy timeout let the report, the UI and concurrent tasks read
+while a task writes. One code path for both (SQLAlchemy Core, tasks/core/database.py); nothing
+here touches the disk, nor imports SQLAlchemy or the driver, until a store is opened.
 """
 
 from __future__ import annotations
 
-import sqlite3
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from tasks.core.settings import Settings, StateLayout
+from tasks.core.database import describe, is_postgres, lock_key, make_engine, sqlite_url
+from tasks.core.settings import Settings, StateLayout, redact
+
+if TYPE_CHECKING:  # pragma: no cover - types only
+    from sqlalchemy.engine import Connection
 
 SCHEMA_VERSION = 1
 STORE_FILE = "metrics.sqlite"
@@ -27,79 +32,108 @@ BILLED_KINDS = ("compute", "storage", "labor")  # what a total is; "avoided" and
 SEVERITIES = ("info", "warning", "critical")
 PIPELINE, STORAGE = "pipeline", "storage"  # run kinds: a pipeline run, or a day's storage line
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    kind TEXT NOT NULL DEFAULT 'pipeline',
-    dag_id TEXT,
-    first_seen TEXT NOT NULL,
-    last_seen TEXT NOT NULL,
-    day TEXT NOT NULL,
-    outcome TEXT,
-    data_version TEXT,
-    model_version TEXT
-);
-CREATE TABLE IF NOT EXISTS tasks (
-    run_id TEXT NOT NULL,
-    task TEXT NOT NULL,
-    started TEXT NOT NULL,
-    ended TEXT NOT NULL,
-    seconds REAL NOT NULL,
-    cpus REAL NOT NULL,
-    gpus REAL NOT NULL,
-    memory_gb REAL NOT NULL,
-    backend TEXT NOT NULL,
-    state TEXT NOT NULL,
-    day TEXT NOT NULL,
-    PRIMARY KEY (run_id, task)
-);
-CREATE TABLE IF NOT EXISTS metrics (
-    id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL,
-    task TEXT NOT NULL,
-    layer TEXT NOT NULL,
-    name TEXT NOT NULL,
-    subject TEXT NOT NULL DEFAULT '',
-    value REAL,
-    step INTEGER,
-    model_version TEXT,
-    data_version TEXT,
-    ts TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS metrics_run_task ON metrics (run_id, task);
-CREATE INDEX IF NOT EXISTS metrics_name ON metrics (name, layer);
-CREATE TABLE IF NOT EXISTS costs (
-    id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL,
-    task TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    item TEXT NOT NULL,
-    quantity REAL NOT NULL,
-    unit TEXT NOT NULL,
-    unit_price REAL NOT NULL,
-    amount REAL NOT NULL,
-    day TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS costs_run_task ON costs (run_id, task);
-CREATE INDEX IF NOT EXISTS costs_day ON costs (day);
-CREATE TABLE IF NOT EXISTS alerts (
-    id INTEGER PRIMARY KEY,
-    run_id TEXT NOT NULL,
-    task TEXT NOT NULL,
-    rule TEXT NOT NULL,
-    severity TEXT NOT NULL,
-    message TEXT NOT NULL,
-    value REAL,
-    threshold REAL,
-    ts TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS alerts_run_task ON alerts (run_id, task);
-"""
+
+def _schema():
+    """The tables, one definition for SQLite and PostgreSQL (SQLAlchemy writes each dialect's DDL):
+    Float is SQLite's REAL and PostgreSQL's double precision; an `id` is SQLite's rowid and a
+    PostgreSQL bigserial."""
+    from sqlalchemy import BigInteger, Column, Float, Index, Integer, MetaData, Table, Text
+
+    def rowid() -> Column:
+        return Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+
+    def text(name: str, **kw: Any) -> Column:
+        return Column(name, Text, nullable=kw.pop("nullable", False), **kw)
+
+    def real(name: str, nullable: bool = False) -> Column:
+        return Column(name, Float, nullable=nullable)
+
+    md = MetaData()
+    Table("schema_version", md, Column("version", Integer, nullable=False))
+    Table(
+        "runs",
+        md,
+        Column("run_id", Text, primary_key=True),
+        text("kind", server_default=PIPELINE),
+        text("dag_id", nullable=True),
+        text("first_seen"),
+        text("last_seen"),
+        text("day"),
+        text("outcome", nullable=True),
+        text("data_version", nullable=True),
+        text("model_version", nullable=True),
+    )
+    Table(
+        "tasks",
+        md,
+        Column("run_id", Text, primary_key=True),
+        Column("task", Text, primary_key=True),
+        text("started"),
+        text("ended"),
+        real("seconds"),
+        real("cpus"),
+        real("gpus"),
+        real("memory_gb"),
+        text("backend"),
+        text("state"),
+        text("day"),
+    )
+    Table(
+        "metrics",
+        md,
+        rowid(),
+        text("run_id"),
+        text("task"),
+        text("layer"),
+        text("name"),
+        text("subject", server_default=""),
+        real("value", nullable=True),
+        Column("step", Integer),
+        text("model_version", nullable=True),
+        text("data_version", nullable=True),
+        text("ts"),
+        Index("metrics_run_task", "run_id", "task"),
+        Index("metrics_name", "name", "layer"),
+    )
+    Table(
+        "costs",
+        md,
+        rowid(),
+        text("run_id"),
+        text("task"),
+        text("kind"),
+        text("item"),
+        real("quantity"),
+        text("unit"),
+        real("unit_price"),
+        real("amount"),
+        text("day"),
+        Index("costs_run_task", "run_id", "task"),
+        Index("costs_day", "day"),
+    )
+    Table(
+        "alerts",
+        md,
+        rowid(),
+        text("run_id"),
+        text("task"),
+        text("rule"),
+        text("severity"),
+        text("message"),
+        real("value", nullable=True),
+        real("threshold", nullable=True),
+        text("ts"),
+        Index("alerts_run_task", "run_id", "task"),
+    )
+    return md
 
 
 class StoreError(RuntimeError):
     """The metrics store cannot be used (a newer schema, a bad value)."""
+
+
+class StoreUnavailable(StoreError):
+    """The store's database cannot be reached or went away (a step's write fails; the step does not)."""
 
 
 def utc_now() -> datetime:
@@ -193,6 +227,7 @@ class Alert:
 
 
 def store_path(where: Settings | StateLayout | Path) -> Path:
+    """The SQLite file of these settings/layout (with SLUICE_DATABASE_URL unset), or the path given."""
     if isinstance(where, Settings):
         where = where.layout
     if isinstance(where, StateLayout):
@@ -200,51 +235,91 @@ def store_path(where: Settings | StateLayout | Path) -> Path:
     return Path(where)
 
 
-class MetricsStore:
-    """The store at one path. Each call opens its own connection (safe from any thread or process)."""
+def store_exists(settings: Settings) -> bool:
+    """Whether there is a store to read without creating one: a configured PostgreSQL database always is."""
+    return is_postgres(settings.database_url) or store_path(settings).exists()
 
-    def __init__(self, path: Path):
-        self.path = Path(path)
+
+class MetricsStore:
+    """The store at one SQLite path or one PostgreSQL URL. Each call opens its own connection (safe from
+    any thread or process); a database that cannot be reached is a StoreUnavailable naming it (redacted)."""
+
+    def __init__(self, path: Path | None = None, *, url: str | None = None):
+        if (path is None) == (url is None):
+            raise StoreError("a metrics store is a SQLite path or a postgresql:// URL, one of them")
+        if url is not None and not is_postgres(url):
+            raise StoreError(f"not a postgresql:// URL: {redact(url)}")
+        self.path = Path(path) if path is not None else None
+        self.url = url
+        self._engine = None
+
+    @property
+    def where(self) -> str:
+        """The store for a message or a record: its file, or its URL with any password redacted."""
+        return str(self.path) if self.path is not None else redact(self.url)
+
+    @property
+    def is_postgres(self) -> bool:
+        return self.url is not None
 
     @classmethod
-    def open(cls, where: Settings | StateLayout | Path) -> "MetricsStore":
-        """The store of these settings/layout (or at a file path), created with its schema if new."""
-        store = cls(store_path(where))
-        store.path.parent.mkdir(parents=True, exist_ok=True)
-        with store._connect() as db:
-            db.executescript(SCHEMA)
-            row = db.execute("SELECT version FROM schema_version").fetchone()
+    def open(cls, where: Settings | StateLayout | Path | str) -> "MetricsStore":
+        """The store of these settings (SLUICE_DATABASE_URL, else the SQLite file under SLUICE_HOME), of a
+        layout, at a file path or a postgresql:// URL; created with its schema if new."""
+        if isinstance(where, Settings) and where.database_url:
+            store = cls(url=where.database_url)
+        elif isinstance(where, str) and is_postgres(where):
+            store = cls(url=where)
+        else:
+            store = cls(store_path(where))
+            store.path.parent.mkdir(parents=True, exist_ok=True)
+        with store._transaction() as db:
+            if store.is_postgres:  # one process creates the tables; the others wait, then see them
+                db.execute(_sql("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_key("sluice.metrics.schema")})
+            _schema().create_all(db, checkfirst=True)
+            row = db.execute(_sql("SELECT version FROM schema_version")).fetchone()
             if row is None:
-                db.execute("INSERT INTO schema_version (version) VALUES (?)", (SCHEMA_VERSION,))
+                db.execute(_sql("INSERT INTO schema_version (version) VALUES (:v)"), {"v": SCHEMA_VERSION})
             elif row[0] > SCHEMA_VERSION:
                 raise StoreError(
-                    f"{store.path}: schema version {row[0]} is newer than this code's {SCHEMA_VERSION}; "
+                    f"{store.where}: schema version {row[0]} is newer than this code's {SCHEMA_VERSION}; "
                     f"update the code (the store is never downgraded)"
                 )
         return store
 
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        try:
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA busy_timeout=30000")
-            db.execute("PRAGMA synchronous=NORMAL")  # WAL: consistent after a crash, one fsync per checkpoint
-            yield db
-        finally:
-            db.close()
+    def _get_engine(self):
+        if self._engine is None:
+            if self.url is not None:
+                self._engine = make_engine(self.url)
+            else:
+                self._engine = _sqlite_engine(self.path)
+        return self._engine
 
     @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
+    def _connect(self) -> Iterator["Connection"]:
+        from sqlalchemy.exc import OperationalError
+
+        try:
+            with self._get_engine().connect() as db:
+                yield db
+        except OperationalError as exc:  # refused, gone mid-run, timed out, locked
+            raise StoreUnavailable(f"the metrics store {self.where} cannot be used: {describe(exc)}") from None
+
+    @contextmanager
+    def _transaction(self) -> Iterator["Connection"]:
         with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
+            if self.is_postgres:
+                with db.begin():
+                    yield db
+                return
+            # SQLite: the driver is in autocommit mode (_sqlite_engine); take the write lock up front
+            db.exec_driver_sql("BEGIN IMMEDIATE")
             try:
                 yield db
             except BaseException:
-                db.execute("ROLLBACK")
+                db.exec_driver_sql("ROLLBACK")
                 raise
-            db.execute("COMMIT")
+            db.exec_driver_sql("COMMIT")
 
     # --- writes -------------------------------------------------------------------------------
 
@@ -264,60 +339,85 @@ class MetricsStore:
         if not run_id or not task:
             raise StoreError(f"run id and task must not be empty (got {run_id!r}, {task!r})")
         now = utc_now()
+        key = {"run_id": run_id, "task": task}
         with self._transaction() as db:
+            if self.is_postgres:
+                # SQLite's BEGIN IMMEDIATE makes a replace atomic. Here, under READ COMMITTED, two writers of one
+                # (run, task) could each delete what they see and both insert: this lock (held until commit)
+                # makes them take turns. (The runs-row upsert below would too, but only by its place first.)
+                db.execute(_sql("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_key(f"sluice.metrics:{run_id}:{task}")})
             _touch_run(db, run_id, now, dag_id, kind)
             if usage is not None:
                 db.execute(
-                    "INSERT OR REPLACE INTO tasks VALUES (?,?,?,?,?,?,?,?,?,?,?)",
-                    (
-                        run_id,
-                        task,
-                        iso(usage.started),
-                        iso(usage.ended),
-                        usage.seconds,
-                        usage.cpus,
-                        usage.gpus,
-                        usage.memory_gb,
-                        usage.backend,
-                        usage.state,
-                        usage.day,
+                    _sql(
+                        f"INSERT INTO tasks ({', '.join(TASK_COLUMNS)}) VALUES ({_binds(TASK_COLUMNS)}) "
+                        "ON CONFLICT (run_id, task) DO UPDATE SET "
+                        + ", ".join(f"{c}=excluded.{c}" for c in TASK_COLUMNS[2:])
                     ),
+                    {
+                        **key,
+                        "started": iso(usage.started),
+                        "ended": iso(usage.ended),
+                        "seconds": usage.seconds,
+                        "cpus": usage.cpus,
+                        "gpus": usage.gpus,
+                        "memory_gb": usage.memory_gb,
+                        "backend": usage.backend,
+                        "state": usage.state,
+                        "day": usage.day,
+                    },
                 )
             if metrics is not None:
-                db.execute("DELETE FROM metrics WHERE run_id=? AND task=?", (run_id, task))
-                db.executemany(
-                    "INSERT INTO metrics (run_id, task, layer, name, subject, value, step, model_version, "
-                    "data_version, ts) VALUES (?,?,?,?,?,?,?,?,?,?)",
+                _replace(
+                    db,
+                    "metrics",
+                    key,
                     [
-                        (
-                            run_id,
-                            task,
-                            m.layer,
-                            m.name,
-                            m.subject,
-                            _finite(m.value),
-                            m.step,
-                            m.model_version,
-                            m.data_version,
-                            iso(m.ts),
-                        )
+                        {
+                            "layer": m.layer,
+                            "name": m.name,
+                            "subject": m.subject,
+                            "value": _finite(m.value),
+                            "step": m.step,
+                            "model_version": m.model_version,
+                            "data_version": m.data_version,
+                            "ts": iso(m.ts),
+                        }
                         for m in metrics
                     ],
                 )
             if costs is not None:
-                db.execute("DELETE FROM costs WHERE run_id=? AND task=?", (run_id, task))
-                db.executemany(
-                    "INSERT INTO costs (run_id, task, kind, item, quantity, unit, unit_price, amount, day) "
-                    "VALUES (?,?,?,?,?,?,?,?,?)",
-                    [(run_id, task, c.kind, c.item, c.quantity, c.unit, c.unit_price, c.amount, c.day) for c in costs],
+                _replace(
+                    db,
+                    "costs",
+                    key,
+                    [
+                        {
+                            "kind": c.kind,
+                            "item": c.item,
+                            "quantity": c.quantity,
+                            "unit": c.unit,
+                            "unit_price": c.unit_price,
+                            "amount": c.amount,
+                            "day": c.day,
+                        }
+                        for c in costs
+                    ],
                 )
             if alerts is not None:
-                db.execute("DELETE FROM alerts WHERE run_id=? AND task=?", (run_id, task))
-                db.executemany(
-                    "INSERT INTO alerts (run_id, task, rule, severity, message, value, threshold, ts) "
-                    "VALUES (?,?,?,?,?,?,?,?)",
+                _replace(
+                    db,
+                    "alerts",
+                    key,
                     [
-                        (run_id, task, a.rule, a.severity, a.message, _finite(a.value), a.threshold, iso(a.ts))
+                        {
+                            "rule": a.rule,
+                            "severity": a.severity,
+                            "message": a.message,
+                            "value": _finite(a.value),
+                            "threshold": a.threshold,
+                            "ts": iso(a.ts),
+                        }
                         for a in alerts
                     ],
                 )
@@ -347,16 +447,19 @@ class MetricsStore:
         with self._transaction() as db:
             _touch_run(db, run_id, utc_now(), dag_id, PIPELINE)
             db.execute(
-                "UPDATE runs SET outcome=COALESCE(?, outcome), data_version=COALESCE(?, data_version), "
-                "model_version=COALESCE(?, model_version) WHERE run_id=?",
-                (outcome, data_version, model_version, run_id),
+                _sql(
+                    "UPDATE runs SET outcome=COALESCE(:outcome, outcome), "
+                    "data_version=COALESCE(:data_version, data_version), "
+                    "model_version=COALESCE(:model_version, model_version) WHERE run_id=:run_id"
+                ),
+                {"outcome": outcome, "data_version": data_version, "model_version": model_version, "run_id": run_id},
             )
 
     # --- reads --------------------------------------------------------------------------------
 
-    def _rows(self, sql: str, args: tuple[Any, ...] = ()) -> list[dict[str, Any]]:
+    def _rows(self, sql: str, args: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         with self._connect() as db:
-            return [dict(r) for r in db.execute(sql, args).fetchall()]
+            return [dict(r) for r in db.execute(_sql(sql), args or {}).mappings().all()]
 
     def schema_version(self) -> int:
         return self._rows("SELECT version FROM schema_version")[0]["version"]
@@ -369,9 +472,9 @@ class MetricsStore:
             f"(SELECT COALESCE(SUM(amount), 0) FROM costs c WHERE c.run_id=r.run_id AND c.kind IN ({billed})) "
             "AS cost, (SELECT COUNT(*) FROM alerts a WHERE a.run_id=r.run_id) AS alerts FROM runs r"
         )
-        args: tuple[Any, ...] = ()
+        args: dict[str, Any] = {}
         if kind is not None:
-            sql, args = sql + " WHERE r.kind=?", (kind,)
+            sql, args = sql + " WHERE r.kind=:kind", {"kind": kind}
         return self._rows(sql + " ORDER BY r.first_seen, r.run_id", args)
 
     def run(self, run_id: str) -> dict[str, Any] | None:
@@ -389,7 +492,7 @@ class MetricsStore:
         where, args = _where(name=name, layer=layer, subject=subject)
         return self._rows(
             "SELECT m.run_id, m.task, m.subject, m.value, m.model_version, m.data_version, m.ts FROM metrics m "
-            f"JOIN (SELECT run_id, MAX(id) AS id FROM metrics{where} GROUP BY run_id) last ON m.id = last.id "
+            f"JOIN (SELECT run_id, MAX(id) AS id FROM metrics{where} GROUP BY run_id) latest ON m.id = latest.id "
             "JOIN runs r ON r.run_id = m.run_id ORDER BY r.first_seen, m.id",
             args,
         )
@@ -422,19 +525,64 @@ class MetricsStore:
         }
 
 
-def _touch_run(db: sqlite3.Connection, run_id: str, now: datetime, dag_id: str | None, kind: str) -> None:
+TASK_COLUMNS = ("run_id", "task", "started", "ended", "seconds", "cpus", "gpus", "memory_gb", "backend", "state", "day")
+
+
+def _sql(sql: str):
+    from sqlalchemy import text
+
+    return text(sql)
+
+
+def _binds(columns: tuple[str, ...] | list[str]) -> str:
+    return ", ".join(f":{c}" for c in columns)
+
+
+def _sqlite_engine(path: Path):
+    """SQLite as before SQLAlchemy: the driver in autocommit mode (the store says BEGIN IMMEDIATE itself),
+    WAL, a 30 s busy timeout, synchronous=NORMAL (WAL: consistent after a crash, one fsync per checkpoint)."""
+    from sqlalchemy import event
+
+    engine = make_engine(sqlite_url(path))
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001 - SQLAlchemy's event signature
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        for pragma in ("journal_mode=WAL", "busy_timeout=30000", "synchronous=NORMAL"):
+            cur.execute(f"PRAGMA {pragma}")
+        cur.close()
+
+    return engine
+
+
+def _touch_run(db: "Connection", run_id: str, now: datetime, dag_id: str | None, kind: str) -> None:
     db.execute(
-        "INSERT INTO runs (run_id, kind, dag_id, first_seen, last_seen, day) VALUES (?,?,?,?,?,?) "
-        "ON CONFLICT(run_id) DO UPDATE SET last_seen=excluded.last_seen, dag_id=COALESCE(excluded.dag_id, dag_id)",
-        (run_id, kind, dag_id, iso(now), iso(now), day_of(now)),
+        _sql(
+            "INSERT INTO runs (run_id, kind, dag_id, first_seen, last_seen, day) "
+            "VALUES (:run_id, :kind, :dag_id, :now, :now, :day) ON CONFLICT (run_id) DO UPDATE SET "
+            "last_seen=excluded.last_seen, dag_id=COALESCE(excluded.dag_id, runs.dag_id)"
+        ),
+        {"run_id": run_id, "kind": kind, "dag_id": dag_id, "now": iso(now), "day": day_of(now)},
     )
 
 
-def _where(**filters: Any) -> tuple[str, tuple[Any, ...]]:
-    items = [(k, v) for k, v in filters.items() if v is not None]
+def _replace(db: "Connection", table: str, key: dict[str, str], rows: list[dict[str, Any]]) -> None:
+    """The task's rows of `table` replaced by `rows` (in the caller's transaction)."""
+    db.execute(_sql(f"DELETE FROM {table} WHERE run_id=:run_id AND task=:task"), key)
+    if rows:
+        columns = [*key, *rows[0]]
+        db.execute(
+            _sql(f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({_binds(columns)})"),
+            [{**key, **r} for r in rows],
+        )
+
+
+def _where(**filters: Any) -> tuple[str, dict[str, Any]]:
+    items = {k: v for k, v in filters.items() if v is not None}
     if not items:
-        return "", ()
-    return " WHERE " + " AND ".join(f"{k}=?" for k, _ in items), tuple(v for _, v in items)
+        return "", {}
+    return " WHERE " + " AND ".join(f"{k}=:{k}" for k in items), items
 
 
 def _finite(v: float | None) -> float | None:

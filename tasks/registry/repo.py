@@ -1,6 +1,7 @@
 """The registry's repository: git + DVC plumbing, the lock, transactions, recovery, the audit log.
 
-Every change runs inside `transaction()`: an exclusive flock, then `ensure()` (create the
+Every change runs inside `transaction()`: an exclusive flock (and, with PostgreSQL configured,
+an advisory lock there too), then `ensure()` (create the
 repository once), then `recover()` (finish or undo what a killed transaction left), then
 the caller's work, which ends in one `_commit()`. For a new version the tag is the commit
 point (see `_commit` and `recover`).
@@ -19,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from tasks.core.database import advisory_lock, is_postgres
 from tasks.core.errors import RefusedError
 from tasks.core.files import atomic_write_json
 from tasks.core.log import log
@@ -29,6 +31,9 @@ from tasks.core.versions import is_data_version, is_model_version, version_numbe
 # serving: what the model server loads (see models.serving_state; null: nothing yet);
 # models: version -> {"stage"}, see models.py for the stages.
 EMPTY_STATE: dict[str, Any] = {"current_data": None, "prod_model": None, "serving": None, "models": {}, "held": {}}
+
+
+REGISTRY_LOCK = "sluice.registry"  # the advisory lock's name (tasks/core/database.py lock_key)
 
 
 class RegistryError(RefusedError):
@@ -142,10 +147,17 @@ class RepoBase:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator["RepoBase"]:
-        """Exclusive lock, then a clean tree: one writer at a time, whole commits only."""
+        """Exclusive lock, then a clean tree: one writer at a time, whole commits only. With
+        SLUICE_DATABASE_URL set (a cluster), the flock is not trusted alone (flock over a network volume
+        may lock only this host): PostgreSQL's advisory lock REGISTRY_LOCK is taken too, after it (one order
+        everywhere: no deadlock). A database that cannot be reached fails it (DatabaseError) before any change."""
         self.settings.home.mkdir(parents=True, exist_ok=True)
-        with open(self.lock_path, "a+") as lock:
+        with open(self.lock_path, "a+") as lock, contextlib.ExitStack() as held:
             fcntl.flock(lock, fcntl.LOCK_EX)
+            held.callback(fcntl.flock, lock, fcntl.LOCK_UN)
+            if is_postgres(self.settings.database_url):
+                # DatabaseError when it cannot be reached: not a refusal (a retry may help); nothing was changed
+                held.enter_context(advisory_lock(self.settings.database_url, REGISTRY_LOCK))
             self._in_transaction = True
             try:
                 self.ensure()
@@ -156,7 +168,6 @@ class RepoBase:
                 self._mirror()
             finally:
                 self._in_transaction = False
-                fcntl.flock(lock, fcntl.LOCK_UN)
 
     def ensure(self) -> None:
         """Create the repository once (idempotent): git, DVC, remote, identity, first commit."""
