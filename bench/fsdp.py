@@ -13,9 +13,10 @@
   run): the largest |loss difference| over the 20 steps after the resume against the uninterrupted
   run. Goal <= 1e-5.
 - dcp_checkpoint_overhead: the engine (FSDP2, world 2, the bench model ~9.6M parameters with its
-  AdamW state, 312 steps of 64 rows), a sharded checkpoint every `DCP_EVERY` (25) steps, asynchronous: the share of the run's training
-  time its step loop is blocked (`checkpoint_blocked_s` over `seconds`), the larger of 2 runs; the
-  control saves synchronously (`bench/slow_engine.py --sync-checkpoints`) and must fail the goal.
+  AdamW state, 312 steps of 64 rows), a sharded checkpoint every `DCP_EVERY` (25) steps,
+  asynchronous: the share of the run's training time its step loop is blocked
+  (`checkpoint_blocked_s` over `seconds`), the larger of 2 runs; the control saves synchronously
+  (`bench/slow_engine.py --sync-checkpoints`) and must fail the goal (Record.controls).
   Goal <= 0.03.
 """
 
