@@ -38,7 +38,12 @@ BENCHMARKS = {
     "bench.weak_weight_flip": ["weak_weight_flip_rate", "weak_weight_flip_rate_before"],
     "bench.lf_applier": ["lf_applier_speedup"],
     "bench.hier_allreduce": ["hier_internode_bytes_ratio"],
-    "bench.multinode": ["hier_step_time_ratio", "multinode_recovery_s", "multinode_redo_ratio"],
+    "bench.multinode": [
+        "hier_step_time_ratio",
+        "fsdp_step_time_ratio_world4",
+        "multinode_recovery_s",
+        "multinode_redo_ratio",
+    ],
     "bench.training": [
         "ddp_scaling_efficiency",
         "checkpoint_overhead",

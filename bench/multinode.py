@@ -6,6 +6,9 @@ the Indexed Job's pods (`bench/multinode_pods.py`), and what happens when a node
   SHAPED_MBIT with tbf (communication dominates there); the same ratio on unshaped links beside
   it. Goal <= 0.75 on the shaped link (the bytes each direction of the inter-node link carries
   fall from 1.5x to 1x the gradient, so 2/3 is the bound; intra-node traffic stays on the host).
+- fsdp_step_time_ratio_world4: median step time under train.strategy fsdp2 over ddp (flat), 2 nodes
+  x 2 processes (world 4), the bench model, unshaped links: the namespaced-host counterpart of
+  bench/fsdp.py's world-2 fsdp_step_time_ratio (gloo on CPU; says nothing of NCCL). Goal <= 1.3.
 - multinode_recovery_s: a node is lost (SIGKILL of every process on it), its pod is replaced after
   RESTART_PAUSE_S; seconds from the kill to the first step the resumed run finishes, minus the
   pause. Goal <= 30 (the seed claims 5 minutes).
@@ -31,11 +34,13 @@ from bench.record import Record
 from tasks.core.params import TrainParams, load_params
 from tasks.core.wait import wait_until
 from tasks.training.kubernetes import job_name
+from tasks.training.outputs import COMPLETE_MARKER
 
 RUN_ID = "multinode"
 SHAPED_MBIT = 25  # ~38 MB of gradient per step: about 12 s on the link alone for flat (1.5x), 8 s hierarchical
 RESTART_PAUSE_S = 3.0
-RESUMED = re.compile(r"^(\d+\.\d+) \[sluice\] resumed from ckpt-\d+\.pt at step (\d+)")
+# a checkpoint file (ddp) or folder (fsdp2)
+RESUMED = re.compile(r"^(\d+\.\d+) \[sluice\] resumed from ckpt-\d+(?:\.pt)? at step (\d+)")
 PEER_LOST = re.compile(r"^(\d+\.\d+) \[sluice\] rank (\d+) on .*: a collective failed at step (\d+)")
 
 
@@ -60,11 +65,13 @@ def last_step(job: Job) -> int:
 
 
 def checkpoints_at_least(job: Job, step: int) -> list[int]:
-    """Steps of the complete checkpoints (checksum written) in the pods' folders, >= `step`."""
+    """Steps of the complete checkpoints in the pods' folders, >= `step`: a DDP checkpoint's checksum
+    file, or a sharded (FSDP2) checkpoint folder's completion marker (both written last)."""
     found = []
     for i in range(len(job.pods)):
-        for f in (job.local_out(i) / "checkpoints").glob("ckpt-*.sha256"):
-            n = int(re.sub(r"\D", "", f.stem))
+        ckpts = job.local_out(i) / "checkpoints"
+        for f in [*ckpts.glob("ckpt-*.sha256"), *(m.parent for m in ckpts.glob(f"ckpt-*/{COMPLETE_MARKER}"))]:
+            n = int(re.sub(r"\D", "", f.name.split(".")[0]))
             if n >= step:
                 found.append(n)
     return sorted(found)
@@ -183,10 +190,14 @@ def median_step_s(job: Job, skip: int = 2) -> float:
     return statistics.median(gaps)
 
 
-def step_time(cluster: Cluster, version: str, allreduce: str, steps: int, out_root: str) -> float:
+def step_time(
+    cluster: Cluster, version: str, allreduce: str, steps: int, out_root: str, strategy: str = "ddp"
+) -> float:
     from bench.gpu_check import BENCH_HIDDEN
 
-    p = train_params(hidden=BENCH_HIDDEN, allreduce=allreduce, batch_size=128, epochs=1, checkpoint_every=1000)
+    p = train_params(
+        hidden=BENCH_HIDDEN, allreduce=allreduce, strategy=strategy, batch_size=128, epochs=1, checkpoint_every=1000
+    )
     job = Job(cluster, RUN_ID, version, p, nodes=2, nproc=2, out_root=out_root).start_all()
     codes = job.wait(timeout_s=600)
     if codes != [0, 0]:
@@ -206,6 +217,9 @@ def run() -> list[Record]:
                 root = f"s3://sluice-registry/bench-{allreduce}-{rate or 'unshaped'}"
                 times[(rate, allreduce)] = step_time(cluster, step_version, allreduce, steps, root)
         cluster.shape(None)
+        times[(None, "fsdp2")] = step_time(
+            cluster, step_version, "flat", steps, "s3://sluice-registry/bench-fsdp2", "fsdp2"
+        )
         shaped = times[(SHAPED_MBIT, "hierarchical")] / times[(SHAPED_MBIT, "flat")]
         unshaped = times[(None, "hierarchical")] / times[(None, "flat")]
 
@@ -232,6 +246,16 @@ def run() -> list[Record]:
             "ratio",
             "<= 0.75",
             {"link_mbit": SHAPED_MBIT, "unshaped_ratio": round(unshaped, 3), **step_details, "nodes": 2, "local": 2},
+        ),
+        Record(
+            "fsdp_step_time_ratio_world4",
+            times[(None, "fsdp2")] / times[(None, "flat")],
+            "ratio",
+            "<= 1.3",
+            {
+                "fsdp2_unshaped_s": round(times[(None, "fsdp2")], 4),
+                "ddp_flat_unshaped_s": round(times[(None, "flat")], 4),
+            },
         ),
         Record("multinode_recovery_s", loss.recovery_s, "s", "<= 30", loss_details),
         Record("multinode_redo_ratio", loss.redone / interval, "ratio", "<= 1", loss_details),

@@ -4,12 +4,16 @@
 registry cloned over git:// and the data and checkpoints on S3, both on the storage host.
 
 One cluster for the module. Runs: 1 node x 4 processes; 2 x 2 flat (the uninterrupted run); 2 x 2
-hierarchical; and one disrupted 2 x 2 flat run that first loses node 1 (SIGKILL of every process
+hierarchical; 2 x 2 fsdp2 (sharded checkpoints, each node's shards on its own disk and published to
+S3), and the same again losing node 1 (bit-identical to the undisturbed fsdp2 run); and one disrupted
+2 x 2 flat run that first loses node 1 (SIGKILL of every process
 on it, its pod replaced after a pause) and later is partitioned (node 1 cut off for longer than the
 collective timeout), and must still end bit-identical to the uninterrupted run.
 """
 
 from __future__ import annotations
+
+import json
 
 import pytest
 import torch
@@ -23,6 +27,7 @@ pytestmark = pytest.mark.slow
 
 EPOCHS, INTERVAL = 20, 20  # 600 rows / batch 64: 9 steps an epoch, 180 steps; a checkpoint every 20
 COLLECTIVE_TIMEOUT_S = 8  # the disrupted run's SLUICE_DIST_TIMEOUT_S (pod env)
+FSDP2_ROOT = "s3://sluice-registry/fsdp2"
 SAME_WEIGHTS_ATOL = 1e-5  # 2 x 2 vs 1 x 4: same global batch and ranks' slices, only the reduction order differs
 
 
@@ -44,8 +49,15 @@ def version(cluster):
     return seed_registry(cluster, rows=600, parts=2)
 
 
-def params(allreduce="flat"):
-    return train_params(epochs=EPOCHS, batch_size=64, checkpoint_every=INTERVAL, hidden=(32, 16), allreduce=allreduce)
+def params(allreduce="flat", strategy="ddp"):
+    return train_params(
+        epochs=EPOCHS,
+        batch_size=64,
+        checkpoint_every=INTERVAL,
+        hidden=(32, 16),
+        allreduce=allreduce,
+        strategy=strategy,
+    )
 
 
 def weights(job: Job, dest) -> dict[str, torch.Tensor]:
@@ -61,7 +73,8 @@ def finish(job: Job, timeout_s: float = 300, restart_failed: bool = False) -> No
 
 @pytest.fixture(scope="module")
 def reference(cluster, version, tmp_path_factory):
-    """The three undisturbed runs' weights, and what listened where while the 2 x 2 flat run trained."""
+    """The four undisturbed runs' weights (1 x 4; 2 x 2 flat, hierarchical and fsdp2), what listened
+    where while the 2 x 2 flat run trained, and where the fsdp2 run's checkpoint shards went."""
     out = tmp_path_factory.mktemp("reference")
     found = {}
     one = Job(cluster, RUN_ID, version, params(), nodes=1, nproc=4, out_root="s3://sluice-registry/one-node")
@@ -76,15 +89,59 @@ def reference(cluster, version, tmp_path_factory):
     hier = Job(cluster, RUN_ID, version, params("hierarchical"), nodes=2, nproc=2, out_root="s3://sluice-registry/hier")
     finish(hier.start_all())
     found["2x2 hierarchical"] = weights(hier, out / "hier")
+    sharded = Job(cluster, RUN_ID, version, params(strategy="fsdp2"), nodes=2, nproc=2, out_root=FSDP2_ROOT)
+    finish(sharded.start_all())
+    found["2x2 fsdp2"] = weights(sharded, out / "fsdp2")
+    found["fsdp2 disks"] = [sorted(p.name for p in sharded.local_out(i).glob("checkpoints/ckpt-*/*")) for i in (0, 1)]
+    found["fsdp2 published"] = sharded.outputs(out / "fsdp2-published", "checkpoints/") / "checkpoints"
     return found
 
 
 def test_two_nodes_train_the_weights_of_one_node_with_the_same_global_batch(reference):
     one = reference["1x4"]
-    for kind in ("2x2 flat", "2x2 hierarchical"):
+    for kind in ("2x2 flat", "2x2 hierarchical", "2x2 fsdp2"):
         assert one.keys() == reference[kind].keys()
         for k in one:
             torch.testing.assert_close(reference[kind][k], one[k], atol=SAME_WEIGHTS_ATOL, rtol=0, msg=f"{kind}: {k}")
+
+
+def test_fsdp2_shards_stay_on_their_node_and_the_published_checkpoint_lists_every_rank(reference):
+    node0, node1 = reference["fsdp2 disks"]
+    assert "__0_0.distcp" in node0 and "__1_0.distcp" in node0 and not any(n.startswith(("__2", "__3")) for n in node0)
+    assert "__2_0.distcp" in node1 and "__3_0.distcp" in node1 and "COMPLETE" not in node1  # rank 0 marks it
+    published = reference["fsdp2 published"]
+    kept = sorted(p.name for p in published.iterdir())
+    assert kept == [f"ckpt-{s:06d}" for s in (EPOCHS * 9 - 2 * INTERVAL, EPOCHS * 9 - INTERVAL)], kept  # older removed
+    last = published / kept[-1]
+    files = json.loads((last / "COMPLETE").read_text())["files"]
+    shards = {f"__{r}_0.distcp" for r in range(4)}
+    assert shards <= set(files) and shards <= {p.name for p in last.iterdir()}
+
+
+@pytest.fixture(scope="module")
+def sharded_loss(cluster, version, reference, tmp_path_factory):
+    """A 2 x 2 fsdp2 run that loses node 1 (every process SIGKILLed) after its first sharded checkpoint;
+    the replaced pod fetches the published shards from S3 and the run resumes."""
+    job = Job(
+        cluster,
+        RUN_ID,
+        version,
+        params(strategy="fsdp2"),
+        nodes=2,
+        nproc=2,
+        dist_timeout_s=COLLECTIVE_TIMEOUT_S,
+        out_root="s3://sluice-registry/fsdp2-disrupted",
+    ).start_all()
+    loss = lose_node(job, node=1, after_checkpoint=INTERVAL, pause_s=2.0)
+    finish(job, restart_failed=True)
+    return {"loss": loss, "weights": weights(job, tmp_path_factory.mktemp("fsdp2-disrupted"))}
+
+
+def test_a_lost_node_under_fsdp2_resumes_from_its_sharded_checkpoint_bit_identical(sharded_loss, reference):
+    loss = sharded_loss["loss"]
+    assert loss.resumed_from % INTERVAL == 0 and 0 <= loss.steps_before_kill - loss.resumed_from <= INTERVAL, loss
+    ref = reference["2x2 fsdp2"]
+    assert all(torch.equal(sharded_loss["weights"][k], ref[k]) for k in ref), "not bit-identical to the undisturbed run"
 
 
 @pytest.fixture(scope="module")
