@@ -1,0 +1,213 @@
+"""The model server on raw text: serve_vs_raw_ort_text.
+
+The transformer of the text bench profile (params.yaml `scaling.bench_text_models.transformer`),
+trained for a few steps on reviews (a throughput figure: its quality does not matter here), exported
+through the project's own path (tasks.compression.export.export_onnx, fp32, with its tokenizer in the
+artifact's metadata as the compress step writes it), registered as model.served.onnx and promoted in a
+registry of its own, served by a real `python -m tasks.serving` on loopback with the reviews plug-in.
+
+  serve_vs_raw_ort_text  requests/s of /v1/predict on 32 raw review rows per request (the server
+                         validates them, tokenizes them with the artifact's tokenizer, scores them, logs
+                         them) over batches/s of a raw onnxruntime session on the same ONNX file, with the
+                         server's session options, fed the ids that tokenizer gives for the same batches
+                         (tokenized once, before the timed loop). The arms alternate (server, raw, ...)
+                         and each arm's median is used: the machines here are shared and noisy.
+
+The server's time per request is split in-process on the same bodies (parse and validate, frame,
+tokenize, onnxruntime): what the rest of the request (HTTP, response, prediction log, metrics) costs
+is the server's measured time per request less those.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from bench.record import Record
+from bench.registry_data import settings_at
+from bench.serving import BATCH, raw_ort_rate, server_rate, start_server
+from tasks.core.processes import stop_groups
+
+SEED = 0
+BATCHES = 64  # distinct request bodies (64 x 32 = 2,048 review rows), cycled through by both arms
+ROUNDS = 5  # server, raw, server, raw, ...
+SERVER_S, RAW_S = 4.0, 4.0
+CLIENT_THREADS = 2
+TRAIN_ROWS, TRAIN_EPOCHS = 256, 1  # a few optimizer steps: a throughput figure, not a quality one
+
+
+def _model(ds: Any, train: Any, profile: Any, tmp: Path) -> tuple[Path, dict[str, Any]]:
+    """The bench profile's transformer, trained a few steps, exported with its tokenizer: (onnx, facts)."""
+    import torch
+
+    from tasks.compression.export import export_onnx, write_metadata
+    from tasks.core.params import load_params
+    from tasks.models import attach_tokenizer, tokenizer_metadata
+    from tasks.models.artifact import read_metadata
+    from tasks.models.tokens import Encoder, train_tokenizer
+    from tasks.training.loop import fit_in_memory
+
+    arch = profile.params
+    tok = train_tokenizer(ds.texts(train), arch["vocab_size"])
+    rows = train.iloc[:TRAIN_ROWS]
+    ids = Encoder(tok, arch["max_len"], arch["vocab_size"]).encode(ds.texts(rows))
+    p = load_params().train.replace(model=profile.model_dump(mode="json"), epochs=TRAIN_EPOCHS, seed=SEED)
+    y = torch.tensor(rows[ds.GOLD_COLUMN].to_numpy(), dtype=torch.float32)
+    model, losses = fit_in_memory(torch.from_numpy(ids), y, p)
+    attach_tokenizer(model, tok)
+    onnx_path = export_onnx(model, tmp / "model.served.onnx")
+    write_metadata(onnx_path, {**read_metadata(onnx_path), **tokenizer_metadata(model)})
+    facts = {
+        "module": profile.module,
+        "params": dict(arch),
+        "parameters": sum(t.numel() for t in model.parameters()),
+        "trained": f"{TRAIN_EPOCHS} epoch(s) on {TRAIN_ROWS} reviews ({len(losses)} loss line(s)), seed {SEED}",
+        "export": "tasks.compression.export.export_onnx (fp32, basic optimization) + tokenizer_metadata",
+        "onnx_bytes": onnx_path.stat().st_size,
+    }
+    return onnx_path, facts
+
+
+def _server_params(tmp: Path) -> Path:
+    """The checkout's params.yaml with the reviews plug-in as the served dataset."""
+    import yaml
+
+    from tasks.core.settings import REPO_ROOT
+
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    params["dataset"] = {"module": "tasks.datasets.reviews", "params": {}}
+    path = tmp / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def _split_server_time(ds: Any, bodies: list[bytes], onnx_path: Path, encoder: Any) -> dict[str, float]:
+    """Milliseconds per request of the server's own steps, run in this process on the same bodies (the
+    mean over the bodies, after one warm pass): parse + validate (the generated /v1 body model), the
+    DataFrame, tokenize (texts cleaned as the server's cache gives them, then the tokenizer), onnxruntime."""
+    import onnxruntime as ort
+    import pandas as pd
+
+    from tasks.serving.v1_models import load_row_model, predict_request_model
+
+    request_model = predict_request_model(load_row_model(ds), 1024)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads, opts.inter_op_num_threads, opts.log_severity_level = 1, 1, 3
+    sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    name = sess.get_inputs()[0].name
+    times: dict[str, list[float]] = {"parse_validate_ms": [], "frame_ms": [], "tokenize_ms": [], "onnxruntime_ms": []}
+    for timed in (False, True):
+        for body in bodies:
+            t0 = time.perf_counter()
+            req = request_model.model_validate(json.loads(body))
+            t1 = time.perf_counter()
+            df = pd.DataFrame([r.model_dump() for r in req.rows], columns=list(ds.RAW_COLUMNS))
+            t2 = time.perf_counter()
+            ids = encoder.encode(ds.texts(df))
+            t3 = time.perf_counter()
+            sess.run(None, {name: ids})
+            t4 = time.perf_counter()
+            if timed:
+                for k, (a, b) in zip(times, [(t0, t1), (t1, t2), (t2, t3), (t3, t4)]):
+                    times[k].append((b - a) * 1000)
+    return {k: round(statistics.mean(v), 3) for k, v in times.items()}
+
+
+def run() -> list[Record]:
+    import httpx
+    import onnxruntime as ort
+
+    from tasks.core.params import repo_params
+    from tasks.datasets import load_dataset
+    from tasks.models.artifact import read_metadata
+    from tasks.models.tokens import Encoder
+    from tasks.registry import Registry
+
+    profile = repo_params().scaling.bench_text_models["transformer"]
+    ds = load_dataset("tasks.datasets.reviews")
+    source = ds.load_source()
+    order = np.random.default_rng(SEED).permutation(len(source))
+    served_rows = source.iloc[order[: BATCHES * BATCH]]
+    train = source.iloc[order[BATCHES * BATCH :]]
+    batches = [served_rows.iloc[i * BATCH : (i + 1) * BATCH] for i in range(BATCHES)]
+    bodies = [json.dumps({"rows": b[list(ds.RAW_COLUMNS)].to_dict("records")}).encode() for b in batches]
+
+    with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
+        tmp = Path(tmp)
+        onnx_path, facts = _model(ds, train, profile, tmp)
+        meta = read_metadata(onnx_path)
+        encoder = Encoder(meta["tokenizer"], meta["max_len"], meta["vocab_size"], meta["tokenizer_sha256"])
+        ids = [encoder.encode(ds.texts(b)) for b in batches]  # the raw arm's inputs: tokenized once, here
+        check = ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
+        input_name = check.get_inputs()[0].name
+        expected = check.run(None, {input_name: ids[0]})[0].reshape(-1)
+        home = tmp / "home"
+        reg = Registry(settings_at(home))
+        version = reg.register_model("bench-text", {"model.served.onnx": onnx_path}, {"data_version": "data-v1"})
+        reg.promote(version["model_version"], "bench")
+        proc, url, _ = start_server(home, timeout_s=120, params=_server_params(tmp))
+        try:
+            # The two arms score the same: the same model and the same ids.
+            r = httpx.post(url + "/v1/predict", content=bodies[0], headers={"content-type": "application/json"})
+            assert r.status_code == 200, r.text
+            np.testing.assert_allclose([p["score"] for p in r.json()["predictions"]], expected, rtol=1e-4, atol=1e-5)
+            served, raw = [], []
+            for _ in range(ROUNDS):
+                served.append(server_rate(url, bodies, SERVER_S, CLIENT_THREADS, path="/v1/predict"))
+                raw.append(raw_ort_rate(onnx_path, ids, RAW_S, input_name=input_name, warm=3))
+                print(f"server {served[-1]:.1f} req/s, raw onnxruntime {raw[-1]:.1f} batches/s")
+        finally:
+            stop_groups({"model-server": proc.pid}, grace_s=10)
+        split = _split_server_time(ds, bodies, onnx_path, encoder)
+
+    served_med, raw_med = statistics.median(served), statistics.median(raw)
+    per_request_ms = 1000 / served_med
+    split["rest_ms"] = round(per_request_ms - sum(split.values()), 3)  # HTTP, response, prediction log, metrics
+    tokens = np.concatenate(ids)
+    return [
+        Record(
+            "serve_vs_raw_ort_text",
+            served_med / raw_med,
+            "ratio",
+            ">= 0.5",
+            {
+                "server_requests_per_s": round(served_med, 2),
+                "raw_ort_batches_per_s": round(raw_med, 2),
+                "server_rounds_per_s": [round(v, 2) for v in served],
+                "raw_rounds_per_s": [round(v, 2) for v in raw],
+                "arms": f"alternated, server then raw, {ROUNDS} rounds ({SERVER_S:g} s / {RAW_S:g} s each); medians",
+                "batch": BATCH,
+                "client_threads": CLIENT_THREADS,
+                "protocol": "POST /v1/predict, JSON raw rows (review_id, product, review)",
+                "raw_arm": (
+                    f"onnxruntime InferenceSession on the same file, CPU, intra_op 1, inter_op 1 (as the server), "
+                    f"fed {input_name} int64 [32, max_len] from the artifact's tokenizer, tokenized before the loop"
+                ),
+                "rows": (
+                    f"{BATCHES * BATCH} real reviews of the reviews plug-in's source (seeded permutation, "
+                    f"seed {SEED}), {BATCHES} distinct bodies cycled by both arms; the tokenizer was trained on "
+                    "the other source texts"
+                ),
+                "nonpad_tokens_per_row_mean": round(float((tokens != 0).sum(1).mean()), 1),
+                "model": facts,
+                "server_ms_per_request": round(per_request_ms, 3),
+                "server_split_ms_in_process": split,
+                "split_note": (
+                    "the server's steps timed in this process on the same bodies (means); rest_ms is the "
+                    "server's measured time per request less them: HTTP, the response, the prediction log, "
+                    "metrics. The server's clean_text cache is warm for repeated bodies, as it is here"
+                ),
+            },
+        )
+    ]
+
+
+if __name__ == "__main__":
+    for rec in run():
+        print(json.dumps(rec.to_dict()))
