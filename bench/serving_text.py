@@ -10,12 +10,13 @@ registry of its own, served by a real `python -m tasks.serving` on loopback with
                          validates them, tokenizes them with the artifact's tokenizer, scores them, logs
                          them) over batches/s of a raw onnxruntime session on the same ONNX file, with the
                          server's session options, fed the ids that tokenizer gives for the same batches
-                         (tokenized once, before the timed loop). The arms alternate (server, raw, ...)
-                         and each arm's median is used: the machines here are shared and noisy.
+                         (tokenized once, before the timed loop). The arms alternate (server, raw, ...);
+                         the figure is the median of the rounds' ratios: the machines here are shared,
+                         and the load from other work drifts between rounds.
 
-The server's time per request is split in-process on the same bodies (parse and validate, frame,
-tokenize, onnxruntime): what the rest of the request (HTTP, response, prediction log, metrics) costs
-is the server's measured time per request less those.
+After each round's raw arm the server's steps are timed in this process on some of the same bodies
+(parse and validate, frame, tokenize, onnxruntime): the rest of a request (HTTP, the response, the
+prediction log, metrics) is the round's server time per request less those.
 """
 
 from __future__ import annotations
@@ -36,8 +37,9 @@ from tasks.core.processes import stop_groups
 
 SEED = 0
 BATCHES = 64  # distinct request bodies (64 x 32 = 2,048 review rows), cycled through by both arms
-ROUNDS = 5  # server, raw, server, raw, ...
-SERVER_S, RAW_S = 4.0, 4.0
+ROUNDS = 7  # server, raw, split, server, raw, split, ...
+SERVER_S, RAW_S = 3.0, 3.0
+SPLIT_BODIES = 8
 CLIENT_THREADS = 2
 TRAIN_ROWS, TRAIN_EPOCHS = 256, 1  # a few optimizer steps: a throughput figure, not a quality one
 
@@ -87,10 +89,35 @@ def _server_params(tmp: Path) -> Path:
     return path
 
 
-def _split_server_time(ds: Any, bodies: list[bytes], onnx_path: Path, encoder: Any) -> dict[str, float]:
-    """Milliseconds per request of the server's own steps, run in this process on the same bodies (the
-    mean over the bodies, after one warm pass): parse + validate (the generated /v1 body model), the
-    DataFrame, tokenize (texts cleaned as the server's cache gives them, then the tokenizer), onnxruntime."""
+STEPS = ("parse_validate_ms", "frame_ms", "tokenize_ms", "onnxruntime_ms")
+
+
+def _served_requests(url: str) -> float:
+    """The server's count of answered /v1/predict requests (its /metrics)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(url + "/metrics", timeout=10).text
+    return sum(
+        s.value
+        for f in text_string_to_metric_families(text)
+        for s in f.samples
+        if s.name == "sluice_requests_total" and s.labels.get("endpoint") == "predict"
+    )
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system, all threads) of a process so far."""
+    import psutil
+
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
+
+
+def _splitter(ds: Any, onnx_path: Path, encoder: Any) -> Any:
+    """bodies -> {step: ms per request} of the server's own steps, run in this process (means over the
+    bodies): parse + validate (the generated /v1 body model), the DataFrame, tokenize (the dataset's
+    cleaned texts, then the artifact's tokenizer), onnxruntime (the server's session options)."""
     import onnxruntime as ort
     import pandas as pd
 
@@ -101,8 +128,9 @@ def _split_server_time(ds: Any, bodies: list[bytes], onnx_path: Path, encoder: A
     opts.intra_op_num_threads, opts.inter_op_num_threads, opts.log_severity_level = 1, 1, 3
     sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
     name = sess.get_inputs()[0].name
-    times: dict[str, list[float]] = {"parse_validate_ms": [], "frame_ms": [], "tokenize_ms": [], "onnxruntime_ms": []}
-    for timed in (False, True):
+
+    def split(bodies: list[bytes]) -> dict[str, float]:
+        times: dict[str, list[float]] = {k: [] for k in (*STEPS, "onnxruntime_cpu_ms")}
         for body in bodies:
             t0 = time.perf_counter()
             req = request_model.model_validate(json.loads(body))
@@ -110,13 +138,15 @@ def _split_server_time(ds: Any, bodies: list[bytes], onnx_path: Path, encoder: A
             df = pd.DataFrame([r.model_dump() for r in req.rows], columns=list(ds.RAW_COLUMNS))
             t2 = time.perf_counter()
             ids = encoder.encode(ds.texts(df))
-            t3 = time.perf_counter()
+            t3, c3 = time.perf_counter(), time.thread_time()  # one intra-op thread: the model runs in this one
             sess.run(None, {name: ids})
             t4 = time.perf_counter()
-            if timed:
-                for k, (a, b) in zip(times, [(t0, t1), (t1, t2), (t2, t3), (t3, t4)]):
-                    times[k].append((b - a) * 1000)
-    return {k: round(statistics.mean(v), 3) for k, v in times.items()}
+            times["onnxruntime_cpu_ms"].append((time.thread_time() - c3) * 1000)
+            for k, (a, b) in zip(STEPS, [(t0, t1), (t1, t2), (t2, t3), (t3, t4)]):
+                times[k].append((b - a) * 1000)
+        return {k: statistics.mean(v) for k, v in times.items()}
+
+    return split
 
 
 def run() -> list[Record]:
@@ -157,31 +187,46 @@ def run() -> list[Record]:
             r = httpx.post(url + "/v1/predict", content=bodies[0], headers={"content-type": "application/json"})
             assert r.status_code == 200, r.text
             np.testing.assert_allclose([p["score"] for p in r.json()["predictions"]], expected, rtol=1e-4, atol=1e-5)
-            served, raw = [], []
-            for _ in range(ROUNDS):
+            split = _splitter(ds, onnx_path, encoder)
+            split(bodies[:2])  # warm
+            served, raw, splits, server_cpu_ms = [], [], [], []
+            for i in range(ROUNDS):  # server, raw, split: each round's three adjacent in time
+                n0, c0 = _served_requests(url), _cpu_s(proc.pid)
                 served.append(server_rate(url, bodies, SERVER_S, CLIENT_THREADS, path="/v1/predict"))
+                server_cpu_ms.append((_cpu_s(proc.pid) - c0) * 1000 / (_served_requests(url) - n0))
                 raw.append(raw_ort_rate(onnx_path, ids, RAW_S, input_name=input_name, warm=3))
+                splits.append(split(bodies[(i * SPLIT_BODIES) % BATCHES :][:SPLIT_BODIES]))
                 print(f"server {served[-1]:.1f} req/s, raw onnxruntime {raw[-1]:.1f} batches/s")
         finally:
             stop_groups({"model-server": proc.pid}, grace_s=10)
-        split = _split_server_time(ds, bodies, onnx_path, encoder)
 
-    served_med, raw_med = statistics.median(served), statistics.median(raw)
-    per_request_ms = 1000 / served_med
-    split["rest_ms"] = round(per_request_ms - sum(split.values()), 3)  # HTTP, response, prediction log, metrics
+    ratios = [a / b for a, b in zip(served, raw)]
+    server_ms = [1000 / v for v in served]
+    # Per round: the server's time per request = its steps timed in process + the rest (HTTP, the
+    # response, the prediction log, metrics); the medians over the rounds.
+    rest = [ms - sum(sp[k] for k in STEPS) for ms, sp in zip(server_ms, splits)]
+    overhead = [ms - 1000 / r for ms, r in zip(server_ms, raw)]
+    median_split = {k: round(statistics.median(sp[k] for sp in splits), 2) for k in STEPS}
+    cpu_ratios = [sp["onnxruntime_cpu_ms"] / c for sp, c in zip(splits, server_cpu_ms)]
     tokens = np.concatenate(ids)
     return [
         Record(
             "serve_vs_raw_ort_text",
-            served_med / raw_med,
+            statistics.median(ratios),
             "ratio",
             ">= 0.5",
             {
-                "server_requests_per_s": round(served_med, 2),
-                "raw_ort_batches_per_s": round(raw_med, 2),
+                "server_requests_per_s": round(statistics.median(served), 2),
+                "raw_ort_batches_per_s": round(statistics.median(raw), 2),
+                "ratio_of_the_arms_medians": round(statistics.median(served) / statistics.median(raw), 3),
                 "server_rounds_per_s": [round(v, 2) for v in served],
                 "raw_rounds_per_s": [round(v, 2) for v in raw],
-                "arms": f"alternated, server then raw, {ROUNDS} rounds ({SERVER_S:g} s / {RAW_S:g} s each); medians",
+                "round_ratios": [round(v, 3) for v in ratios],
+                "arms": (
+                    f"alternated: server {SERVER_S:g} s, raw {RAW_S:g} s, in-process split, x {ROUNDS} rounds; "
+                    "the value is the median of the rounds' ratios (each round's arms adjacent in time, the load "
+                    "from other work drifts between rounds)"
+                ),
                 "batch": BATCH,
                 "client_threads": CLIENT_THREADS,
                 "protocol": "POST /v1/predict, JSON raw rows (review_id, product, review)",
@@ -196,11 +241,26 @@ def run() -> list[Record]:
                 ),
                 "nonpad_tokens_per_row_mean": round(float((tokens != 0).sum(1).mean()), 1),
                 "model": facts,
-                "server_ms_per_request": round(per_request_ms, 3),
-                "server_split_ms_in_process": split,
+                "cpu_ratio": round(statistics.median(cpu_ratios), 3),
+                "cpu_ratio_rounds": [round(v, 3) for v in cpu_ratios],
+                "server_cpu_ms_per_request": round(statistics.median(server_cpu_ms), 2),
+                "onnxruntime_cpu_ms_per_batch": round(statistics.median(sp["onnxruntime_cpu_ms"] for sp in splits), 2),
+                "cpu_ratio_note": (
+                    "a cross-check less sensitive to the load from other work: onnxruntime's CPU time per batch "
+                    "(this thread, in the split) over the server process's CPU time per /v1/predict request "
+                    "(all its threads, psutil, requests counted by its /metrics) in the same round"
+                ),
+                "server_ms_per_request": round(statistics.median(server_ms), 2),
+                "server_ms_over_raw_ms_per_request": round(statistics.median(overhead), 2),
+                "server_split_ms_in_process": {**median_split, "rest_ms": round(statistics.median(rest), 2)},
+                "split_rounds_ms": [
+                    {**{k: round(v, 2) for k, v in sp.items() if k in STEPS}, "rest_ms": round(r, 2)}
+                    for sp, r in zip(splits, rest)
+                ],
                 "split_note": (
-                    "the server's steps timed in this process on the same bodies (means); rest_ms is the "
-                    "server's measured time per request less them: HTTP, the response, the prediction log, "
+                    f"the server's steps timed in this process on {SPLIT_BODIES} of the same bodies right after each "
+                    "round's raw arm (means, then the median over rounds); rest_ms is the round's server time per "
+                    "request less them: HTTP and the client on the same cores, the response, the prediction log, "
                     "metrics. The server's clean_text cache is warm for repeated bodies, as it is here"
                 ),
             },
