@@ -15,8 +15,11 @@ registry of its own, served by a real `python -m tasks.serving` on loopback with
                          and the load from other work drifts between rounds.
 
 After each round's raw arm the server's steps are timed in this process on some of the same bodies
-(parse and validate, frame, tokenize, onnxruntime): the rest of a request (HTTP, the response, the
-prediction log, metrics) is the round's server time per request less those.
+(parse and validate, frame, tokenize, onnxruntime; wall and CPU time), and the server process's CPU
+time per request over the round is read (psutil, its /metrics count): the rest of a request (HTTP, the
+response, the prediction log, metrics) is that less the steps' CPU. onnxruntime's CPU per batch over
+the server's CPU per request (`cpu_ratio` in the details) is a cross-check of the figure that the
+load from other work moves much less than it moves requests/s.
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ def _server_params(tmp: Path) -> Path:
     return path
 
 
-STEPS = ("parse_validate_ms", "frame_ms", "tokenize_ms", "onnxruntime_ms")
+STEPS = ("parse_validate", "frame", "tokenize", "onnxruntime")
 
 
 def _served_requests(url: str) -> float:
@@ -115,9 +118,9 @@ def _cpu_s(pid: int) -> float:
 
 
 def _splitter(ds: Any, onnx_path: Path, encoder: Any) -> Any:
-    """bodies -> {step: ms per request} of the server's own steps, run in this process (means over the
-    bodies): parse + validate (the generated /v1 body model), the DataFrame, tokenize (the dataset's
-    cleaned texts, then the artifact's tokenizer), onnxruntime (the server's session options)."""
+    """A function timing the server's own steps on request bodies in this process: parse + validate
+    (the generated /v1 body model), the DataFrame, tokenize (the dataset's cleaned texts, then the
+    artifact's tokenizer), onnxruntime (the server's session options)."""
     import onnxruntime as ort
     import pandas as pd
 
@@ -129,22 +132,28 @@ def _splitter(ds: Any, onnx_path: Path, encoder: Any) -> Any:
     sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
     name = sess.get_inputs()[0].name
 
-    def split(bodies: list[bytes]) -> dict[str, float]:
-        times: dict[str, list[float]] = {k: [] for k in (*STEPS, "onnxruntime_cpu_ms")}
+    def split(bodies: list[bytes]) -> dict[str, dict[str, float]]:
+        """{"wall_ms": {step: ms}, "cpu_ms": {step: ms}} per request, means over `bodies`."""
+        wall: dict[str, list[float]] = {k: [] for k in STEPS}
+        cpu: dict[str, list[float]] = {k: [] for k in STEPS}
         for body in bodies:
-            t0 = time.perf_counter()
+            marks = [(time.perf_counter(), time.process_time())]  # process: the tokenizer's threads count
             req = request_model.model_validate(json.loads(body))
-            t1 = time.perf_counter()
+            marks.append((time.perf_counter(), time.process_time()))
             df = pd.DataFrame([r.model_dump() for r in req.rows], columns=list(ds.RAW_COLUMNS))
-            t2 = time.perf_counter()
+            marks.append((time.perf_counter(), time.process_time()))
             ids = encoder.encode(ds.texts(df))
-            t3, c3 = time.perf_counter(), time.thread_time()  # one intra-op thread: the model runs in this one
+            marks.append((time.perf_counter(), time.process_time()))
+            c3 = time.thread_time()  # one intra-op thread: the model runs in this one
             sess.run(None, {name: ids})
-            t4 = time.perf_counter()
-            times["onnxruntime_cpu_ms"].append((time.thread_time() - c3) * 1000)
-            for k, (a, b) in zip(STEPS, [(t0, t1), (t1, t2), (t2, t3), (t3, t4)]):
-                times[k].append((b - a) * 1000)
-        return {k: statistics.mean(v) for k, v in times.items()}
+            marks.append((time.perf_counter(), marks[-1][1] + time.thread_time() - c3))
+            for k, (m0, m1) in zip(STEPS, zip(marks, marks[1:])):
+                wall[k].append((m1[0] - m0[0]) * 1000)
+                cpu[k].append((m1[1] - m0[1]) * 1000)
+        return {
+            "wall_ms": {k: statistics.mean(v) for k, v in wall.items()},
+            "cpu_ms": {k: statistics.mean(v) for k, v in cpu.items()},
+        }
 
     return split
 
@@ -201,13 +210,14 @@ def run() -> list[Record]:
             stop_groups({"model-server": proc.pid}, grace_s=10)
 
     ratios = [a / b for a, b in zip(served, raw)]
-    server_ms = [1000 / v for v in served]
-    # Per round: the server's time per request = its steps timed in process + the rest (HTTP, the
-    # response, the prediction log, metrics); the medians over the rounds.
-    rest = [ms - sum(sp[k] for k in STEPS) for ms, sp in zip(server_ms, splits)]
-    overhead = [ms - 1000 / r for ms, r in zip(server_ms, raw)]
-    median_split = {k: round(statistics.median(sp[k] for sp in splits), 2) for k in STEPS}
-    cpu_ratios = [sp["onnxruntime_cpu_ms"] / c for sp, c in zip(splits, server_cpu_ms)]
+
+    def med(values: Any) -> float:
+        return round(statistics.median(values), 2)
+
+    # The server's CPU per request = its steps' CPU timed in process + the rest (HTTP, the response, the
+    # prediction log, metrics), per round; the medians over the rounds.
+    cpu_rest = [c - sum(sp["cpu_ms"].values()) for c, sp in zip(server_cpu_ms, splits)]
+    cpu_ratios = [sp["cpu_ms"]["onnxruntime"] / c for sp, c in zip(splits, server_cpu_ms)]
     tokens = np.concatenate(ids)
     return [
         Record(
@@ -243,25 +253,24 @@ def run() -> list[Record]:
                 "model": facts,
                 "cpu_ratio": round(statistics.median(cpu_ratios), 3),
                 "cpu_ratio_rounds": [round(v, 3) for v in cpu_ratios],
-                "server_cpu_ms_per_request": round(statistics.median(server_cpu_ms), 2),
-                "onnxruntime_cpu_ms_per_batch": round(statistics.median(sp["onnxruntime_cpu_ms"] for sp in splits), 2),
                 "cpu_ratio_note": (
                     "a cross-check less sensitive to the load from other work: onnxruntime's CPU time per batch "
-                    "(this thread, in the split) over the server process's CPU time per /v1/predict request "
-                    "(all its threads, psutil, requests counted by its /metrics) in the same round"
+                    "(in this process, right after the round's raw arm) over the server process's CPU time per "
+                    "/v1/predict request (all its threads, psutil; requests counted by its /metrics) in the round"
                 ),
-                "server_ms_per_request": round(statistics.median(server_ms), 2),
-                "server_ms_over_raw_ms_per_request": round(statistics.median(overhead), 2),
-                "server_split_ms_in_process": {**median_split, "rest_ms": round(statistics.median(rest), 2)},
-                "split_rounds_ms": [
-                    {**{k: round(v, 2) for k, v in sp.items() if k in STEPS}, "rest_ms": round(r, 2)}
-                    for sp, r in zip(splits, rest)
-                ],
+                "server_ms_per_request": med(1000 / v for v in served),
+                "server_cpu_ms_per_request": med(server_cpu_ms),
+                "server_cpu_split_ms": {
+                    **{k: med(sp["cpu_ms"][k] for sp in splits) for k in STEPS},
+                    "rest": med(cpu_rest),
+                },
+                "steps_wall_ms_in_process": {k: med(sp["wall_ms"][k] for sp in splits) for k in STEPS},
                 "split_note": (
-                    f"the server's steps timed in this process on {SPLIT_BODIES} of the same bodies right after each "
-                    "round's raw arm (means, then the median over rounds); rest_ms is the round's server time per "
-                    "request less them: HTTP and the client on the same cores, the response, the prediction log, "
-                    "metrics. The server's clean_text cache is warm for repeated bodies, as it is here"
+                    f"the server's steps (parse + validate with the generated /v1 body model, the DataFrame, "
+                    f"clean + tokenize, onnxruntime) run in this process on {SPLIT_BODIES} of the same bodies after "
+                    "each round's raw arm, means, then the median over rounds; `rest` is the server process's CPU "
+                    "per request less them: HTTP, the response, the prediction log, metrics. The server's "
+                    "clean_text cache is warm for repeated bodies, as it is here"
                 ),
             },
         )
