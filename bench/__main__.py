@@ -64,6 +64,7 @@ BENCHMARKS = {
         f"compress_{m}{s}" for s in ("", "_demo") for m in ("size_ratio", "quality_kept", "speedup_b1")
     ],
     "bench.serving": ["serve_cold_start_s", "serve_vs_raw_ort", "serve_p99_ms"],
+    "bench.serving_text": ["serve_vs_raw_ort_text"],
     "bench.canary": ["swap_failed_requests", "canary_detect_requests"],
     "bench.replicas": ["replica_join_s", "scale_failed_requests", "replicas_throughput_ratio"],
     "bench.canary_false_rollback": ["canary_false_rollback_rate", "canary_false_rollback_rate_before"],

@@ -76,14 +76,15 @@ def write_mlp_onnx(path: Path, widths: tuple[int, ...] = (21, 32, 16, 1), seed: 
     return path
 
 
-def start_server(home: Path, timeout_s: float = 60) -> tuple[subprocess.Popen, str, float]:
-    """(process, url, seconds from Popen to ready)."""
+def start_server(home: Path, timeout_s: float = 60, params: Path | None = None) -> tuple[subprocess.Popen, str, float]:
+    """(process, url, seconds from Popen to ready); `params`: a params.yaml of its own (SLUICE_PARAMS)."""
     address = address_file(home)
     address.unlink(missing_ok=True)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")},
         "SLUICE_HOME": str(home),
         "DVC_NO_ANALYTICS": "1",
+        **({"SLUICE_PARAMS": str(params)} if params is not None else {}),
     }
     t0 = time.monotonic()
     proc = subprocess.Popen(
@@ -124,30 +125,46 @@ def infer_body(x: np.ndarray) -> bytes:
     ).encode()
 
 
-def raw_ort_rate(model: Path, x: np.ndarray, seconds: float = 2.0) -> float:
+def raw_ort_rate(
+    model: Path, x: np.ndarray | list[np.ndarray], seconds: float = 2.0, input_name: str = "features", warm: int = 50
+) -> float:
+    """Batches/s of one onnxruntime session on `model` (the server's session options), cycling through
+    `x` when it is a list of batches."""
     import onnxruntime as ort
 
+    xs = x if isinstance(x, list) else [x]
     opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1  # as the server runs it
+    opts.intra_op_num_threads = 1  # as the server runs it (tasks.serving.variants.open_model)
+    opts.inter_op_num_threads = 1
     sess = ort.InferenceSession(str(model), opts, providers=["CPUExecutionProvider"])
-    for _ in range(50):
-        sess.run(None, {"features": x})
+    for i in range(warm):
+        sess.run(None, {input_name: xs[i % len(xs)]})
     n, t0 = 0, time.perf_counter()
     while time.perf_counter() - t0 < seconds:
-        sess.run(None, {"features": x})
+        sess.run(None, {input_name: xs[n % len(xs)]})
         n += 1
     return n / (time.perf_counter() - t0)
 
 
-def server_rate(url: str, body: bytes, seconds: float = 4.0, threads: int = 2) -> float:
+def server_rate(
+    url: str,
+    body: bytes | list[bytes],
+    seconds: float = 4.0,
+    threads: int = 2,
+    path: str = "/v2/models/emails/infer",
+) -> float:
+    """Requests/s of `threads` keep-alive clients POSTing `body` (or cycling through a list of bodies) to `path`."""
+    bodies = body if isinstance(body, list) else [body]
     counts, stop = [0] * threads, threading.Event()
     headers = {"content-type": "application/json"}
 
     def loop(i: int) -> None:
-        with httpx.Client(base_url=url, timeout=10) as c:
+        with httpx.Client(base_url=url, timeout=30) as c:
+            k = i
             while not stop.is_set():
-                assert c.post("/v2/models/emails/infer", content=body, headers=headers).status_code == 200
+                assert c.post(path, content=bodies[k % len(bodies)], headers=headers).status_code == 200
                 counts[i] += 1
+                k += 1
 
     workers = [threading.Thread(target=loop, args=(i,)) for i in range(threads)]
     for w in workers:
