@@ -2,8 +2,9 @@
 
 One nightly-like run through the steps (bench/reproduce.py `nightly_like`, 3 epochs, 2 processes)
 makes model-v1; it is reproduced bit-identically from its recorded commit in a git worktree, and
-with another world size (named in the verdict, metrics within tolerance). Records that cannot be
-reproduced (edited params, a missing data version, an unknown commit) are refused, naming why.
+with another world size (named in the verdict, metrics within tolerance); a model trained under fsdp2
+reproduces bit-identically too. Records that cannot be reproduced (edited params, a missing data
+version, an unknown commit) are refused, naming why.
 """
 
 import copy
@@ -121,3 +122,21 @@ def test_the_cli_refuses_in_one_line(built):
     )
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "model version model-v9 does not exist" in proc.stderr
+
+
+@pytest.mark.slow
+def test_a_model_trained_with_fsdp2_records_the_strategy_and_reproduces_bit_identically(tmp_path):
+    home = tmp_path / "home"
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in {"SLUICE_HOME": str(home), "DVC_NO_ANALYTICS": "1", "GX_ANALYTICS_ENABLED": "false"}.items():
+            mp.setenv(k, v)
+        mp.delenv("SLUICE_PARAMS", raising=False)
+        settings = Settings.from_env()
+        records = nightly_like(settings, "night-1", overrides={"train": {"strategy": "fsdp2"}})
+        version = records["register"].model_version
+        rep = Registry(settings).model_version_info(version)["reproduce"]
+        assert rep["params"]["train"]["strategy"] == "fsdp2" and rep["world_size"] == 2, rep
+        rec = reproduce_model(settings, version, work_dir=tmp_path / "r", audit=False)
+    assert rec.verdict == "identical", rec.summary
+    assert rec.weights == {"identical": True, "max_abs": 0.0}
+    assert all(o["identical"] for o in rec.outputs.values())
