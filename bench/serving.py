@@ -242,6 +242,33 @@ def measure(home: Path, model: Path, version_tag: str, starts: int) -> dict:
     return {"cold": cold, "raw": raw, "served": served, "rate": rate, "lat": lat, "model_bytes": model.stat().st_size}
 
 
+# Where a cold start's time goes: what the server imports before it is ready, each alone in a fresh
+# interpreter (so shared dependencies count in each: numpy is in pandas' and onnxruntime's figures).
+COLD_IMPORTS = {
+    "pandas (the dataset plug-in)": "import pandas",
+    "fastapi": "import fastapi",
+    "params.yaml load and validation": "from tasks.core.params import load_params; load_params()",
+    "onnxruntime": "import onnxruntime",
+    "uvicorn": "import uvicorn",
+    "prometheus_client": "import prometheus_client",
+    "the server's modules (tasks.serving.app, __main__)": "import tasks.serving.app, tasks.serving.__main__",
+}
+
+
+def import_seconds(code: str, repeats: int = 3) -> float:
+    """Median wall seconds of `code` in a fresh interpreter (the interpreter's own start excluded)."""
+    timed = f"import time; t = time.perf_counter(); {code}; print(time.perf_counter() - t)"
+    runs = [
+        float(
+            subprocess.run(
+                [sys.executable, "-c", timed], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+            ).stdout
+        )
+        for _ in range(repeats)
+    ]
+    return statistics.median(runs)
+
+
 def run(starts: int = 5) -> list[Record]:
     """The demo-size model (21 -> 32 -> 16 -> 1) and the bench profile (params scaling.bench_hidden)."""
     from tasks.core.params import load_params
@@ -262,6 +289,7 @@ def run(starts: int = 5) -> list[Record]:
                 "bench_model_starts_s": [round(c, 3) for c in big["cold"]],
                 "demo_model_median_s": round(statistics.median(demo["cold"]), 3),
                 "bench_model_bytes": big["model_bytes"],
+                "import_s": {name: round(import_seconds(code), 3) for name, code in COLD_IMPORTS.items()},
             },
         ),
         Record(
