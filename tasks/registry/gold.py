@@ -11,7 +11,7 @@ A version only ever adds: a label is never edited or removed. A label that contr
 gold label for the same row (or a label the caller names as known, e.g. the gold dev set's) is kept
 with `conflict: true` and the labels it contradicts; `gold_rows` then leaves that row out (every
 label of a row must agree) and lists it among the conflicts: a conflicted row trains nowhere and
-joins no dev set (docs/registry.md "Feedback gold").
+joins no dev set (docs/training.md "Feedback gold").
 
 Refused, with the reason: a row of the gold test set ("gold, test"), a label outside the classes,
 a label without a row id, and the same feedback record a second time (an earlier version has it).
