@@ -115,6 +115,15 @@ class DemoParams(Section):
     test_fraction: float = Field(gt=0, lt=0.5)
     """Gold-labeled test set (model gates), never trained on."""
     seed: StrictInt
+    traffic_rows: StrictInt = Field(ge=1)
+    """Demo only (tasks/canary/demo_traffic.py): rows of the next nights' batches served through
+    /v1/predict per run of the demo traffic feed."""
+    feedback_rate: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    """Demo only: share of those served rows whose true label arrives as delayed feedback."""
+    feedback_delay_s: Annotated[float, Field(ge=0, le=3600, allow_inf_nan=False)]
+    """Demo only: seconds between a served row's answer and its feedback."""
+    traffic_rate: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    """Demo only: requests per second of the demo traffic feed."""
 
     @field_validator("test_fraction")
     @classmethod

@@ -79,3 +79,38 @@ def test_a_served_prediction_with_feedback_becomes_gold_used_by_the_next_mix(set
     assert not labeled[ds.ID_COLUMN].isin(test[ds.ID_COLUMN]).any()
     assert wl.rows == len(labeled) == 500 + len(appended)
     assert validate_labeled(ctx, weak_label=wl).passed  # the appended rows pass the labeled contract
+
+
+def test_the_demo_traffic_feed_serves_next_nights_rows_and_their_labels_become_gold(settings, params, tmp_path):
+    from tasks.canary.demo_traffic import serve_demo_traffic, traffic_rows
+
+    ds = load_dataset()
+    reg = Registry(settings)
+    onnx = write_onnx(tmp_path / "m1" / "model.int8.onnx", len(ds.FEATURE_NAMES), seed=1)
+    reg.register_model("run-1", {"model.int8.onnx": onnx}, {"data_version": "data-v1"})
+    reg.promote("model-v1", "test")
+    demo = params.demo.replace(traffic_rows=40, feedback_rate=0.5, feedback_delay_s=0.0)
+    rows, keys, labels = traffic_rows(settings.layout, demo, ds)
+    _, test, batches = split_demo(ds.load_source(), demo, ds)
+    assert [int(k) for k in keys] == batches[0][ds.ID_COLUMN].head(40).tolist()  # nothing delivered yet
+    assert not set(map(int, keys)) & set(test[ds.ID_COLUMN])
+    told = [k for k, y in zip(keys, labels) if y is not None]
+    assert 10 < len(told) < 30  # about half
+
+    p = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    p["serving"].update({"poll_s": 0.1, "log_flush_s": 0.1, "drain_s": 0.1})
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p))
+    with ServerProcess(settings.home, tmp_path / "params.yaml").start(timeout_s=90) as server:
+        result = serve_demo_traffic(settings.layout, demo, ds, server.url)
+    assert (result.ok, result.feedback_sent, result.failed) == (40, len(told), 0)
+
+    ctx = StepContext.create("night-1", settings, {"weak_label": {"weak_weight": 0.5, "feedback_settle_s": 0}})
+    wl = weak_label(ctx, ingest=ingest(ctx))  # batch-0001 holds the served rows: their gold applies there
+    assert sorted(str(lab["row_id"]) for lab in reg.gold_labels()) == sorted(told)
+    labeled = pd.read_parquet(wl.labeled).set_index(ds.ID_COLUMN)
+    report = json.loads((ctx.run_dir / "feedback_gold.json").read_text())
+    assert report["batch_rows_gold"] + report["batch_rows_held"] == len(told) and report["appended_rows"] == 0
+    gold_rows = labeled.loc[[int(k) for k in told]]
+    trained = gold_rows[gold_rows["label_source"] == "gold"]
+    assert len(trained) == report["batch_rows_gold"] > 0
+    assert (gold_rows.loc[gold_rows["label_source"] != "gold", "label_weight"] == 0).all()  # dev share: no training
