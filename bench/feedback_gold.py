@@ -2,8 +2,9 @@
 
 For each of `SPLITS` demo splits (params.yaml `demo`, its seed varied; the same split, batches and
 gold budget rows for every arm), `NIGHTS` nights run the nightly's labeling as `tasks/weak_label.py`
-wires it: the night's batch, the LFs and the label model built on the gold dev set, the gold budget
-(`weak_label.gold_budget`, replayed from the true labels), the weak weight chosen on the dev folds
+wires it (the same functions: `nightly_feedback`, `grow_dev`, `mix_in`): the night's batch, the LFs
+and the label model built on the gold dev set, the gold budget (`weak_label.gold_budget`, replayed
+from the true labels), the weak weight chosen on the dev folds
 (`choose_weak_weight`, the step's `auto`). Before each night, the demo traffic feed's rows (the first
 `TRAFFIC_ROWS` rows of that night's batch, `tasks/canary/demo_traffic.py`) are served and a seeded
 `demo.feedback_rate` of them get their true label as feedback: prediction and feedback records as
@@ -36,7 +37,7 @@ from tasks.core.params import load_params
 from tasks.core.settings import Settings
 from tasks.datasets import load_dataset
 from tasks.datasets.demo_feed import split_demo
-from tasks.labeling.feedback import nightly_feedback
+from tasks.labeling.feedback import grow_dev, mix_in, nightly_feedback
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
 from tasks.labeling.mix import gold_budget_mask, hold_out, training_labels
@@ -81,8 +82,7 @@ def night_labels(arm, registry, log, batch, dev, test_ids, consumed, ds, p, make
         dev_fraction=wp.feedback_dev_fraction, seed=wp.seed, now=now, settle_s=wp.feedback_settle_s,
         retention_s=p.serving.log_retention_h * 3600, expiry_of=expiry_of,
     )  # fmt: skip
-    if len(fb.dev):
-        dev = pd.concat([dev, fb.dev[dev.columns].astype(dev.dtypes.to_dict())], ignore_index=True)
+    dev = grow_dev(dev, fb)
     y_dev = dev[ds.GOLD_COLUMN].to_numpy().astype(int)
     raw = batch[ds.RAW_COLUMNS]
     lfs = make_lfs(dev, y_dev)
@@ -93,11 +93,7 @@ def night_labels(arm, registry, log, batch, dev, test_ids, consumed, ds, p, make
         budget = max(budget * len(batch) - told, 0) / len(batch)
     mask = gold_budget_mask(batch[ds.ID_COLUMN].to_numpy(), budget, wp.seed)
     gold = np.where(mask, batch["_truth"].to_numpy(np.float64), np.nan)
-    gold = np.where(np.isnan(fb.batch_gold), gold, fb.batch_gold)
-    rows = pd.concat([raw, fb.extra[ds.RAW_COLUMNS].astype(raw.dtypes.to_dict())], ignore_index=True)
-    gold = np.concatenate([gold, fb.extra[ds.GOLD_COLUMN].to_numpy(np.float64)])
-    prob = np.concatenate([out.prob, np.full(len(fb.extra), np.nan)])
-    held = np.concatenate([fb.batch_hold, np.zeros(len(fb.extra), bool)])
+    rows, gold, prob, held = mix_in(fb, raw, gold, out.prob, np.zeros(len(raw), bool), ds)
     has = ~np.isnan(gold) & ~held
     fixed = (rows[has], gold[has].astype(int)) if has.any() else None
     choice = choose_weak_weight(

@@ -26,7 +26,7 @@ from tasks.core.log import log
 from tasks.core.records import IngestRecord, WeakLabelRecord
 from tasks.datasets import load_dataset
 from tasks.labeling.drift import drift_flags, labeling_stats
-from tasks.labeling.feedback import NightlyFeedback, nightly_feedback
+from tasks.labeling.feedback import NightlyFeedback, grow_dev, mix_in, nightly_feedback
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
 from tasks.labeling.mix import hold_out, label_counts, replayed_gold, training_labels
@@ -54,8 +54,7 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     previous = registry.state()["current_data"]
     prev_info = registry.data_version_info(previous) if previous else {}
     fb = feedback_gold(ctx, ds, registry, batch, dev, test_ids, prev_info.get("feedback_gold_version"))
-    if len(fb.dev):
-        dev = pd.concat([dev, fb.dev[dev.columns].astype(dev.dtypes.to_dict())], ignore_index=True)
+    dev = grow_dev(dev, fb)
     y_dev = dev[ds.GOLD_COLUMN].to_numpy().astype(int)
     lfs = module.make_lfs(dev, y_dev)
 
@@ -74,18 +73,9 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     gold = np.full(len(batch), np.nan)
     if p.mix != "weak_only" and p.gold_budget > 0:
         gold = replayed_gold(batch, ds, p.gold_budget, p.seed, held_out)
-    # feedback gold (already empty unless weak_label.feedback_gold): its dev rows and the rows that trained
-    # in an earlier version are held out; its new rows are gold here, or appended when not in the batch
-    held_out = held_out | fb.batch_hold
-    if p.mix != "weak_only":
-        gold = np.where(np.isnan(fb.batch_gold), gold, fb.batch_gold)
-        extra = fb.extra
-    else:
-        extra = fb.extra.iloc[0:0]
-    rows = pd.concat([batch, extra[ds.RAW_COLUMNS].astype(batch.dtypes.to_dict())], ignore_index=True)
-    gold = np.concatenate([gold, extra[ds.GOLD_COLUMN].to_numpy(np.float64)])
-    prob = np.concatenate([out.prob, np.full(len(extra), np.nan)])
-    held_out = np.concatenate([held_out, np.zeros(len(extra), bool)])
+    # feedback gold (empty unless weak_label.feedback_gold): its dev rows and the rows that trained in an
+    # earlier version are held out; its new rows are gold here, or appended when not in the batch
+    rows, gold, prob, held_out = mix_in(fb, batch, gold, out.prob, held_out, ds)
     lm_auc = out.quality["label_model"]["roc_auc"]  # the label model's dev quality: which way the choice leans
     choice = weak_weight_for(rows[~held_out], gold[~held_out], dev, y_dev, module.make_lfs, ds.featurize, ctx, lm_auc)
     labels = hold_out(training_labels(prob, gold, p.mix, choice.weight), held_out)
@@ -150,7 +140,7 @@ def feedback_gold(ctx: StepContext, ds, registry, batch, dev, test_ids, consumed
         dev,
         test_ids,
         consumed=consumed,
-        use=p.feedback_gold,
+        use=p.feedback_gold and p.mix != "weak_only",  # weak_only: no gold trains, so none is taken as trained
         dev_fraction=p.feedback_dev_fraction,
         seed=p.seed,
         now=time.time(),

@@ -22,7 +22,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
-from tasks.registry.gold import FEEDBACK
+from tasks.registry.gold import FEEDBACK, gold_number
 
 Record = dict[str, Any]
 
@@ -167,6 +167,12 @@ def feedback_rows(
         if rid not in out
     ]
     frame = pd.DataFrame(rows, columns=[*ds.RAW_COLUMNS, ds.GOLD_COLUMN, "gold_version"])
+    # in a fixed order (version, then row id), not the request ids' (random): the grown dev set's order
+    # feeds the dev folds, so the same gold gives the same labeling
+    order = sorted(
+        range(len(frame)), key=lambda i: (gold_number(frame["gold_version"].iloc[i]), str(frame[ds.ID_COLUMN].iloc[i]))
+    )
+    frame = frame.iloc[order].reset_index(drop=True)
     to_dev = dev_share(frame[ds.ID_COLUMN], dev_fraction, seed)
     return FeedbackRows(
         dev=frame[to_dev].reset_index(drop=True),
@@ -211,8 +217,6 @@ def nightly_feedback(
 ) -> NightlyFeedback:
     """Record the log's new feedback as a gold version, then split the agreed gold for this run.
     `consumed`: the gold version the previous data version trained through (its rows are in it)."""
-    from tasks.registry.gold import gold_number
-
     tests = {str(t) for t in test_ids}
     dev_ids = dev[ds.ID_COLUMN].astype(str)
     known = dict(zip(dev_ids, dev[ds.GOLD_COLUMN].astype(int)))
@@ -265,3 +269,26 @@ def nightly_feedback(
         }
     )
     return NightlyFeedback(report, rows.dev, batch_gold, hold, extra, latest)
+
+
+def grow_dev(dev: pd.DataFrame, fb: NightlyFeedback) -> pd.DataFrame:
+    """The gold dev set with the feedback gold's dev share after it (same columns and types)."""
+    if not len(fb.dev):
+        return dev
+    return pd.concat([dev, fb.dev[dev.columns].astype(dev.dtypes.to_dict())], ignore_index=True)
+
+
+def mix_in(
+    fb: NightlyFeedback, batch: pd.DataFrame, gold: np.ndarray, prob: np.ndarray, held_out: np.ndarray, ds: Any
+) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, gold, weak P(spam), held out) of the night with the feedback gold mixed in: its new labels
+    win over the batch's gold, its dev rows and the rows that trained already are held out, and its new
+    rows that are not in the batch come after the batch's (no weak label: every LF is left unasked)."""
+    extra = fb.extra
+    rows = pd.concat([batch, extra[ds.RAW_COLUMNS].astype(batch.dtypes.to_dict())], ignore_index=True)
+    gold = np.concatenate(
+        [np.where(np.isnan(fb.batch_gold), gold, fb.batch_gold), extra[ds.GOLD_COLUMN].to_numpy(np.float64)]
+    )
+    prob = np.concatenate([prob, np.full(len(extra), np.nan)])
+    held_out = np.concatenate([np.asarray(held_out, bool) | fb.batch_hold, np.zeros(len(extra), bool)])
+    return rows, gold, prob, held_out

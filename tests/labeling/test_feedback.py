@@ -118,3 +118,17 @@ def test_the_nightly_split_appends_new_train_rows_grows_dev_and_holds_rows_alrea
     )  # fmt: skip
     assert off.dev.empty and off.extra.empty and not off.batch_hold.any() and off.report["used"] is False
     assert isinstance(off.extra, pd.DataFrame)
+
+
+def test_feedback_rows_come_in_a_fixed_order_whatever_the_request_ids():
+    from tasks.labeling.feedback import feedback_rows
+
+    ds = load_dataset()
+
+    def lab(i, version):
+        return {"raw": row(email_id=i), "label": i % 2, "gold_version": version}
+
+    agreed = {"30": lab(30, "gold-v2"), "20": lab(20, "gold-v1"), "10": lab(10, "gold-v2"), "5": lab(5, "gold-v1")}
+    rows = feedback_rows(agreed, {"7": []}, ds, dev_fraction=0.0, seed=7, exclude=["30"])
+    assert rows.train[ds.ID_COLUMN].tolist() == [20, 5, 10]  # by version, then row id (as text)
+    assert rows.dev.empty and rows.conflicted == ["7"]  # the excluded row (a test row) is left out
