@@ -15,6 +15,7 @@ from tasks.core.settings import REPO_ROOT
 from tasks.datasets import load_dataset
 from tasks.datasets.demo_feed import DemoFeed, split_demo
 from tasks.ingest import ingest
+from tasks.monitoring.run_summary import training_label_lines
 from tasks.registry import TEST_REFUSAL, Registry
 from tasks.validate_labeled import validate_labeled
 from tasks.weak_label import weak_label
@@ -70,6 +71,8 @@ def test_a_served_prediction_with_feedback_becomes_gold_used_by_the_next_mix(set
     assert report["dev_rows"] + report["appended_rows"] == len(served) and report["dev_rows"] > 0
     assert wl.feedback_gold["accepted"] == len(served) and wl.feedback_gold["refused"] == 1
     assert wl.feedback_gold_version == "gold-v1"
+    summary = "\n".join(training_label_lines(wl.model_dump()))  # the run summary's line
+    assert f"feedback gold  gold-v1: {len(served)} accepted (0 conflicting), 1 refused, 0 pending" in summary
 
     labeled = pd.read_parquet(wl.labeled)
     appended = labeled[labeled[ds.ID_COLUMN].isin(served[ds.ID_COLUMN])]
