@@ -26,7 +26,7 @@ from tasks.core.log import log
 from tasks.core.records import IngestRecord, WeakLabelRecord
 from tasks.datasets import load_dataset
 from tasks.labeling.drift import drift_flags, labeling_stats
-from tasks.labeling.feedback import NightlyFeedback, grow_dev, mix_in, nightly_feedback
+from tasks.labeling.feedback import NightlyFeedback, grow_dev, mix_in, nightly_feedback, trained_through
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
 from tasks.labeling.mix import hold_out, label_counts, replayed_gold, training_labels
@@ -53,7 +53,7 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     registry = Registry(ctx.settings)
     previous = registry.state()["current_data"]
     prev_info = registry.data_version_info(previous) if previous else {}
-    fb = feedback_gold(ctx, ds, registry, batch, dev, test_ids, prev_info.get("feedback_gold_version"))
+    fb = feedback_gold(ctx, ds, registry, batch, dev, test_ids, trained_through(registry))
     dev = grow_dev(dev, fb)
     y_dev = dev[ds.GOLD_COLUMN].to_numpy().astype(int)
     lfs = module.make_lfs(dev, y_dev)

@@ -292,3 +292,15 @@ def mix_in(
     prob = np.concatenate([prob, np.full(len(extra), np.nan)])
     held_out = np.concatenate([np.asarray(held_out, bool) | fb.batch_hold, np.zeros(len(extra), bool)])
     return rows, gold, prob, held_out
+
+
+def trained_through(registry: Any) -> str | None:
+    """The latest gold version whose training rows are in the data: the current data version's
+    `feedback_gold_version`, or a held batch's (a rejected model's batch re-enters with the labels,
+    and the feedback rows, it was stored with; a quarantined one is not counted: it is labeled anew)."""
+    state = registry.state()
+    versions = {state["current_data"]} | {
+        e.get("from_version") for e in registry.held().values() if e.get("status") != "quarantined"
+    }
+    found = [registry.data_version_info(v).get("feedback_gold_version") for v in versions if v]
+    return max((f for f in found if f), key=gold_number, default=None)

@@ -132,3 +132,23 @@ def test_feedback_rows_come_in_a_fixed_order_whatever_the_request_ids():
     rows = feedback_rows(agreed, {"7": []}, ds, dev_fraction=0.0, seed=7, exclude=["30"])
     assert rows.train[ds.ID_COLUMN].tolist() == [20, 5, 10]  # by version, then row id (as text)
     assert rows.dev.empty and rows.conflicted == ["7"]  # the excluded row (a test row) is left out
+
+
+def test_feedback_rows_in_a_held_batch_count_as_trained(settings, tmp_path):
+    """A rejected model's batch is held with the feedback rows it carried and re-enters with them: the
+    next night must not append those rows again."""
+    from tasks.labeling.feedback import trained_through
+    from tests.registry.test_held import _prod_on_first_batch, _reject
+    from tests.registry.test_registry import partition
+
+    reg = Registry(settings)
+    _prod_on_first_batch(reg, tmp_path)  # data-v1, before any feedback gold
+    assert trained_through(reg) is None
+    path, df = partition(tmp_path, "batch-0002", seed=2)
+    meta = {"rows_by_batch": {"batch-0002": len(df)}, "feedback_gold_version": "gold-v2"}
+    reg.snapshot({"batch-0002": path}, meta)  # data-v2 trained through gold-v2
+    assert trained_through(reg) == "gold-v2"
+    out = _reject(settings, "run-2", "test ROC AUC 0.61 is below the floor 0.70")
+    assert out.current_data == "data-v1" and out.held == ["batch-0002"]
+    assert trained_through(reg) == "gold-v2"  # held, re-entering with its rows
+    # (the next nightly's data version records what its weak_label step trained through, never less than this)
