@@ -36,6 +36,7 @@ BENCHMARKS = {
         "compress_speedup_b1_text",
     ],
     "bench.weak_weight_flip": ["weak_weight_flip_rate", "weak_weight_flip_rate_before"],
+    "bench.feedback_gold": ["feedback_gold_gain", "feedback_gold_gain_equal"],
     "bench.lf_applier": ["lf_applier_speedup"],
     "bench.hier_allreduce": ["hier_internode_bytes_ratio"],
     "bench.multinode": [

@@ -40,6 +40,7 @@ def snapshot(
         "label_quality_dev": weak_label.quality_dev,
         "labeling_stats": weak_label.labeling_stats,
         "lf_analysis": weak_label.lf_table,
+        "feedback_gold_version": weak_label.feedback_gold_version,
     }
     source = Path(ingest.source)
     # The delivered file's hash is the batch's identity: a corrected re-delivery under a known batch id

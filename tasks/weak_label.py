@@ -1,6 +1,10 @@
 """weak_label: labeling functions + Snorkel's LabelModel (vs majority vote) on a staged batch,
 mixed with the gold labels that exist for the batch's rows.
 
+First the prediction log's new feedback becomes a gold version in the registry (tasks/labeling/feedback.py,
+report runs/<run_id>/feedback_gold.json); with weak_label.feedback_gold its rows then grow the gold dev
+set and train as extra gold rows.
+
 Writes runs/<run_id>/labeled.parquet (raw columns + label, label_prob, label_source, label_weight:
 tasks/labeling/mix.py) and an LF analysis table; the gold dev set scores both label sources every
 run and, out of fold, chooses how much the weak rows weigh (tasks/labeling/weak_weight.py).
@@ -10,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import time
 from pathlib import Path
 
 import numpy as np
@@ -21,12 +26,16 @@ from tasks.core.log import log
 from tasks.core.records import IngestRecord, WeakLabelRecord
 from tasks.datasets import load_dataset
 from tasks.labeling.drift import drift_flags, labeling_stats
+from tasks.labeling.feedback import NightlyFeedback, grow_dev, mix_in, nightly_feedback, trained_through
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
 from tasks.labeling.mix import hold_out, label_counts, replayed_gold, training_labels
 from tasks.labeling.weak_weight import WeightChoice, choose_weak_weight
 from tasks.registry import Registry
 from tasks.runner import step
+from tasks.serving.paths import prediction_log
+from tasks.serving.predlog import read_log
+from tasks.serving.requestid import expiry_of
 
 
 @step
@@ -40,6 +49,12 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     lf_hash = hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest()[:16]  # the LF code's version
     batch = pd.read_parquet(ingest.staged)[ds.RAW_COLUMNS]
     dev = pd.read_parquet(layout.gold / "dev.parquet")
+    test_ids = pd.read_parquet(layout.gold / "test.parquet", columns=[ds.ID_COLUMN])[ds.ID_COLUMN]
+    registry = Registry(ctx.settings)
+    previous = registry.state()["current_data"]
+    prev_info = registry.data_version_info(previous) if previous else {}
+    fb = feedback_gold(ctx, ds, registry, batch, dev, test_ids, trained_through(registry))
+    dev = grow_dev(dev, fb)
     y_dev = dev[ds.GOLD_COLUMN].to_numpy().astype(int)
     lfs = module.make_lfs(dev, y_dev)
 
@@ -47,29 +62,29 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     log(f"applied {len(lfs)} LFs to {len(batch)} batch rows and {len(dev)} gold dev rows")
     out = label_batch(L, L_dev, y_dev, lfs, p)
     stats = labeling_stats(L, out.label)
-    registry = Registry(ctx.settings)
-    previous = registry.state()["current_data"]
-    before = registry.data_version_info(previous).get("labeling_stats") if previous else None
+    before = prev_info.get("labeling_stats")
     drift = drift_flags(stats, before, p)
     for flag in drift:
         log(f"DRIFT vs {previous}: {flag}")
 
-    test_ids = pd.read_parquet(layout.gold / "test.parquet", columns=[ds.ID_COLUMN])[ds.ID_COLUMN]
     held_out = batch[ds.ID_COLUMN].isin(set(test_ids)).to_numpy()  # the gold test set is never trained on
     if held_out.any():
         log(f"{int(held_out.sum())} batch row(s) are in the gold test set: kept out of training (weight 0)")
     gold = np.full(len(batch), np.nan)
     if p.mix != "weak_only" and p.gold_budget > 0:
         gold = replayed_gold(batch, ds, p.gold_budget, p.seed, held_out)
+    # feedback gold (empty unless weak_label.feedback_gold): its dev rows and the rows that trained in an
+    # earlier version are held out; its new rows are gold here, or appended when not in the batch
+    rows, gold, prob, held_out = mix_in(fb, batch, gold, out.prob, held_out, ds)
     lm_auc = out.quality["label_model"]["roc_auc"]  # the label model's dev quality: which way the choice leans
-    choice = weak_weight_for(batch[~held_out], gold[~held_out], dev, y_dev, module.make_lfs, ds.featurize, ctx, lm_auc)
-    labels = hold_out(training_labels(out.prob, gold, p.mix, choice.weight), held_out)
+    choice = weak_weight_for(rows[~held_out], gold[~held_out], dev, y_dev, module.make_lfs, ds.featurize, ctx, lm_auc)
+    labels = hold_out(training_labels(prob, gold, p.mix, choice.weight), held_out)
     counts = label_counts(labels)
     log(
         f"training labels ({p.mix}): {counts['gold']['rows']} gold, {counts['weak']['training_rows']} weak at "
         f"weight {choice.weight:g} ({choice.reason}), {counts['none']['rows']} unlabeled"
     )
-    labeled = batch.copy()
+    labeled = rows.copy()
     for column in labels.columns:
         labeled[column] = labels[column].to_numpy()
     path = run_dir / "labeled.parquet"
@@ -106,7 +121,41 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
             "reason": choice.reason,
         },
         label_counts=counts,
+        feedback_gold={k: v for k, v in fb.report.items() if k not in ("accepted", "refused", "conflicts", "pending")}
+        | {k: len(fb.report[k]) for k in ("accepted", "refused", "conflicts", "pending")},
+        feedback_gold_version=fb.used_through,
     )
+
+
+def feedback_gold(ctx: StepContext, ds, registry, batch, dev, test_ids, consumed) -> NightlyFeedback:
+    """The prediction log's new feedback as a gold version, and its split for this run; the account in
+    runs/<run_id>/feedback_gold.json."""
+    p = ctx.params.weak_label
+    retention_s = ctx.params.serving.log_retention_h * 3600
+    fb = nightly_feedback(
+        registry,
+        read_log(prediction_log(ctx.settings)),
+        ds,
+        batch,
+        dev,
+        test_ids,
+        consumed=consumed,
+        use=p.feedback_gold and p.mix != "weak_only",  # weak_only: no gold trains, so none is taken as trained
+        dev_fraction=p.feedback_dev_fraction,
+        seed=p.seed,
+        now=time.time(),
+        settle_s=p.feedback_settle_s,
+        retention_s=retention_s,
+        expiry_of=expiry_of,
+    )
+    atomic_write_json(ctx.run_dir / "feedback_gold.json", fb.report)
+    r = fb.report
+    log(
+        f"feedback gold: {len(r['accepted'])} accepted ({len(r['conflicts'])} conflicting), {len(r['refused'])} "
+        f"refused, {len(r['pending'])} pending; {r['gold_version'] or 'no new gold version'}"
+        + (f"; {len(fb.dev)} dev rows, {len(fb.extra)} rows appended" if r["used"] else "; not used (feedback_gold)")
+    )
+    return fb
 
 
 def weak_weight_for(

@@ -165,7 +165,7 @@ class _Replay:
         result.ok += 1
         variant = _variant(answer)
         result.variants[variant] = result.variants.get(variant, 0) + 1
-        if self.labels is not None:
+        if self.labels is not None and self.labels[j] is not None:  # None: this row gets no feedback
             self.feedback_tasks.append(asyncio.create_task(self.feedback(request_id, int(self.labels[j]))))
 
     async def send(self, count: int, rate: float, offset: int, t0: float, deadline: float) -> list[asyncio.Task]:

@@ -115,6 +115,15 @@ class DemoParams(Section):
     test_fraction: float = Field(gt=0, lt=0.5)
     """Gold-labeled test set (model gates), never trained on."""
     seed: StrictInt
+    traffic_rows: StrictInt = Field(ge=1)
+    """Demo only (tasks/canary/demo_traffic.py): rows of the next nights' batches served through
+    /v1/predict per run of the demo traffic feed."""
+    feedback_rate: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    """Demo only: share of those served rows whose true label arrives as delayed feedback."""
+    feedback_delay_s: Annotated[float, Field(ge=0, le=3600, allow_inf_nan=False)]
+    """Demo only: seconds between a served row's answer and its feedback."""
+    traffic_rate: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    """Demo only: requests per second of the demo traffic feed."""
 
     @field_validator("test_fraction")
     @classmethod
@@ -153,6 +162,14 @@ class WeakLabelParams(Section):
     else the smallest (tasks/labeling/weak_weight.py `one_se_choice`)."""
     class_balance_prior: StrictBool
     """The label model's class balance from the gold dev labels (false: Snorkel's uniform prior)."""
+    feedback_gold: StrictBool
+    """Use the gold labels from /v1/feedback (tasks/labeling/feedback.py): extra gold rows in the mix and a
+    growing gold dev set. False: they are still versioned (gold-vN), but the nightly ignores them."""
+    feedback_dev_fraction: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    """Share of the feedback gold rows (a seeded hash of the row id) that joins the gold dev set; the
+    rest trains. A row never does both."""
+    feedback_settle_s: Annotated[float, Field(ge=0, le=86_400, allow_inf_nan=False)]
+    """Feedback younger than this waits for the next run (its prediction's chunk may not be flushed yet)."""
 
 
 class ModelParams(Section):

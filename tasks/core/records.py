@@ -74,6 +74,10 @@ class WeakLabelRecord(Record):
     weak_weight: float | None = None
     weak_weight_choice: dict[str, Any] | None = None
     label_counts: dict[str, dict[str, float]] | None = None
+    # Gold from /v1/feedback (tasks/labeling/feedback.py): counts of this run's account, and the gold
+    # version whose training rows are in the data from this batch on (None: none yet).
+    feedback_gold: dict[str, Any] | None = None
+    feedback_gold_version: str | None = None
 
 
 class QuarantineRecord(Record):

@@ -107,7 +107,7 @@ def build_summary(
         "labeling": {
             **pick(wl, "coverage", "chosen", "quality_dev", "n_lfs", "lf_table", "drift", "drift_compared_with"),
             "stats": wl.labeling_stats,
-            **pick(wl, "mix", "gold_budget", "weak_weight", "weak_weight_choice", "label_counts"),
+            **pick(wl, "mix", "gold_budget", "weak_weight", "weak_weight_choice", "label_counts", "feedback_gold"),
         }
         if wl
         else None,
@@ -238,6 +238,17 @@ def training_label_lines(lab: dict[str, Any]) -> list[str]:
             lines.append(f"                 chosen because: {choice['reason']}")
     elif choice.get("reason"):
         lines.append(f"                 weak weight: {choice['reason']}")
+    fb = lab.get("feedback_gold")
+    if fb:  # /v1/feedback labels made gold tonight (tasks/labeling/feedback.py)
+        line = (
+            f"  feedback gold  {fb.get('gold_version') or 'no new gold version'}: {fb['accepted']} accepted "
+            f"({fb['conflicts']} conflicting), {fb['refused']} refused, {fb['pending']} pending"
+        )
+        if fb.get("used") and "dev_rows" in fb:
+            line += f"; {fb['dev_rows']} in the dev set, {fb['batch_rows_gold'] + fb['appended_rows']} training"
+        elif not fb.get("used"):
+            line += "; not used (weak_label.feedback_gold or mix)"
+        lines.append(line)
     return lines
 
 

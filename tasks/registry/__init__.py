@@ -11,6 +11,7 @@ under a file lock; versions are immutable git tags (`data-vN`, `model-vN`).
     data/versions/data-vN.json      the partitions in that version + lineage
     models/model-vN/                model.pt, model.fp32.onnx, model.int8.onnx (DVC-tracked)
     models/model-vN.json            lineage: data version, code commit, params hash, metrics, sha256s
+    gold/labels/gold-vN.jsonl       gold labels from feedback that version added (+ refused/, versions/)
 
 The parts:
     repo.py     the repository: git/DVC plumbing, lock, transaction(), recovery, commits, audit
@@ -19,6 +20,7 @@ The parts:
     serving.py  the serving state (ServingState: champion, challenger, weight, mode), the served file's
                 name in a model record: pure
     canary.py   canary releases: start_canary, set_canary_weight, rollback_canary
+    gold.py     gold labels from feedback: gold-vN tags (add_gold, gold_rows), test rows refused, conflicts kept
 
 A killed transaction leaves an uncommitted working tree; the next one starts by
 resetting to the last commit, so readers only ever see whole versions.
@@ -29,6 +31,7 @@ from __future__ import annotations
 from tasks.core.versions import DATA_VERSION, MODEL_VERSION
 from tasks.registry.canary import CanaryReleases
 from tasks.registry.data import BATCH_ID, DEFAULT_DATASET, DataVersions
+from tasks.registry.gold import FEEDBACK, TEST_REFUSAL, GoldStore, is_gold_version
 from tasks.registry.models import ModelVersions, file_digest, served_artifact
 from tasks.registry.repo import ANY, EMPTY_STATE, MirrorError, RegistryError, RepoBase, check_version, code_commit
 from tasks.registry.serving import (
@@ -45,8 +48,8 @@ from tasks.registry.serving import (
 )
 
 
-class Registry(DataVersions, CanaryReleases):
-    """The whole registry: data versions, model versions, stages and serving, on one repository."""
+class Registry(DataVersions, CanaryReleases, GoldStore):
+    """The whole registry: data versions, gold versions, model versions, stages and serving, on one repository."""
 
 
 __all__ = [
@@ -56,6 +59,10 @@ __all__ = [
     "ANY",
     "RepoBase",
     "DataVersions",
+    "GoldStore",
+    "FEEDBACK",
+    "TEST_REFUSAL",
+    "is_gold_version",
     "ModelVersions",
     "CanaryReleases",
     "check_version",

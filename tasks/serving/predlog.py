@@ -22,7 +22,8 @@ The records are the contract between the server and its readers:
      "model_version", "latency_ms", "score", "shadow" (bool), "endpoint" ("predict" | "infer"),
      "replica", "input" (the raw row for /v1/predict, the feature vector for OIP infer; not on
      shadow records: the champion's record of the same request and row has it)}
-    {"kind": "feedback", "request_id", "row", "at", "ts", "label" (0 | 1), "replica"}
+    {"kind": "feedback", "request_id", "row", "at", "ts", "label" (0 | 1), "who" (the sender's name, or
+     null), "replica"}: the nightly turns these into gold labels (tasks/labeling/feedback.py)
     {"kind": "prediction", ..., "error": "<message>", "inputs": [every row's input]} (no score):
      the variant's model failed
 """
@@ -110,10 +111,11 @@ def error_record(
     return rec
 
 
-def feedback_records(request_id: str, labels: list[int]) -> list[dict[str, Any]]:
+def feedback_records(request_id: str, labels: list[int], who: Optional[str] = None) -> list[dict[str, Any]]:
     stamp = now_fields()
     return [
-        {"kind": "feedback", "request_id": request_id, "row": i, **stamp, "label": int(y)} for i, y in enumerate(labels)
+        {"kind": "feedback", "request_id": request_id, "row": i, **stamp, "label": int(y), "who": who}
+        for i, y in enumerate(labels)
     ]
 
 

@@ -61,6 +61,15 @@ class RequestIds:
         return int(parts[2])
 
 
+def expiry_of(request_id: str) -> int | None:
+    """The expiry (unix s) an id carries, None for a string that is not shaped like one (no signature
+    check: for ids the log already holds, which a replica verified when it took them)."""
+    parts = str(request_id).split(".")
+    if len(parts) != 4 or not parts[1].isdigit():
+        return None
+    return int(parts[1])
+
+
 def load_key(path: Path) -> bytes:
     """The shared key in `path`, created if absent (exclusively: replicas starting together agree on
     the first one written)."""

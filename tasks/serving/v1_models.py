@@ -124,6 +124,9 @@ class FeedbackRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
     request_id: Annotated[StrictStr, Field(min_length=1, max_length=128)]
     label: Union[Literal[0, 1], Annotated[list[Literal[0, 1]], Field(min_length=1)]]
+    who: Union[Annotated[StrictStr, Field(min_length=1, max_length=128)], None] = Field(
+        None, description="who sends the label (recorded with the gold label it becomes)"
+    )
 
 
 def load_row_model(dataset: Any) -> type[BaseModel]:

@@ -114,7 +114,7 @@ async def feedback(body: FeedbackRequest, ctx: Context) -> FeedbackResponse:
             f"request {body.request_id} scored {rows} rows; label must be "
             f"{'one label or ' if rows == 1 else ''}a list of {rows} labels, got {len(labels)}",
         )
-    ctx.predlog.append(feedback_records(body.request_id, labels))
+    ctx.predlog.append(feedback_records(body.request_id, labels, body.who))
     ctx.metrics.feedback.inc(len(labels))
     return FeedbackResponse(request_id=body.request_id, labels=len(labels))
 
