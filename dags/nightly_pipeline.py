@@ -4,7 +4,8 @@
 Every night: the next unlabeled landing batch becomes a served, compressed model,
 through a gate at every step.
 
-`ingest` -> `validate_raw` (contract) -> `weak_label` (Snorkel) -> `validate_labeled`
+`ingest` -> `validate_raw` (contract) -> `weak_label` (Snorkel; beside the next step, `fill_queue` puts
+the batch's most useful rows into the labeling queue) -> `validate_labeled`
 (contract) -> `snapshot` (DVC data version) -> `train` (torchrun) -> `evaluate`
 (vs prod) -> `compress` (ONNX int8) -> `register` -> `deploy_canary` (challenger beside the
 champion at the first canary weight) -> `canary_analysis` (live traffic, step by step) ->
@@ -135,6 +136,10 @@ def nightly_pipeline():
     def weak_label(**context):
         return _run("tasks.weak_label", context).chosen
 
+    @task
+    def fill_queue(**context):  # beside validate_labeled: the labeling queue waits for no gate
+        return _run("tasks.fill_queue", context).added
+
     @task.branch
     def validate_labeled(**context):
         return "snapshot" if _run("tasks.validate_labeled", context).passed else "quarantine_labeled"
@@ -246,10 +251,12 @@ def nightly_pipeline():
     q_raw, q_lab = quarantine_raw(), quarantine_labeled()
     rej_eval, rej_comp = reject_model_evaluate(), reject_model_compress()
     t_report, t_failed = report(), run_failed()
+    t_queue = fill_queue()
 
     t_ingest >> [t_raw, no_batch]
     t_raw >> [t_weak, q_raw]
     t_weak >> t_lab >> [t_snap, q_lab]
+    t_weak >> t_queue >> t_report
     t_train >> t_eval >> [t_comp, rej_eval]
     t_comp >> [t_reg, rej_comp]
     t_reg >> t_canary >> t_analysis >> [t_promote, t_back]
@@ -258,6 +265,7 @@ def nightly_pipeline():
         t_ingest,
         t_raw,
         t_weak,
+        t_queue,
         t_lab,
         t_snap,
         *train_steps,

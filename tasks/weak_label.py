@@ -90,6 +90,8 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     path = run_dir / "labeled.parquet"
     atomic_write_parquet(path, labeled)
     atomic_write_json(run_dir / "lf_analysis.json", out.lf_table)
+    votes = lf_votes_frame(batch[ds.ID_COLUMN], L, [lf.name for lf in lfs], out.prob)
+    atomic_write_parquet(run_dir / LF_VOTES, votes)  # the labeling queue's signals (tasks/fill_queue.py)
 
     q = out.quality
     log(
@@ -124,7 +126,20 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
         feedback_gold={k: v for k, v in fb.report.items() if k not in ("accepted", "refused", "conflicts", "pending")}
         | {k: len(fb.report[k]) for k in ("accepted", "refused", "conflicts", "pending")},
         feedback_gold_version=fb.used_through,
+        lf_votes=str(run_dir / LF_VOTES),
     )
+
+
+LF_VOTES = "lf_votes.parquet"
+LABEL_MODEL_PROB = "_label_model_prob"
+
+
+def lf_votes_frame(ids: pd.Series, L: np.ndarray, names: list[str], prob: np.ndarray) -> pd.DataFrame:
+    """Per batch row: its id, each LF's vote and the label model's P(positive) (nan: no LF voted)."""
+    frame = pd.DataFrame(np.asarray(L, np.int8), columns=names)
+    frame.insert(0, "_row_id", ids.astype(str).to_numpy())
+    frame[LABEL_MODEL_PROB] = np.asarray(prob, np.float64)
+    return frame
 
 
 def feedback_gold(ctx: StepContext, ds, registry, batch, dev, test_ids, consumed) -> NightlyFeedback:

@@ -172,6 +172,34 @@ class WeakLabelParams(Section):
     """Feedback younger than this waits for the next run (its prediction's chunk may not be flushed yet)."""
 
 
+class AcquisitionWeights(Section):
+    """The labeling queue's acquisition score: the weighted mean of the signals present (>= 0 each)."""
+
+    conflict: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
+    """LF conflict: the share of a row's votes in the minority class, doubled."""
+    entropy: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
+    """The label model's binary entropy (bits) of P(positive); a row no LF votes on counts as 1."""
+    uncertainty: Annotated[float, Field(ge=0, le=100, allow_inf_nan=False)]
+    """The prod model's 1 - |2 s - 1| (left out of the mean while no prod model exists)."""
+
+
+class QueueParams(Section):
+    """The labeling queue a person works through (tasks/labeling/acquisition.py, tasks/labeling/queue.py)."""
+
+    k: StrictInt = Field(ge=0, le=100_000)
+    """Rows of each nightly batch put into the queue (0: none)."""
+    random_share: Unit
+    """Share of the K drawn uniformly at random from the rest of the batch (importance weight 1 / pi),
+    so estimates from the queue's gold stay unbiased."""
+    diversity: Unit
+    """Greedy diversity: each pick maximises (1 - d) * score + d * its distance to the rows picked."""
+    weights: AcquisitionWeights
+    seed: StrictInt
+    """Seeds the random share's draw (with the run id: each night draws anew, a re-run the same)."""
+    model_scores: StrictBool
+    """Score the batch with the prod model's served ONNX for the uncertainty signal (when there is one)."""
+
+
 class ModelParams(Section):
     module: ModulePath
     """The model plug-in (tasks/models/__init__.py; tasks.models.mlp is the default)."""
@@ -512,6 +540,7 @@ class Params(Section):
     dataset: DatasetParams
     demo: DemoParams
     weak_label: WeakLabelParams
+    queue: QueueParams
     train: TrainParams
     evaluate: EvaluateParams
     held: HeldParams

@@ -78,6 +78,23 @@ class WeakLabelRecord(Record):
     # version whose training rows are in the data from this batch on (None: none yet).
     feedback_gold: dict[str, Any] | None = None
     feedback_gold_version: str | None = None
+    lf_votes: str | None = None  # runs/<id>/lf_votes.parquet: per row, the LF votes and P(positive)
+
+
+class FillQueueRecord(Record):
+    """The rows a nightly put into the labeling queue (tasks/fill_queue.py)."""
+
+    path: str
+    added: int
+    chosen: int
+    random: int
+    random_inclusion: float | None
+    signals: list[str]
+    model_version: str | None
+    eligible: int
+    queued_before: int
+    mean_score_chosen: float | None = None
+    mean_score_batch: float | None = None
 
 
 class QuarantineRecord(Record):
@@ -359,6 +376,7 @@ RECORDS: dict[str, type[Record]] = {
     "ingest": IngestRecord,
     "validate_raw": ContractRecord,
     "weak_label": WeakLabelRecord,
+    "fill_queue": FillQueueRecord,
     "validate_labeled": ContractRecord,
     "quarantine": QuarantineRecord,
     "snapshot": SnapshotRecord,

@@ -13,6 +13,10 @@ with `conflict: true` and the labels it contradicts; `gold_rows` then leaves tha
 label of a row must agree) and lists it among the conflicts: a conflicted row trains nowhere and
 joins no dev set (docs/training.md "Feedback gold").
 
+A label can be retracted (`retract_gold`, the labeling queue's undo): a new version names it in
+gold/retracted/gold-vN.jsonl with who and why; it stays in its own version's file, and `gold_labels`
+leaves it out from then on.
+
 Refused, with the reason: a row of the gold test set ("gold, test"), a label outside the classes,
 a label without a row id, and the same feedback record a second time (an earlier version has it).
 Everything is written in one transaction whose tag is the commit point (repo.py): a killed one
@@ -69,15 +73,31 @@ class GoldStore(RepoBase):
         text = self.git("show", f"{version}:gold/{kind}/{version}.jsonl")
         return [json.loads(line) for line in text.splitlines() if line.strip()]
 
-    def gold_labels(self, version: str | None = None) -> list[dict[str, Any]]:
-        """Every gold label up to `version` (default: the latest), oldest first, as committed at the tags."""
+    def _retracted_lines(self, version: str) -> list[dict[str, Any]]:
+        """A version's retractions (gold/retracted/, written only by `retract_gold`; none before it)."""
+        text = self.git("show", f"{version}:gold/retracted/{version}.jsonl", check=False)
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+    def _upto(self, version: str | None) -> list[str]:
         versions = self.gold_versions()
         if version is not None:
             gold_number(version)
             if version not in versions:
                 raise RegistryError(f"gold version {version} does not exist (have: {versions or 'none'})")
             versions = versions[: versions.index(version) + 1]
-        return [label for v in versions for label in self._lines(v, "labels")]
+        return versions
+
+    def gold_labels(self, version: str | None = None) -> list[dict[str, Any]]:
+        """Every gold label up to `version` (default: the latest), oldest first, as committed at the tags,
+        less the labels a later version (up to `version`) retracted (`gold_retracted` keeps those)."""
+        versions = self._upto(version)
+        gone = {r["request_id"] for r in self.gold_retracted(versions[-1] if versions else None)}
+        return [lab for v in versions for lab in self._lines(v, "labels") if lab.get("request_id") not in gone]
+
+    def gold_retracted(self, version: str | None = None) -> list[dict[str, Any]]:
+        """Every retraction up to `version`: {request_id, row_id, label, gold_version, who, at, reason}."""
+        versions = self._upto(version) if version is not None else self.gold_versions()
+        return [r for v in versions for r in self._retracted_lines(v)]
 
     def gold_refused(self, version: str | None = None) -> list[dict[str, Any]]:
         versions = self.gold_versions()
@@ -129,6 +149,7 @@ class GoldStore(RepoBase):
             versions = self.gold_versions()
             earlier = self.gold_labels() if versions else []
             seen = {feedback_key(x) for x in earlier} | {feedback_key(x) for x in self.gold_refused()}
+            seen |= {r["key"] for r in self.gold_retracted()}  # a retracted record is not taken again
             labels_of: dict[str, list[dict[str, Any]]] = {}
             for lab in earlier:
                 labels_of.setdefault(str(lab["row_id"]), []).append(lab)
@@ -145,7 +166,7 @@ class GoldStore(RepoBase):
                 seen.add(feedback_key(cand))
                 row_id = str(cand["row_id"])
                 before = [
-                    {k: lab.get(k) for k in ("label", "gold_version", "request_id", "at", "source")}
+                    {k: lab.get(k) for k in ("label", "gold_version", "request_id", "at", "source", "who")}
                     for lab in labels_of.get(row_id, [])
                     if lab["label"] != int(cand["label"])
                 ]
@@ -157,6 +178,7 @@ class GoldStore(RepoBase):
                     "label": int(cand["label"]),
                     "source": cand.get("source") or FEEDBACK,
                     "raw": cand.get("raw"),
+                    **({"queue": cand["queue"]} if cand.get("queue") is not None else {}),
                     "gold_version": version,
                     "conflict": bool(before),
                     "conflicts_with": before,
@@ -199,6 +221,60 @@ class GoldStore(RepoBase):
             )
             log(f"registry: {version} tagged at {commit[:10]}: {len(accepted)} gold, {len(refused)} refused")
             return {"gold_version": version, "commit": commit, **result}
+
+    def retract_gold(self, request_ids: Iterable[str], *, who: str, reason: str) -> dict[str, Any]:
+        """Retract gold labels (by request id) as a new gold version: nothing is deleted, the version's
+        gold/retracted/ file names each label with who retracted it, when and why, and `gold_labels`
+        leaves them out from that version on (a queue label's undo, tasks/labeling/queue.py). A request
+        id that names no live label is refused (RegistryError), and nothing is written."""
+        wanted = [str(r) for r in request_ids]
+        if not wanted:
+            raise RegistryError("nothing to retract: no request id given")
+        if not reason:
+            raise RegistryError("a retraction needs a reason")
+        with self.transaction():
+            versions = self.gold_versions()
+            live = {str(lab.get("request_id")): lab for lab in (self.gold_labels() if versions else [])}
+            missing = [r for r in wanted if r not in live]
+            if missing:
+                raise RegistryError(f"no live gold label has request id(s) {missing}: nothing retracted")
+            version = f"gold-v{gold_number(versions[-1]) + 1}"
+            at = datetime.now(timezone.utc).isoformat()
+            gone = [
+                {
+                    "request_id": r,
+                    "key": feedback_key(live[r]),
+                    "row_id": live[r]["row_id"],
+                    "label": live[r]["label"],
+                    "gold_version": live[r]["gold_version"],
+                    "source": live[r].get("source"),
+                    "labeled_by": live[r].get("who"),
+                    "who": who,
+                    "at": at,
+                    "reason": reason,
+                }
+                for r in wanted
+            ]
+            info = {
+                "version": version,
+                "parent": versions[-1],
+                "created_at": at,
+                "until_ts": None,
+                "accepted": 0,
+                "refused": 0,
+                "conflicts": [],
+                "refused_by_reason": {},
+                "retracted": len(gone),
+            }
+            base = self.root / "gold"
+            atomic_write_text(base / "labels" / f"{version}.jsonl", "")
+            atomic_write_text(base / "refused" / f"{version}.jsonl", "")
+            atomic_write_text(base / "retracted" / f"{version}.jsonl", _jsonl(gone))
+            atomic_write_json(base / "versions" / f"{version}.json", info)
+            self._audit("gold_retract", who=who, gold_version=version, retracted=wanted, reason=reason)
+            commit = self._commit(f"{version}: {len(gone)} gold label(s) retracted ({reason})", tag=version)
+            log(f"registry: {version} tagged at {commit[:10]}: {len(gone)} gold label(s) retracted by {who}")
+            return {"gold_version": version, "commit": commit, "retracted": gone}
 
     @staticmethod
     def _refusal(cand: dict[str, Any], classes: list[int], tests: set[str], seen: set[str]) -> str | None:

@@ -87,6 +87,8 @@ def test_nightly_pipeline_wiring(dagbag):
     assert t["train"]["trigger_rule"] == "none_failed_min_one_success"
     assert t["validate_raw"]["down"] == ["quarantine_raw", "weak_label"]
     assert t["validate_labeled"]["down"] == ["quarantine_labeled", "snapshot"]
+    # the labeling queue fills beside the data gate: no gate waits for it, the report does
+    assert t["weak_label"]["down"] == ["fill_queue", "validate_labeled"] and t["fill_queue"]["down"] == ["report"]
     assert t["evaluate"]["down"] == ["compress", "reject_model_evaluate"]
     assert t["compress"]["down"] == ["register", "reject_model_compress"]
     assert t["register"]["down"] == ["deploy_canary"] and t["deploy_canary"]["down"] == ["canary_analysis"]

@@ -23,6 +23,7 @@ def cli(settings, module, *args):
         "tasks.ingest",
         "tasks.validate_raw",
         "tasks.weak_label",
+        "tasks.fill_queue",
         "tasks.snapshot",
         "tasks.train",
         "tasks.evaluate",

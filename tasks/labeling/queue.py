@@ -1,0 +1,410 @@
+"""The labeling queue: the rows a person labels next, and what each person answered (SQLite).
+
+SLUICE_HOME/queue/queue.sqlite (kept across runs), two tables:
+
+    items    one per queued row: the run that queued it, the row id, the raw row (JSON), the LF votes
+             (name -> vote), the label model's P(positive), the prod model's score (when there was one),
+             the acquisition score, chosen or random and its inclusion probability (the importance
+             weight is 1 / that; tasks/labeling/acquisition.py)
+    answers  one per click: a label or a skip, who (the Airflow user of the request's token) and when,
+             the gold version a label became, and when and by whom it was undone
+
+A label is gold at once: `record_label` writes it through the registry's gold store
+(tasks/registry/gold.py) as a gold version with source "queue", who and when, and the registry's
+audit line; the queue's answer row and the gold version are one unit (the SQLite transaction is
+open around the registry's and is rolled back if that fails: nothing half-written). The next
+nightly's weak_label takes queue gold exactly like feedback gold (tasks/labeling/feedback.py: a dev
+share, the rest trains as gold rows). Two people who label one item differently are both kept: the
+second is flagged as a conflict naming the first, and the row trains nowhere until someone settles it
+(docs/training.md "Queue gold"). `undo` takes back a person's last answer; a label that a nightly
+has trained on already cannot be undone (it is in a data version), and says so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sqlite3
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from tasks.core.errors import RefusedError
+from tasks.registry.gold import gold_number
+
+QUEUE_FILE = "queue.sqlite"
+SOURCE = "queue"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS items (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id TEXT NOT NULL,
+    row_id TEXT NOT NULL,
+    raw TEXT NOT NULL,
+    lf_votes TEXT NOT NULL,
+    label_prob REAL,
+    model_score REAL,
+    score REAL NOT NULL,
+    kind TEXT NOT NULL CHECK (kind IN ('chosen', 'random')),
+    inclusion REAL NOT NULL CHECK (inclusion > 0 AND inclusion <= 1),
+    rank INTEGER NOT NULL,
+    created_at TEXT NOT NULL,
+    UNIQUE (run_id, row_id)
+);
+CREATE TABLE IF NOT EXISTS answers (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    item_id INTEGER NOT NULL REFERENCES items (id),
+    action TEXT NOT NULL CHECK (action IN ('label', 'skip')),
+    label INTEGER,
+    who TEXT NOT NULL,
+    at TEXT NOT NULL,
+    request_id TEXT,
+    gold_version TEXT,
+    undone_at TEXT,
+    undone_by TEXT,
+    undone_version TEXT
+);
+CREATE INDEX IF NOT EXISTS answers_item ON answers (item_id);
+"""
+
+
+class QueueError(RefusedError):
+    """A queue request that cannot be done (an unknown item, a label outside the classes, an undo of a
+    label that trained already): its message says why; nothing was written."""
+
+
+def queue_path(layout: Any) -> Path:
+    return Path(layout.home) / "queue" / QUEUE_FILE
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+@dataclass
+class QueueStore:
+    path: Path
+
+    @classmethod
+    def open(cls, layout: Any) -> "QueueStore":
+        return cls(queue_path(layout))
+
+    @contextlib.contextmanager
+    def _db(self, write: bool = False) -> Iterator[sqlite3.Connection]:
+        if not write and not self.path.exists():  # a reader creates no store
+            db = sqlite3.connect(":memory:")
+            db.executescript(SCHEMA)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.executescript(SCHEMA)
+        db.row_factory = sqlite3.Row
+        try:
+            if write:
+                db.execute("BEGIN IMMEDIATE")  # one writer at a time: two clicks on one item are ordered
+                try:
+                    yield db
+                except BaseException:
+                    db.execute("ROLLBACK")
+                    raise
+                db.execute("COMMIT")
+            else:
+                yield db
+        finally:
+            db.close()
+
+    # ---- filling ----------------------------------------------------------------------------------
+    def add_items(self, run_id: str, items: Iterable[dict[str, Any]]) -> int:
+        """Queue a run's rows (one transaction). A row a run queued already is not queued twice (a
+        retried task adds nothing). Returns the number added."""
+        added, at = 0, _now()
+        with self._db(write=True) as db:
+            for it in items:
+                cur = db.execute(
+                    "INSERT OR IGNORE INTO items (run_id, row_id, raw, lf_votes, label_prob, model_score, score, "
+                    "kind, inclusion, rank, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run_id,
+                        str(it["row_id"]),
+                        json.dumps(it["raw"], sort_keys=True, default=str),
+                        json.dumps(it["lf_votes"], sort_keys=True),
+                        _num(it.get("label_prob")),
+                        _num(it.get("model_score")),
+                        float(it["score"]),
+                        it["kind"],
+                        float(it["inclusion"]),
+                        int(it["rank"]),
+                        at,
+                    ),
+                )
+                added += cur.rowcount
+        return added
+
+    # ---- reading ----------------------------------------------------------------------------------
+    def item(self, item_id: int) -> dict[str, Any]:
+        with self._db() as db:
+            row = db.execute("SELECT * FROM items WHERE id = ?", (int(item_id),)).fetchone()
+            if row is None:
+                raise QueueError(f"queue item {item_id} does not exist")
+            return self._full(db, row)
+
+    def next_item(self, who: str) -> dict[str, Any] | None:
+        """The next item for `who`: the newest run's first in rank order that nobody has labeled (an
+        undone label does not count) and that `who` has not skipped. None: the queue is done for them."""
+        with self._db() as db:
+            row = db.execute(
+                "SELECT i.* FROM items i WHERE NOT EXISTS (SELECT 1 FROM answers a WHERE a.item_id = i.id "
+                "AND a.undone_at IS NULL AND (a.action = 'label' OR a.who = ?)) "
+                "ORDER BY i.created_at DESC, i.run_id DESC, i.rank, i.id LIMIT 1",
+                (who,),
+            ).fetchone()
+            return self._full(db, row) if row is not None else None
+
+    def counts(self, who: str | None = None) -> dict[str, int]:
+        with self._db() as db:
+            total = db.execute("SELECT COUNT(*) FROM items").fetchone()[0]
+            labeled = db.execute(
+                "SELECT COUNT(DISTINCT item_id) FROM answers WHERE action = 'label' AND undone_at IS NULL"
+            ).fetchone()[0]
+            conflicted = db.execute(
+                "SELECT COUNT(*) FROM (SELECT item_id FROM answers WHERE action = 'label' AND undone_at IS NULL "
+                "GROUP BY item_id HAVING COUNT(DISTINCT label) > 1)"
+            ).fetchone()[0]
+            mine = (
+                db.execute(
+                    "SELECT COUNT(*) FROM answers WHERE who = ? AND undone_at IS NULL AND action = 'label'", (who,)
+                ).fetchone()[0]
+                if who
+                else 0
+            )
+        return {"items": total, "labeled": labeled, "conflicted": conflicted, "yours": mine}
+
+    def row_ids(self) -> set[str]:
+        """Every row id ever queued (a row is queued once, whichever batch brings it again)."""
+        with self._db() as db:
+            return {r[0] for r in db.execute("SELECT DISTINCT row_id FROM items")}
+
+    def answers(self, item_id: int | None = None) -> list[dict[str, Any]]:
+        with self._db() as db:
+            sql, args = "SELECT * FROM answers", ()
+            if item_id is not None:
+                sql, args = sql + " WHERE item_id = ?", (int(item_id),)
+            return [dict(r) for r in db.execute(sql + " ORDER BY id", args)]
+
+    @staticmethod
+    def _full(db: sqlite3.Connection, row: sqlite3.Row) -> dict[str, Any]:
+        out = dict(row)
+        out["raw"], out["lf_votes"] = json.loads(out["raw"]), json.loads(out["lf_votes"])
+        out["weight"] = 1.0 / out["inclusion"]
+        out["labels"] = [
+            {k: a[k] for k in ("label", "who", "at", "gold_version")}
+            for a in db.execute(
+                "SELECT * FROM answers WHERE item_id = ? AND action = 'label' AND undone_at IS NULL ORDER BY id",
+                (out["id"],),
+            )
+        ]
+        out["conflict"] = len({lab["label"] for lab in out["labels"]}) > 1
+        return out
+
+    # ---- answering --------------------------------------------------------------------------------
+    def record_label(
+        self,
+        registry: Any,
+        item_id: int,
+        label: Any,
+        *,
+        who: str,
+        classes: Iterable[int],
+        test_ids: Iterable[Any] = (),
+    ) -> dict[str, Any]:
+        """`who` labels a queue item: a gold version with source "queue" (see the module doc). Returns
+        {"item", "gold_version", "conflict", "conflicts_with", "message"}."""
+        classes = sorted(int(c) for c in classes)
+        if not who:
+            raise QueueError("a label needs who gave it (the Airflow user of the request)")
+        if isinstance(label, bool) or not isinstance(label, int) or label not in classes:
+            raise QueueError(f"label {label!r} is outside the classes {classes}: nothing recorded")
+        with self._db(write=True) as db:
+            row = db.execute("SELECT * FROM items WHERE id = ?", (int(item_id),)).fetchone()
+            if row is None:
+                raise QueueError(f"queue item {item_id} does not exist: nothing recorded")
+            mine = db.execute(
+                "SELECT label, gold_version FROM answers WHERE item_id = ? AND who = ? AND action = 'label' "
+                "AND undone_at IS NULL",
+                (int(item_id), who),
+            ).fetchone()
+            if mine is not None:
+                if mine["label"] == label:
+                    item = self._full(db, row)
+                    msg = f"already recorded: you labeled item {item_id} {label} ({mine['gold_version']})"
+                    return {"item": item, "gold_version": mine["gold_version"], "conflict": item["conflict"],
+                            "conflicts_with": [], "message": msg, "recorded": False}  # fmt: skip
+                raise QueueError(
+                    f"you labeled item {item_id} {mine['label']} already ({mine['gold_version']}): undo that "
+                    "label to change it; nothing recorded"
+                )
+            at, ts = _now(), time.time()
+            cur = db.execute(
+                "INSERT INTO answers (item_id, action, label, who, at) VALUES (?, 'label', ?, ?, ?)",
+                (int(item_id), label, who, at),
+            )
+            request_id = f"queue-{int(item_id)}-{cur.lastrowid}"
+            candidate = {
+                "row_id": row["row_id"],
+                "label": label,
+                "who": who,
+                "at": at,
+                "ts": ts,
+                "request_id": request_id,
+                "row": 0,
+                "source": SOURCE,
+                "raw": json.loads(row["raw"]),
+                "queue": {
+                    "item": int(item_id),
+                    "run_id": row["run_id"],
+                    "kind": row["kind"],
+                    "inclusion": row["inclusion"],
+                    "score": row["score"],
+                },
+            }
+            result = registry.add_gold([candidate], classes=classes, test_ids=test_ids, who=who)
+            if not result["accepted"]:  # refused (e.g. a gold test row): recorded with its version, not queued
+                why = result["refused"][0]["reason"] if result["refused"] else "not accepted"
+                raise QueueError(f"the gold store refused item {item_id}'s label: {why}")
+            gold = result["accepted"][0]
+            db.execute(
+                "UPDATE answers SET request_id = ?, gold_version = ? WHERE id = ?",
+                (request_id, gold["gold_version"], cur.lastrowid),
+            )
+            item = self._full(db, row)
+        if gold["conflict"]:
+            others = "; ".join(
+                f"{c.get('who') or c.get('source')} labeled it {c['label']}"
+                + (f" ({c['gold_version']})" if c.get("gold_version") else "")
+                for c in gold["conflicts_with"]
+            )
+            msg = (
+                f"conflict: {others}; your label {label} is kept beside it ({gold['gold_version']}). Both stay in "
+                "the gold store; the row trains nowhere until the conflict is settled"
+            )
+        else:
+            msg = f"item {item_id} labeled {label}: {gold['gold_version']}"
+        return {
+            "item": item,
+            "gold_version": gold["gold_version"],
+            "conflict": gold["conflict"],
+            "conflicts_with": gold["conflicts_with"],
+            "message": msg,
+            "recorded": True,
+        }
+
+    def skip(self, item_id: int, *, who: str) -> dict[str, Any]:
+        if not who:
+            raise QueueError("a skip needs who gave it")
+        with self._db(write=True) as db:
+            if db.execute("SELECT 1 FROM items WHERE id = ?", (int(item_id),)).fetchone() is None:
+                raise QueueError(f"queue item {item_id} does not exist: nothing recorded")
+            db.execute(
+                "INSERT INTO answers (item_id, action, who, at) VALUES (?, 'skip', ?, ?)", (int(item_id), who, _now())
+            )
+        return {"item_id": int(item_id), "message": f"item {item_id} skipped"}
+
+    def undo(self, registry: Any, *, who: str, trained_through: str | None) -> dict[str, Any]:
+        """Take back `who`'s last live answer: a skip is forgotten, a label is retracted from the gold
+        store (a gold version that says who undid it). `trained_through`: the latest gold version a
+        data version has trained on (tasks/labeling/feedback.py `trained_through`): a label in it or
+        before it is in the data already and is not undone."""
+        with self._db(write=True) as db:
+            last = db.execute(
+                "SELECT * FROM answers WHERE who = ? AND undone_at IS NULL ORDER BY id DESC LIMIT 1", (who,)
+            ).fetchone()
+            if last is None:
+                raise QueueError(f"{who} has nothing to undo")
+            version = None
+            if last["action"] == "label":
+                done = gold_number(trained_through) if trained_through else 0
+                if gold_number(last["gold_version"]) <= done:
+                    raise QueueError(
+                        f"item {last['item_id']}'s label ({last['gold_version']}) has trained already (the data "
+                        f"trained through {trained_through}): it cannot be undone; label the row again to correct "
+                        "it (the two labels are kept as a conflict)"
+                    )
+                version = registry.retract_gold([last["request_id"]], who=who, reason="undo in the labeling queue")[
+                    "gold_version"
+                ]
+            db.execute(
+                "UPDATE answers SET undone_at = ?, undone_by = ?, undone_version = ? WHERE id = ?",
+                (_now(), who, version, last["id"]),
+            )
+        what = f"label {last['label']} retracted ({version})" if version else "skip undone"
+        return {"item_id": last["item_id"], "gold_version": version, "message": f"item {last['item_id']}: {what}"}
+
+
+def build_items(
+    batch: Any,
+    L: Any,
+    lf_names: list[str],
+    prob: Any,
+    model_score: Any,
+    features: Any,
+    *,
+    id_column: str,
+    raw_columns: list[str],
+    params: Any,
+    seed: int,
+    eligible: Any,
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The queue items of one batch by the acquisition rule (tasks/labeling/acquisition.py), in the
+    order a person sees them (the random rows spread evenly among the chosen), and an account."""
+    import numpy as np
+
+    from tasks.labeling.acquisition import acquisition_score, select
+
+    weights = params.weights.model_dump() if hasattr(params.weights, "model_dump") else dict(params.weights)
+    score, parts = acquisition_score(L, prob, model_score, weights)
+    sel = select(
+        score, features, k=params.k, random_share=params.random_share, diversity=params.diversity, seed=seed,
+        eligible=eligible,
+    )  # fmt: skip
+    chosen = [j for j in range(len(sel.index)) if sel.kind[j] == "chosen"]
+    randoms = [j for j in range(len(sel.index)) if sel.kind[j] == "random"]
+    place = {j: (n + 0.5) / len(chosen) for n, j in enumerate(chosen)}
+    place |= {j: (n + 0.5) / len(randoms) for n, j in enumerate(randoms)}
+    order = sorted(place, key=lambda j: (place[j], j))
+    items = []
+    for rank, j in enumerate(order):
+        i = int(sel.index[j])
+        raw = batch.iloc[i][raw_columns].to_dict()
+        items.append(
+            {
+                "row_id": str(batch[id_column].iloc[i]),
+                "raw": {k: (v.item() if hasattr(v, "item") else v) for k, v in raw.items()},
+                "lf_votes": {name: int(L[i, n]) for n, name in enumerate(lf_names)},
+                "label_prob": float(prob[i]),
+                "model_score": None if model_score is None else float(model_score[i]),
+                "score": float(sel.score[j]),
+                "kind": str(sel.kind[j]),
+                "inclusion": float(sel.inclusion[j]),
+                "rank": rank,
+            }
+        )
+    account = {
+        "rows": int(len(score)),
+        "eligible": int(np.asarray(eligible, bool).sum()),
+        "chosen": len(chosen),
+        "random": len(randoms),
+        "random_inclusion": float(sel.inclusion[randoms[0]]) if randoms else None,
+        "signals": sorted(parts),
+        "mean_score_chosen": float(np.mean(sel.score[chosen])) if chosen else None,
+        "mean_score_batch": float(np.mean(score)) if len(score) else None,
+    }
+    return items, account
+
+
+def _num(x: Any) -> float | None:
+    if x is None:
+        return None
+    x = float(x)
+    return None if x != x else x  # nan -> NULL
