@@ -11,6 +11,8 @@ frame sends along.
     GET /sluice/api/overview              the same read model as JSON
     GET /sluice/runs/<folder>/report.html a run's report (tasks/monitoring/html_report.py)
     GET /sluice/model-cards/<file>        a model card, model-vN.html or .md
+    /sluice/queue, /sluice/api/queue/...  the labeling queue: the page and its REST endpoint
+                                          (sluice_ui/queue_api.py: who from the token, CSRF-guarded writes)
 """
 
 from __future__ import annotations
@@ -27,13 +29,14 @@ from tasks.monitoring.model_card import card_dir
 from tasks.monitoring.pipeline_state import REPORT_NAME, read_state
 
 from .page import render_page
+from .queue_api import add_queue_routes
 
 RUN_FOLDER = re.compile(r"^[A-Za-z0-9._~-]+$")  # what safe_run_id makes (tasks/core/settings.py)
 CARD_FILE = re.compile(r"^model-v[0-9]+\.(html|md)$")
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
-    from airflow.api_fastapi.core_api.security import requires_authenticated
+    from airflow.api_fastapi.core_api.security import get_user, requires_authenticated
 
     app = FastAPI(
         title="Sluice",
@@ -64,6 +67,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             raise HTTPException(404, "no such model card")
         return _file(card_dir(current()) / name, "this model version has no card")
 
+    add_queue_routes(app, current, get_user)
     return app
 
 

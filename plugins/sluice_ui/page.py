@@ -150,4 +150,5 @@ def render_page(state: dict[str, Any], root: str) -> str:
         cost_chart(trends["cost_by_day"], state["currency"]),
         labels_chart(trends["labels_by_night"]),
     ]
-    return render("sluice_page.html", state=state, charts=charts, tables=tables(state, root.rstrip("/")))
+    base = root.rstrip("/")
+    return render("sluice_page.html", state=state, charts=charts, tables=tables(state, base), root=base)
