@@ -44,7 +44,8 @@
       `${num(item.label_prob)}, model score ${num(item.model_score)}, acquisition score ${num(item.score)}`;
     rows("row", Object.entries(item.raw));
     rows("votes", Object.entries(item.lf_votes).map(([k, v]) => [k, vote(v)]));
-    rows("labels", item.labels.map((l) => [l.who, `${vote(l.label)} (${l.gold_version})`]));
+    const labels = item.labels.map((l) => [l.who, `${vote(l.label)} (${l.gold_version})`]);
+    rows("labels", labels.length ? labels : [["none yet", ""]]);
   }
 
   async function load() {
