@@ -108,6 +108,7 @@ def build_summary(
             **pick(wl, "coverage", "chosen", "quality_dev", "n_lfs", "lf_table", "drift", "drift_compared_with"),
             "stats": wl.labeling_stats,
             **pick(wl, "mix", "gold_budget", "weak_weight", "weak_weight_choice", "label_counts", "feedback_gold"),
+            "queue": pick(steps.get("fill_queue"), "added", "chosen", "random", "random_inclusion", "signals"),
         }
         if wl
         else None,
@@ -248,6 +249,12 @@ def training_label_lines(lab: dict[str, Any]) -> list[str]:
             line += f"; {fb['dev_rows']} in the dev set, {fb['batch_rows_gold'] + fb['appended_rows']} training"
         elif not fb.get("used"):
             line += "; not used (weak_label.feedback_gold or mix)"
+        lines.append(line)
+    q = lab.get("queue")
+    if q:  # the rows fill_queue put into the labeling queue (tasks/labeling/queue.py)
+        line = f"  labeling queue {q['added']} row(s) queued: {q['chosen']} chosen by {'+'.join(q['signals'])}"
+        if q["random"]:
+            line += f", {q['random']} at random (inclusion {q['random_inclusion']:.4f}, weight 1/that)"
         lines.append(line)
     return lines
 
