@@ -54,14 +54,22 @@
     draw(await r.json());
   }
 
-  async function post(path) {
+  async function post(path, body, retried) {
     const r = await fetch(root + path, {
       method: "POST",
       credentials: "same-origin",
       headers: { "Content-Type": "application/json", [csrfHeader]: csrf },
-      body: JSON.stringify(arguments[1] || {}),
+      body: JSON.stringify(body || {}),
     });
     const data = await r.json().catch(() => ({}));
+    // Airflow refreshed the login's token (the CSRF token is derived from it): fetch the new one, once
+    if (r.status === 403 && !retried && String(data.detail || "").includes(csrfHeader)) {
+      const fresh = await fetch(`${root}/api/queue/next`, { credentials: "same-origin" });
+      if (fresh.ok) {
+        csrf = (await fresh.json()).csrf;
+        return post(path, body, true);
+      }
+    }
     if (!r.ok) throw new Error(data.detail ? (typeof data.detail === "string" ? data.detail : JSON.stringify(data.detail)) : `HTTP ${r.status}`);
     return data;
   }
