@@ -37,6 +37,8 @@ BENCHMARKS = {
     ],
     "bench.weak_weight_flip": ["weak_weight_flip_rate", "weak_weight_flip_rate_before"],
     "bench.feedback_gold": ["feedback_gold_gain", "feedback_gold_gain_equal"],
+    # weak plus gold the labeling queue's acquisition rule chose, vs gold at random (label_savings_at_95's)
+    "bench.active_labels": ["label_savings_at_95_active", "active_vs_random_k5"],
     "bench.lf_applier": ["lf_applier_speedup"],
     "bench.hier_allreduce": ["hier_internode_bytes_ratio"],
     "bench.multinode": [

@@ -34,6 +34,8 @@ import functools
 import importlib
 import statistics
 import time
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -125,6 +127,57 @@ def _auc(y: np.ndarray, prob: np.ndarray) -> float:
     return float(roc_auc_score(y, prob))
 
 
+@dataclass
+class WeakPlusGold:
+    """One weak-plus-gold arm: gold rows (hard targets) plus the weak labels of the pool, as the pipeline trains."""
+
+    auc: float  # test ROC AUC of the mix
+    gold_only: float  # test ROC AUC of the gold rows alone (the same fit when the weak weight is 0)
+    choice: Any  # the weak weight chosen on folds of the gold rows
+    out: Any  # the labeling of the pool
+    covered: np.ndarray  # pool rows some LF voted on
+    x: np.ndarray  # what the mix trained on, and its targets
+    t: np.ndarray
+    x_abstained: np.ndarray  # pool rows no LF voted on (self-training's)
+    first: np.ndarray | None  # the mix's P(spam) on [abstained rows; test rows] (None: weight 0)
+
+
+def weak_plus_gold(gold, y, pool, x_test, y_test, make_lfs, featurize, wp, tp, judge=None) -> WeakPlusGold:
+    """The pipeline's weak-plus-gold training on `gold` (labels `y`) and the unlabeled `pool`, scored on
+    the test rows: the LFs learn from the gold, the label model labels the pool, the weak weight is
+    chosen on folds of the gold. `judge` (a mask over the gold rows; default all): only those build the
+    labeling and judge the weight, the others only train, in every fold (bench/active_labels.py: the
+    queue's random share judges; its chosen rows, hard on purpose, would not judge fairly)."""
+    j = np.ones(len(gold), bool) if judge is None else np.asarray(judge, bool)
+    lab, y_lab = (gold, y) if judge is None else (gold.iloc[np.flatnonzero(j)], y[j])
+    lfs = make_lfs(lab, y_lab)
+    out = label_batch(apply_lfs(pool, lfs), apply_lfs_dev(lab, lfs), y_lab, lfs, wp)
+    covered = ~np.isnan(out.prob)
+    x_gold, x_weak = featurize(gold), featurize(pool)[covered]
+    gold_only = fit_and_score(x_gold, gold_targets(y), x_test, y_test, tp)
+    lm_auc = out.quality["label_model"]["roc_auc"]
+    if judge is None:
+        choice = choose_weak_weight(
+            gold, y, pool, make_lfs, featurize, wp, train_on_judge_folds=True, label_model_auc=lm_auc
+        )
+    else:
+        choice = choose_weak_weight(
+            gold.iloc[np.flatnonzero(j)], y[j], pool, make_lfs, featurize, wp, train_on_judge_folds=True,
+            fixed_gold=(gold.iloc[np.flatnonzero(~j)], y[~j]), label_model_auc=lm_auc,
+        )  # fmt: skip
+    x_abstained = featurize(pool)[~covered]  # the rows self-training pseudo-labels
+    first = None  # the weak plus gold fit's P(spam) on [abstained rows; test rows]
+    if choice.weight == 0:
+        mixed = gold_only  # the same rows and targets: the same deterministic fit
+        x, t = x_gold, gold_targets(y)
+    else:
+        x = np.concatenate([x_gold, x_weak])
+        t = np.concatenate([gold_targets(y), weak_targets(out.prob, choice.weight)])
+        first = fit_and_predict(x, t, np.concatenate([x_abstained, x_test]), tp)
+        mixed = _auc(y_test, first[len(x_abstained) :])
+    return WeakPlusGold(mixed, gold_only, choice, out, covered, x, t, x_abstained, first)
+
+
 def run(splits: int = 5, dataset: str = EMAILS, suffix: str = "", ks: tuple[int, ...] = KS) -> list[Record]:
     return records(measure(range(splits), dataset, ks), suffix=suffix, ks=ks)
 
@@ -165,26 +218,10 @@ def measure(
             )
             y = gold[gold_col].to_numpy().astype(int)
             pool = pool.drop(columns=[gold_col])
-            lfs = make_lfs(gold, y)
-            out = label_batch(apply_lfs(pool, lfs), apply_lfs_dev(gold, lfs), y, lfs, wp)
-            covered = ~np.isnan(out.prob)
-            x_gold, x_weak = featurize(gold), featurize(pool)[covered]
-            gold_only = fit_and_score(x_gold, gold_targets(y), x_test, y_test, tp)
-            weak_only = fit_and_score(x_weak, weak_targets(out.prob, 1.0), x_test, y_test, tp)
-            lm_auc = out.quality["label_model"]["roc_auc"]
-            choice = choose_weak_weight(
-                gold, y, pool, make_lfs, featurize, wp, train_on_judge_folds=True, label_model_auc=lm_auc
-            )
-            x_abstained = featurize(pool)[~covered]  # the rows self-training pseudo-labels
-            first = None  # the weak plus gold fit's P(spam) on [abstained rows; test rows]
-            if choice.weight == 0:
-                mixed = gold_only  # the same rows and targets: the same deterministic fit
-                x, t = x_gold, gold_targets(y)
-            else:
-                x = np.concatenate([x_gold, x_weak])
-                t = np.concatenate([gold_targets(y), weak_targets(out.prob, choice.weight)])
-                first = fit_and_predict(x, t, np.concatenate([x_abstained, x_test]), tp)
-                mixed = _auc(y_test, first[len(x_abstained) :])
+            arm = weak_plus_gold(gold, y, pool, x_test, y_test, make_lfs, featurize, wp, tp)
+            out, covered, choice, mixed, gold_only = arm.out, arm.covered, arm.choice, arm.auc, arm.gold_only
+            x_abstained, first, x, t = arm.x_abstained, arm.first, arm.x, arm.t
+            weak_only = fit_and_score(featurize(pool)[covered], weak_targets(out.prob, 1.0), x_test, y_test, tp)
             if k in SELF_TRAIN_KS:
                 st = self_train(x, t, x_abstained, x_test, functools.partial(fit_and_predict, tp=tp), first=first)
                 judged = judge_self_training(
