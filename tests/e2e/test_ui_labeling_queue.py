@@ -1,8 +1,8 @@
 """The labeling queue in Chromium through Airflow's login, on the real services (api-server, scheduler,
-dag-processor): a person labels by key and by click, skips, undoes; a second Airflow user labels the same
-item the other way through the REST endpoint (both kept, the conflict shown); a page of another origin
-cannot write. The queue holds real rows of the emails demo with their real LF votes (the emails LFs
-fitted on a gold slice). A screenshot: .sluice/test-artifacts/labeling-queue.png (docs/img/ keeps one)."""
+dag-processor): a person labels by key and by click, skips, undoes; a second Airflow user, on the same
+item at the same time, labels it the other way (both kept, the conflict shown on their page); a page of
+another origin cannot write; a script labels through the REST endpoint with its token. The queue holds
+real rows of the emails demo with their real LF votes (the emails LFs fitted on a gold slice). A screenshot: .sluice/test-artifacts/labeling-queue.png (docs/img/ keeps one)."""
 
 from __future__ import annotations
 
@@ -70,6 +70,32 @@ def services(tmp_path_factory, emails):
     svc.stop()
 
 
+def _queue_page(browser, url: str, user: str, password: str):
+    """A browser context logged in through Airflow's login page as `user`, on the queue page, opened from
+    the Sluice page in the UI's frame: (context, page, the frame)."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(60_000)
+    page.goto(f"{url}/plugin/sluice", wait_until="domcontentloaded")
+    page.wait_for_url("**/auth/login**", wait_until="domcontentloaded")  # Airflow's own login page
+    page.fill("input[name=username]", user)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_url("**/plugin/sluice", wait_until="domcontentloaded")
+    frame = page.frame_locator("iframe[title=Sluice]")
+    frame.locator("#queue-link").click()
+    frame.locator("#item").wait_for()
+    return context, page, frame
+
+
+def first_conflict(reg) -> dict:
+    """The first conflict a gold version records: the row, the label, the (who, label) it contradicts."""
+    for v in reg.gold_versions():
+        for c in reg.gold_version_info(v)["conflicts"]:
+            return {"row_id": c["row_id"], "label": c["label"], "with": [(w["who"], w["label"]) for w in c["with"]]}
+    return {}
+
+
 class _Other(BaseHTTPRequestHandler):
     """A page of another origin that tries to label item 1 with the visitor's cookie."""
 
@@ -107,26 +133,24 @@ def test_label_by_key_and_click_skip_undo_conflict_and_no_cross_site_write(servi
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         try:
-            context = browser.new_context(viewport={"width": 1400, "height": 1000})
-            page = context.new_page()
-            page.set_default_timeout(60_000)
-            page.goto(f"{url}/plugin/sluice", wait_until="domcontentloaded")
-            page.wait_for_url("**/auth/login**", wait_until="domcontentloaded")  # Airflow's own login page
-            page.fill("input[name=username]", "admin")
-            page.fill("input[name=password]", services.client().password)
-            page.click("button[type=submit]")
-            page.wait_for_url("**/plugin/sluice", wait_until="domcontentloaded")
-            frame = page.frame_locator("iframe[title=Sluice]")
-            frame.locator("#queue-link").click()  # from the Sluice page in the UI's frame
-            frame.locator("#item").wait_for()
+            context, page, frame = _queue_page(browser, url, "admin", services.client().password)
             assert frame.locator("#user").inner_text() == "admin"
             about = frame.locator("#about").inner_text()
             assert about.startswith("item 1, row ") and "label model P(spam)" in about, about
             assert "abstain" in frame.locator("#votes").inner_text() or "spam" in frame.locator("#votes").inner_text()
+            # a second person opens the queue at the same time: item 1 for them too
+            _, other_page, other_frame = _queue_page(browser, url, SECOND, services.client().password + "-2")
+            assert other_frame.locator("#about").inner_text().startswith("item 1, ")
+
             frame.locator("body").press("1")  # a key per class
             message = frame.locator("#message")
             message.filter(has_text="item 1 labeled 1").wait_for()
             assert frame.locator("#about").inner_text().startswith("item 2, ")
+            other_frame.locator("body").press("0")  # the other way: both kept, the conflict shown
+            conflict = other_frame.locator("#message.conflict")
+            conflict.filter(has_text="conflict: admin labeled it 1 (gold-v1); your label 0 is kept").wait_for()
+            other_page.screenshot(path=str(shot))
+
             frame.locator("body").press("s")
             message.filter(has_text="item 2 skipped").wait_for()
             frame.locator("body").press("u")
@@ -138,7 +162,6 @@ def test_label_by_key_and_click_skip_undo_conflict_and_no_cross_site_write(servi
             message.filter(has_text="item 2: label 0 retracted").wait_for()
             frame.locator("body").press("0")
             message.filter(has_text="item 2 labeled 0").wait_for()
-            page.screenshot(path=str(shot))
 
             versions = reg.gold_versions()
             evil = context.new_page()  # the same browser context: it holds the login's cookie
@@ -152,25 +175,27 @@ def test_label_by_key_and_click_skip_undo_conflict_and_no_cross_site_write(servi
     print(f"labeling queue screenshot: {shot}")
 
     labels = [(g["who"], g["label"], g["source"]) for g in reg.gold_labels()]
-    assert labels == [("admin", 1, "queue"), ("admin", 0, "queue")], labels
+    assert labels == [("admin", 1, "queue"), (SECOND, 0, "queue"), ("admin", 0, "queue")], labels
     (undone,) = reg.gold_retracted()
     assert (undone["who"], undone["label"]) == ("admin", 0)
+    assert first_conflict(reg) == {"row_id": store.item(1)["row_id"], "label": 0, "with": [("admin", 1)]}
 
-    # the second user, a script with the REST API's token, labels item 1 the other way: both kept, shown
+    # a script with the REST API's token: who is the token's user, never the body's
     token = httpx.post(
         f"{url}/auth/token", json={"username": SECOND, "password": services.client().password + "-2"}, timeout=30
     ).json()["access_token"]
     auth = {"Authorization": f"Bearer {token}"}
-    r = httpx.post(f"{url}/sluice/api/queue/items/1/label", json={"label": 0}, headers=auth, timeout=60)
-    assert r.status_code == 200, r.text
-    assert r.json()["conflict"] and r.json()["message"].startswith("conflict: admin labeled it 1")
-    assert httpx.post(f"{url}/sluice/api/queue/items/1/label", json={"label": 0, "who": "admin"}, headers=auth,
-                      timeout=30).status_code == 422  # fmt: skip
-    assert httpx.post(f"{url}/sluice/api/queue/undo", json={}, timeout=30).status_code == 401  # no token
     item = httpx.get(f"{url}/sluice/api/queue/items/1", headers=auth, timeout=30).json()
     assert [(x["who"], x["label"]) for x in item["labels"]] == [("admin", 1), (SECOND, 0)] and item["conflict"]
+    assert httpx.post(f"{url}/sluice/api/queue/items/3/label", json={"label": 0, "who": "admin"}, headers=auth,
+                      timeout=30).status_code == 422  # fmt: skip
+    assert httpx.post(f"{url}/sluice/api/queue/undo", json={}, timeout=30).status_code == 401  # no token
+    nxt = httpx.get(f"{url}/sluice/api/queue/next", headers=auth, timeout=30).json()
+    assert nxt["user"] == SECOND and nxt["item"]["id"] == 3
+    r = httpx.post(f"{url}/sluice/api/queue/items/3/label", json={"label": 1}, headers=auth, timeout=60)
+    assert r.status_code == 200 and r.json()["message"] == "item 3 labeled 1: gold-v6", r.text
     audit = [json.loads(line) for line in (reg.root / "audit.jsonl").read_text().splitlines()]
     assert [a["who"] for a in audit if a["action"] in ("gold", "gold_retract")] == [
-        "admin", "admin", "admin", "admin", SECOND
+        "admin", SECOND, "admin", "admin", "admin", SECOND
     ]  # fmt: skip
-    assert store.counts(SECOND) == {"items": 8, "labeled": 2, "conflicted": 1, "yours": 1}
+    assert store.counts(SECOND) == {"items": 8, "labeled": 3, "conflicted": 1, "yours": 2}
