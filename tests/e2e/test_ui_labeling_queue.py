@@ -2,7 +2,8 @@
 dag-processor): a person labels by key and by click, skips, undoes; a second Airflow user, on the same
 item at the same time, labels it the other way (both kept, the conflict shown on their page); a page of
 another origin cannot write; a script labels through the REST endpoint with its token. The queue holds
-real rows of the emails demo with their real LF votes (the emails LFs fitted on a gold slice). A screenshot: .sluice/test-artifacts/labeling-queue.png (docs/img/ keeps one)."""
+real rows of the emails demo with their real LF votes (the emails LFs fitted on a gold slice). A
+screenshot: .sluice/test-artifacts/labeling-queue.png (docs/img/ keeps one)."""
 
 from __future__ import annotations
 
