@@ -225,7 +225,11 @@ class RepoBase:
         if not rolled_forward:
             log("registry: discarding changes of an interrupted transaction")
         self.git("reset", "-q", "--hard", "HEAD")
-        self.git("clean", "-q", "-fd")
+        # An untracked .gitignore (one `dvc add` of the killed transaction wrote) hides the file it
+        # names from one `git clean`, which then removes the .gitignore: the file shows up untracked.
+        # Clean until nothing is left; each pass removes at least one .gitignore, so this ends.
+        while self.git("clean", "-nd"):
+            self.git("clean", "-q", "-fd")
         with self._dvc() as repo:
             repo.checkout(force=True, allow_missing=True)
         if rolled_forward:
