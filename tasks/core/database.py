@@ -74,10 +74,13 @@ def advisory_lock(url: str, name: str) -> Iterator["Connection"]:
     from sqlalchemy.exc import DBAPIError
 
     key = lock_key(name)
+    conn = None
     try:
         conn = make_engine(url).connect().execution_options(isolation_level="AUTOCOMMIT")
         conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": key})
     except DBAPIError as exc:
+        if conn is not None:  # connected, but the lock was not taken: do not leave the session open
+            conn.close()
         raise DatabaseError(f"cannot take the advisory lock {name!r} in {redact(url)}: {describe(exc)}") from None
     try:
         yield conn

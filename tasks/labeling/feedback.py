@@ -16,6 +16,7 @@ gold rows. Pure apart from `feedback_to_gold`'s registry transaction.
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -259,9 +260,11 @@ def nightly_feedback(
     hold = np.array([i in trained_before for i in ids]) | np.isin(ids, rows.dev[ds.ID_COLUMN].astype(str))
     in_batch = set(ids)
     extra = train[train["_new"] & ~train_ids.isin(in_batch)].drop(columns="_new").reset_index(drop=True)
+    in_use = [*rows.dev[ds.ID_COLUMN].astype(str), *train_ids[train["_new"]]]
     report.update(
         {
             "used_through": latest,
+            "by_source": dict(sorted(Counter(agreed[i]["source"] for i in in_use).items())),
             "dev_rows": int(len(rows.dev)),
             "batch_rows_gold": int((~np.isnan(batch_gold)).sum()),
             "batch_rows_held": int(hold.sum()),

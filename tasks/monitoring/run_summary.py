@@ -246,7 +246,11 @@ def training_label_lines(lab: dict[str, Any]) -> list[str]:
             f"({fb['conflicts']} conflicting), {fb['refused']} refused, {fb['pending']} pending"
         )
         if fb.get("used") and "dev_rows" in fb:
-            line += f"; {fb['dev_rows']} in the dev set, {fb['batch_rows_gold'] + fb['appended_rows']} training"
+            sources = ", ".join(f"{k} {v}" for k, v in fb.get("by_source", {}).items())
+            line += (
+                f"; gold through {fb['used_through']}" + (f" ({sources})" if sources else "")
+                + f": {fb['dev_rows']} in the dev set, {fb['batch_rows_gold'] + fb['appended_rows']} training"
+            )  # fmt: skip
         elif not fb.get("used"):
             line += "; not used (weak_label.feedback_gold or mix)"
         lines.append(line)
