@@ -90,7 +90,8 @@ def test_ten_rows_labeled_in_the_browser_train_the_next_night(services, emails):
     assert all(int(r["label"]) == given[str(r[ds.ID_COLUMN])] for _, r in trains.iterrows())
     text = (run_dir / "summary.txt").read_text()
     assert report["by_source"] == {"queue": LABELS}
-    assert f"gold through {newest} (queue {LABELS}): {report['dev_rows']} in the dev set, {LABELS - report['dev_rows']} training" in text, text
+    dev_rows = report["dev_rows"]
+    assert f"gold through {newest} (queue {LABELS}): {dev_rows} in the dev set, {LABELS - dev_rows} training" in text
     # the data version night 2 trained on holds those rows with their labels, as gold
     records = load_records(run_dir)
     assert records["train"].data_version == records["snapshot"].data_version == "data-v2"
