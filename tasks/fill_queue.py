@@ -20,6 +20,7 @@ from tasks.core.context import StepContext
 from tasks.core.log import log
 from tasks.core.records import FillQueueRecord, IngestRecord, WeakLabelRecord
 from tasks.datasets import load_dataset
+from tasks.labeling.lf import LABEL_MODEL_PROB, ROW_ID
 from tasks.labeling.queue import QueueStore, build_items
 from tasks.registry import Registry, served_artifact
 from tasks.runner import step
@@ -31,10 +32,10 @@ def fill_queue(ctx: StepContext, ingest: IngestRecord, weak_label: WeakLabelReco
     ds = load_dataset(ctx.params.dataset.module)
     batch = pd.read_parquet(ingest.staged)[ds.RAW_COLUMNS].reset_index(drop=True)
     votes = pd.read_parquet(weak_label.lf_votes) if weak_label.lf_votes else None
-    if votes is None or list(votes["_row_id"]) != list(batch[ds.ID_COLUMN].astype(str)):
+    if votes is None or list(votes[ROW_ID]) != list(batch[ds.ID_COLUMN].astype(str)):
         raise ValueError(f"{weak_label.lf_votes}: the LF votes are not this batch's rows (re-run weak_label)")
     names = [c for c in votes.columns if not c.startswith("_")]
-    L, prob = votes[names].to_numpy(), votes["_label_model_prob"].to_numpy(np.float64)
+    L, prob = votes[names].to_numpy(), votes[LABEL_MODEL_PROB].to_numpy(np.float64)
     registry = Registry(ctx.settings)
     store = QueueStore.open(ctx.settings.layout)
     test_ids = set(pd.read_parquet(ctx.settings.layout.gold / "test.parquet", columns=[ds.ID_COLUMN])[ds.ID_COLUMN])

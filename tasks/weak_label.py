@@ -26,11 +26,11 @@ from tasks.core.log import log
 from tasks.core.records import IngestRecord, WeakLabelRecord
 from tasks.datasets import load_dataset
 from tasks.labeling.drift import drift_flags, labeling_stats
-from tasks.labeling.feedback import NightlyFeedback, grow_dev, mix_in, nightly_feedback, trained_through
+from tasks.labeling.feedback import NightlyFeedback, describe, grow_dev, mix_in, nightly_feedback, trained_through
 from tasks.labeling.label_model import label_batch
-from tasks.labeling.lf import apply_lfs, apply_lfs_dev
+from tasks.labeling.lf import VOTES_FILE, apply_lfs, apply_lfs_dev, votes_frame
 from tasks.labeling.mix import hold_out, label_counts, replayed_gold, training_labels
-from tasks.labeling.weak_weight import WeightChoice, choose_weak_weight
+from tasks.labeling.weak_weight import nightly_weak_weight
 from tasks.registry import Registry
 from tasks.runner import step
 from tasks.serving.paths import prediction_log
@@ -77,7 +77,7 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     # earlier version are held out; its new rows are gold here, or appended when not in the batch
     rows, gold, prob, held_out = mix_in(fb, batch, gold, out.prob, held_out, ds)
     lm_auc = out.quality["label_model"]["roc_auc"]  # the label model's dev quality: which way the choice leans
-    choice = weak_weight_for(rows[~held_out], gold[~held_out], dev, y_dev, module.make_lfs, ds.featurize, ctx, lm_auc)
+    choice = nightly_weak_weight(rows[~held_out], gold[~held_out], dev, y_dev, module.make_lfs, ds.featurize, p, lm_auc)
     labels = hold_out(training_labels(prob, gold, p.mix, choice.weight), held_out)
     counts = label_counts(labels)
     log(
@@ -90,8 +90,8 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     path = run_dir / "labeled.parquet"
     atomic_write_parquet(path, labeled)
     atomic_write_json(run_dir / "lf_analysis.json", out.lf_table)
-    votes = lf_votes_frame(batch[ds.ID_COLUMN], L, [lf.name for lf in lfs], out.prob)
-    atomic_write_parquet(run_dir / LF_VOTES, votes)  # the labeling queue's signals (tasks/fill_queue.py)
+    votes = votes_frame(batch[ds.ID_COLUMN], L, [lf.name for lf in lfs], out.prob)
+    atomic_write_parquet(run_dir / VOTES_FILE, votes)  # the labeling queue's signals (tasks/fill_queue.py)
 
     q = out.quality
     log(
@@ -126,20 +126,8 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
         feedback_gold={k: v for k, v in fb.report.items() if k not in ("accepted", "refused", "conflicts", "pending")}
         | {k: len(fb.report[k]) for k in ("accepted", "refused", "conflicts", "pending")},
         feedback_gold_version=fb.used_through,
-        lf_votes=str(run_dir / LF_VOTES),
+        lf_votes=str(run_dir / VOTES_FILE),
     )
-
-
-LF_VOTES = "lf_votes.parquet"
-LABEL_MODEL_PROB = "_label_model_prob"
-
-
-def lf_votes_frame(ids: pd.Series, L: np.ndarray, names: list[str], prob: np.ndarray) -> pd.DataFrame:
-    """Per batch row: its id, each LF's vote and the label model's P(positive) (nan: no LF voted)."""
-    frame = pd.DataFrame(np.asarray(L, np.int8), columns=names)
-    frame.insert(0, "_row_id", ids.astype(str).to_numpy())
-    frame[LABEL_MODEL_PROB] = np.asarray(prob, np.float64)
-    return frame
 
 
 def feedback_gold(ctx: StepContext, ds, registry, batch, dev, test_ids, consumed) -> NightlyFeedback:
@@ -164,46 +152,8 @@ def feedback_gold(ctx: StepContext, ds, registry, batch, dev, test_ids, consumed
         expiry_of=expiry_of,
     )
     atomic_write_json(ctx.run_dir / "feedback_gold.json", fb.report)
-    r = fb.report
-    log(
-        f"feedback gold: {len(r['accepted'])} accepted ({len(r['conflicts'])} conflicting), {len(r['refused'])} "
-        f"refused, {len(r['pending'])} pending; {r['gold_version'] or 'no new gold version'}"
-        + (f"; {len(fb.dev)} dev rows, {len(fb.extra)} rows appended" if r["used"] else "; not used (feedback_gold)")
-    )
+    log(describe(fb))
     return fb
-
-
-def weak_weight_for(
-    batch, gold, dev, y_dev, make_lfs, featurize, ctx: StepContext, label_model_auc: float
-) -> WeightChoice:
-    """weak_label.weak_weight, or with `auto` the weight chosen on gold dev folds: the labeling rebuilt
-    from the other folds, the end model trained on the batch's gold rows plus its weak rows, judged
-    on the held-out dev fold (the dev set itself is never trained on by the nightly model)."""
-    p = ctx.params.weak_label
-    if p.mix == "gold_only":
-        return WeightChoice(0.0, reason="mix gold_only")
-    if p.weak_weight != "auto":
-        return WeightChoice(float(p.weak_weight), reason="weak_label.weak_weight")
-    if p.mix == "weak_only":
-        return WeightChoice(1.0, reason="mix weak_only")
-    has_gold = ~np.isnan(gold)
-    fixed = (batch[has_gold], gold[has_gold].astype(int)) if has_gold.any() else None
-    choice = choose_weak_weight(
-        dev,
-        y_dev,
-        batch[~has_gold],
-        make_lfs,
-        featurize,
-        p,
-        train_on_judge_folds=False,
-        fixed_gold=fixed,
-        label_model_auc=label_model_auc,
-    )
-    log(
-        f"weak weight {choice.weight:g} on {choice.folds} gold dev folds: ROC AUC by weight {choice.fold_auc}, "
-        f"SE of the difference from the best {choice.fold_se}; {choice.reason}"
-    )
-    return choice
 
 
 if __name__ == "__main__":

@@ -274,6 +274,18 @@ def nightly_feedback(
     return NightlyFeedback(report, rows.dev, batch_gold, hold, extra, latest)
 
 
+def describe(fb: NightlyFeedback) -> str:
+    """One log line of what a nightly took from the feedback gold."""
+    r = fb.report
+    line = (
+        f"feedback gold: {len(r['accepted'])} accepted ({len(r['conflicts'])} conflicting), {len(r['refused'])} "
+        f"refused, {len(r['pending'])} pending; {r['gold_version'] or 'no new gold version'}"
+    )
+    if not r["used"]:
+        return line + "; not used (feedback_gold)"
+    return line + f"; {len(fb.dev)} dev rows, {len(fb.extra)} rows appended"
+
+
 def grow_dev(dev: pd.DataFrame, fb: NightlyFeedback) -> pd.DataFrame:
     """The gold dev set with the feedback gold's dev share after it (same columns and types)."""
     if not len(fb.dev):

@@ -85,3 +85,16 @@ def apply_lfs(df: pd.DataFrame, lfs: list[LabelingFunction]) -> np.ndarray:
             raise RuntimeError(f"labeling function {lf.name!r} failed: {type(exc).__name__}: {exc}") from exc
         tracker.update(len(cols))  # 'labeling 500 rows: LF 3/11 (27%), 40 LFs/s, ETA 0 s'
     return np.column_stack(cols) if cols else np.zeros((len(df), 0), np.int8)
+
+
+VOTES_FILE = "lf_votes.parquet"  # per run: the votes the labeling queue reads (tasks/fill_queue.py)
+ROW_ID = "_row_id"
+LABEL_MODEL_PROB = "_label_model_prob"
+
+
+def votes_frame(ids: pd.Series, L: np.ndarray, names: list[str], prob: np.ndarray) -> pd.DataFrame:
+    """Per batch row: its id, each LF's vote and the label model's P(positive) (nan: no LF voted)."""
+    frame = pd.DataFrame(np.asarray(L, np.int8), columns=names)
+    frame.insert(0, ROW_ID, ids.astype(str).to_numpy())
+    frame[LABEL_MODEL_PROB] = np.asarray(prob, np.float64)
+    return frame

@@ -32,6 +32,7 @@ from typing import Callable, Iterator
 import numpy as np
 import pandas as pd
 
+from tasks.core.log import log
 from tasks.core.params import TrainParams, WeakLabelParams
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
@@ -268,3 +269,42 @@ def one_se_choice(
     return WeightChoice(
         chosen, {f"{w:g}": v for w, v in auc.items()}, folds, reason, {f"{w:g}": v for w, v in se.items()}
     )
+
+
+def nightly_weak_weight(
+    batch: pd.DataFrame,
+    gold: np.ndarray,
+    dev: pd.DataFrame,
+    y_dev: np.ndarray,
+    make_lfs: Callable,
+    featurize: Callable,
+    p: WeakLabelParams,
+    label_model_auc: float,
+) -> WeightChoice:
+    """weak_label.weak_weight, or with `auto` the weight chosen on gold dev folds: the labeling rebuilt
+    from the other folds, the end model trained on the batch's gold rows plus its weak rows, judged
+    on the held-out dev fold (the dev set itself is never trained on by the nightly model)."""
+    if p.mix == "gold_only":
+        return WeightChoice(0.0, reason="mix gold_only")
+    if p.weak_weight != "auto":
+        return WeightChoice(float(p.weak_weight), reason="weak_label.weak_weight")
+    if p.mix == "weak_only":
+        return WeightChoice(1.0, reason="mix weak_only")
+    has_gold = ~np.isnan(gold)
+    fixed = (batch[has_gold], gold[has_gold].astype(int)) if has_gold.any() else None
+    choice = choose_weak_weight(
+        dev,
+        y_dev,
+        batch[~has_gold],
+        make_lfs,
+        featurize,
+        p,
+        train_on_judge_folds=False,
+        fixed_gold=fixed,
+        label_model_auc=label_model_auc,
+    )
+    log(
+        f"weak weight {choice.weight:g} on {choice.folds} gold dev folds: ROC AUC by weight {choice.fold_auc}, "
+        f"SE of the difference from the best {choice.fold_se}; {choice.reason}"
+    )
+    return choice
