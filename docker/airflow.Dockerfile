@@ -32,13 +32,15 @@ COPY --chown=airflow:0 tasks ./tasks
 # and "+cpu" exists only there, which keeps the multi-GB CUDA build out of this image.
 # No --require-hashes: hash-checking mode refuses the editable install (-e .) this image
 # needs (tasks find params.yaml beside the package), and constraints.txt carries no hashes.
-# apache-airflow is named with its pin so pip cannot move the image's own Airflow.
+# apache-airflow is named with its pin so pip cannot move the image's own Airflow. The `airflow`
+# extra brings what the tasks import (the pipeline's libraries, psycopg for SLUICE_DATABASE_URL)
+# and the providers the DAGs name; a bare `-e .` would install only pydantic and YAML.
 RUN pip install --no-cache-dir \
       --index-url https://pypi.org/simple \
       --find-links https://download.pytorch.org/whl/cpu/torch/ \
       -c constraints.txt \
       "apache-airflow==3.3.2" \
-      -e .
+      -e ".[airflow]"
 
 # DAGs are baked in where the chart's default dags folder points ($AIRFLOW_HOME/dags);
 # the chart's dags.persistence and dags.gitSync stay off (k8s/values.yaml).

@@ -248,6 +248,9 @@ def test_airflow_image_installs_from_one_index():
     assert "--extra-index-url" not in pip
     assert "--index-url https://pypi.org/simple" in pip
     assert re.search(r"--find-links https://download\.pytorch\.org/whl/cpu/torch/", pip)
+    # the tasks' libraries (the `airflow` extra: pipeline + providers), not the bare package
+    (target,) = re.findall(r"-e (\S+)", pip)
+    assert target == '".[airflow]"', target
 
 
 def test_trainer_torch_matches_lock():
