@@ -160,21 +160,30 @@ def feedback_rows(
     exclude: Iterable[Any] = (),
 ) -> FeedbackRows:
     """Raw columns + the gold column (the feedback label) + `gold_version`, per agreed row; rows in
-    `exclude` (the gold test and dev sets) left out whatever the store says."""
+    `exclude` (the gold test and dev sets) left out whatever the store says. A row the labeling
+    queue's rule chose (hard on purpose, `queue.kind` chosen) only trains: the dev set judges the
+    labeling and the weak weight, and stays a sample of the data as it comes (feedback on served rows,
+    the queue's random share)."""
     out = set(map(str, exclude))
     rows = [
-        {**lab["raw"], ds.GOLD_COLUMN: int(lab["label"]), "gold_version": lab["gold_version"]}
+        {
+            **lab["raw"],
+            ds.GOLD_COLUMN: int(lab["label"]),
+            "gold_version": lab["gold_version"],
+            "_chosen": (lab.get("queue") or {}).get("kind") == "chosen",
+        }
         for rid, lab in agreed.items()
         if rid not in out
     ]
-    frame = pd.DataFrame(rows, columns=[*ds.RAW_COLUMNS, ds.GOLD_COLUMN, "gold_version"])
+    frame = pd.DataFrame(rows, columns=[*ds.RAW_COLUMNS, ds.GOLD_COLUMN, "gold_version", "_chosen"])
     # in a fixed order (version, then row id), not the request ids' (random): the grown dev set's order
     # feeds the dev folds, so the same gold gives the same labeling
     order = sorted(
         range(len(frame)), key=lambda i: (gold_number(frame["gold_version"].iloc[i]), str(frame[ds.ID_COLUMN].iloc[i]))
     )
     frame = frame.iloc[order].reset_index(drop=True)
-    to_dev = dev_share(frame[ds.ID_COLUMN], dev_fraction, seed)
+    chosen = frame.pop("_chosen").to_numpy(bool)
+    to_dev = dev_share(frame[ds.ID_COLUMN], dev_fraction, seed) & ~chosen
     return FeedbackRows(
         dev=frame[to_dev].reset_index(drop=True),
         train=frame[~to_dev].reset_index(drop=True),

@@ -134,6 +134,23 @@ def test_feedback_rows_come_in_a_fixed_order_whatever_the_request_ids():
     assert rows.dev.empty and rows.conflicted == ["7"]  # the excluded row (a test row) is left out
 
 
+def test_rows_the_queue_chose_only_train_its_random_share_and_feedback_may_join_dev():
+    from tasks.labeling.feedback import feedback_rows
+
+    ds = load_dataset()
+
+    def lab(i, kind=None):
+        queue = {"kind": kind, "inclusion": 1.0 if kind == "chosen" else 0.02} if kind else None
+        return {"raw": row(email_id=i), "label": i % 2, "gold_version": "gold-v1", "queue": queue}
+
+    kinds = {i: ("chosen", "random", None)[i % 3] for i in range(60)}
+    agreed = {str(i): lab(i, k) for i, k in kinds.items()}
+    rows = feedback_rows(agreed, {}, ds, dev_fraction=1.0, seed=7)  # every row that may join dev does
+    assert sorted(rows.dev[ds.ID_COLUMN]) == [i for i, k in kinds.items() if k != "chosen"]
+    assert sorted(rows.train[ds.ID_COLUMN]) == [i for i, k in kinds.items() if k == "chosen"]
+    assert "_chosen" not in rows.dev.columns and "_chosen" not in rows.train.columns
+
+
 def test_feedback_rows_in_a_held_batch_count_as_trained(settings, tmp_path):
     """A rejected model's batch is held with the feedback rows it carried and re-enters with them: the
     next night must not append those rows again."""

@@ -150,13 +150,16 @@ def test_fill_queue_from_a_real_night_and_ten_labels_train_the_next(settings, pa
     wl = weak_label(ctx2, ingest=ing2)
     report = json.loads((ctx2.run_dir / "feedback_gold.json").read_text())
     assert report["used_through"] == "gold-v10" and wl.feedback_gold_version == "gold-v10"
-    assert report["dev_rows"] + report["batch_rows_gold"] + report["appended_rows"] == 10 and report["dev_rows"] > 0
+    assert report["dev_rows"] + report["batch_rows_gold"] + report["appended_rows"] == 10
+    kinds = {lab["row_id"]: lab["queue"]["kind"] for lab in reg.gold_labels()}
+    assert set(kinds.values()) == {"chosen", "random"} and report["dev_rows"] <= list(kinds.values()).count("random")
     labeled = pd.read_parquet(wl.labeled)
     ids = labeled[ds.ID_COLUMN].astype(str)
     trains = labeled[ids.isin(given) & (labeled["label_source"] == "gold")]
     assert len(trains) == 10 - report["dev_rows"] > 0
     assert all(int(r["label"]) == given[str(r[ds.ID_COLUMN])] for _, r in trains.iterrows())
     assert (trains["label_weight"] == 1).all()
+    assert {i for i, k in kinds.items() if k == "chosen"} <= set(trains[ds.ID_COLUMN].astype(str))  # they only train
     rec2 = fill_queue(ctx2, ingest=ing2, weak_label=wl)  # the labeled rows, and every row queued, never again
     queued = [it["row_id"] for it in [store.item(i) for i in range(1, 31 + rec2.added)]]
     assert len(queued) == len(set(queued)) == 30 + rec2.added
