@@ -1,5 +1,6 @@
 # Sluice: two commands do everything on a fresh machine with Python 3.11.
 #   make run    set up the pinned environment, run nightly_pipeline once through Airflow, print the summary
+#               (make run DEMO=reviews: the text demo)
 #   make test   set up the pinned environment, run the whole test suite
 # Also: make up / make down / make status (Airflow UI + scheduler on 127.0.0.1), make bench [BENCH=name].
 
@@ -8,7 +9,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: help env run test lint test-fast bench up down status clean-state
+.PHONY: help env run test lint test-fast bench up down status clean-state demo-params
 
 help:
 	@sed -n '1,6p' Makefile
@@ -23,7 +24,19 @@ $(STAMP): constraints.txt pyproject.toml
 
 env: $(STAMP)
 
-run: $(STAMP)
+# DEMO=reviews (any plug-in in tasks/datasets/): the demo on that dataset, in a SLUICE_HOME of its own
+# (a registry holds one dataset), with params.yaml's values but the dataset (python -m ops demo-params).
+DEMO ?= emails
+ifneq ($(DEMO),emails)
+export SLUICE_HOME ?= $(CURDIR)/.sluice-$(DEMO)
+export SLUICE_PARAMS ?= $(SLUICE_HOME)/params.$(DEMO).yaml
+DEMO_PARAMS := demo-params
+endif
+
+demo-params: $(STAMP)
+	$(PY) -m ops demo-params $(DEMO) "$(SLUICE_PARAMS)"
+
+run: $(STAMP) $(DEMO_PARAMS)
 	$(PY) -m ops run
 
 test: $(STAMP) lint
@@ -42,13 +55,13 @@ test-fast: $(STAMP)
 bench: $(STAMP)
 	$(PY) -m bench $(if $(BENCH),--only $(BENCH))
 
-up: $(STAMP)
+up: $(STAMP) $(DEMO_PARAMS)
 	$(PY) -m ops up
 
-down: $(STAMP)
+down: $(STAMP) $(DEMO_PARAMS)
 	$(PY) -m ops down
 
-status: $(STAMP)
+status: $(STAMP) $(DEMO_PARAMS)
 	$(PY) -m ops status
 
 # Removes all local state (registry, DVC remote, runs, Airflow DB) after stopping the services;

@@ -11,6 +11,8 @@ run     run nightly_pipeline once through the scheduler (triggered via the REST 
         meanwhile a part that dies is restarted (the api-server too), and so is a scheduler or dag-processor
         that is alive but unhealthy (hung: no heartbeat) for --restart-hung-after seconds (60), saying so once
 clean-state  stop them and delete SLUICE_HOME, only if it carries the marker file .sluice-home
+demo-params NAME OUT  write params.yaml's values with the dataset plug-in tasks.datasets.NAME to OUT
+        (what `make run DEMO=reviews` runs with: the text demo, in a SLUICE_HOME of its own)
 """
 
 from __future__ import annotations
@@ -238,6 +240,40 @@ def cmd_run(settings: Settings, conf: dict, timeout_s: float, hung_after_s: floa
     return 0 if state == "success" else 1
 
 
+def cmd_demo_params(name: str, out: Path) -> int:
+    """params.yaml with `dataset` naming the demo plug-in tasks.datasets.<name> (checked on load, its
+    own params validated), written to `out`; every other value stays params.yaml's."""
+    import yaml
+
+    from tasks.core.params import ParamsError, load_params
+    from tasks.core.settings import REPO_ROOT
+    from tasks.datasets import DatasetError, load_dataset
+
+    module = f"tasks.datasets.{name}"
+    try:
+        if not name.isidentifier():
+            raise DatasetError(f"{name!r} is not a module name")
+        load_dataset(module)
+    except DatasetError as exc:
+        print(f"[sluice] DEMO={name}: not a dataset plug-in ({exc})", file=sys.stderr)
+        return 2
+    values = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    values["dataset"] = {"module": module, "params": {}}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(
+        f"# params.yaml with the dataset {module} (python -m ops demo-params {name}); edit params.yaml\n"
+        + yaml.safe_dump(values, sort_keys=False)
+    )
+    try:
+        load_params(out)  # the same validation every step applies
+    except ParamsError as exc:
+        out.unlink()
+        print(f"[sluice] DEMO={name}: {exc}", file=sys.stderr)
+        return 2
+    print(f"[sluice] demo {name}: params in {out}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m ops", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -258,7 +294,12 @@ def main(argv: list[str] | None = None) -> int:
         help="restart a scheduler or dag-processor that is alive but unhealthy (no heartbeat) this long "
         "(default 60; 0: never, only say so)",
     )
+    demo = sub.add_parser("demo-params", help="params.yaml with another demo dataset plug-in (make run DEMO=NAME)")
+    demo.add_argument("name", help="a plug-in under tasks/datasets/, e.g. reviews")
+    demo.add_argument("out", type=Path, help="the params file to write")
     args = parser.parse_args(argv)
+    if args.command == "demo-params":
+        return cmd_demo_params(args.name, args.out)
     settings = Settings.from_env()
     if args.command == "clean-state":
         return cmd_clean_state(settings)  # before ensure(): it would write the marker
