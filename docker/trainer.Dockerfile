@@ -21,15 +21,15 @@ RUN pip install --no-cache-dir "torch==${TORCH_VERSION}" \
 
 # Editable install for the same reason as the Airflow image (params.yaml, data_contracts/
 # beside the package). The torch line is dropped from the lock so the CUDA build stays:
-# "torch==2.13.0" in pyproject.toml is satisfied by 2.13.0+cu130. The whole project is
-# installed (Airflow included) because tasks.training imports shared modules; dvc[s3]
-# is named explicitly since pods read data through the DVC S3 remote.
+# "torch==2.13.0" in pyproject.toml is satisfied by 2.13.0+cu130. The `pipeline` extra:
+# what tasks.training and the modules it shares import (numpy, pandas, tokenizers, DVC with
+# dvc-s3: pods read data through the DVC S3 remote); Airflow is not needed in a pod.
 WORKDIR /workspace
 COPY pyproject.toml constraints.txt params.yaml ./
 COPY data_contracts ./data_contracts
 COPY tasks ./tasks
 RUN grep -v '^torch==' constraints.txt > /tmp/constraints-gpu.txt \
- && pip install --no-cache-dir -c /tmp/constraints-gpu.txt -e . "dvc[s3]" \
+ && pip install --no-cache-dir -c /tmp/constraints-gpu.txt -e ".[pipeline]" \
  && rm /tmp/constraints-gpu.txt
 
 # Run as a non-root user that owns the working folder (checkpoints are written there

@@ -257,6 +257,8 @@ def test_trainer_torch_matches_lock():
     args = dict(rest.split("=", 1) for op, rest in _instructions(TRAINER_DOCKERFILE) if op == "ARG" and "=" in rest)
     assert args["TORCH_VERSION"] == _pins()["torch"].split("+")[0]
     assert not any(op == "ENTRYPOINT" for op, _ in _instructions(TRAINER_DOCKERFILE))
+    (pip,) = [r for op, r in _instructions(TRAINER_DOCKERFILE) if op == "RUN" and "-c /tmp/constraints-gpu.txt" in r]
+    assert re.findall(r"-e (\S+)", pip) == ['".[pipeline]"']  # the training's libraries, not the bare package
 
 
 @pytest.mark.parametrize("dockerfile", [AIRFLOW_DOCKERFILE, TRAINER_DOCKERFILE], ids=lambda p: p.name)
