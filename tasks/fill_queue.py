@@ -38,11 +38,16 @@ def fill_queue(ctx: StepContext, ingest: IngestRecord, weak_label: WeakLabelReco
     L, prob = votes[names].to_numpy(), votes[LABEL_MODEL_PROB].to_numpy(np.float64)
     registry = Registry(ctx.settings)
     store = QueueStore.open(ctx.settings.layout)
-    test_ids = set(pd.read_parquet(ctx.settings.layout.gold / "test.parquet", columns=[ds.ID_COLUMN])[ds.ID_COLUMN])
-    agreed, conflicted = registry.gold_rows() if registry.gold_versions() else ({}, {})
-    queued = store.row_ids()
+    gold_sets = set()  # rows the gold dev and test sets hold: a label there is never used
+    for name in ("test", "dev"):
+        gold_sets |= set(map(str, pd.read_parquet(ctx.settings.layout.gold / f"{name}.parquet")[ds.ID_COLUMN]))
+    # A retry chooses as the first attempt did (the same seed, the same eligible rows: this run's own items
+    # and their labels do not count against it), so its rows are the ones queued already and none is added.
+    labels = registry.gold_labels() if registry.gold_versions() else []
+    has_gold = {str(lab["row_id"]) for lab in labels if (lab.get("queue") or {}).get("run_id") != ctx.run_id}
+    queued = store.row_ids(but_run=ctx.run_id)
     ids = batch[ds.ID_COLUMN].astype(str)
-    eligible = ~(ids.isin({str(t) for t in test_ids}) | ids.isin(set(agreed) | set(conflicted)) | ids.isin(queued))
+    eligible = ~(ids.isin(gold_sets) | ids.isin(has_gold) | ids.isin(queued))
     model_version, score = prod_scores(registry, batch) if p.model_scores else (None, None)
     seed = int.from_bytes(hashlib.blake2b(f"{p.seed}:{ctx.run_id}".encode(), digest_size=4).digest(), "big")
     items, account = build_items(

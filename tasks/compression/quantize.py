@@ -45,6 +45,7 @@ def quantize_dynamic_int8(src: Path, dst: Path, cfg: Int8DynamicConfig) -> Path:
                 str(tmp),
                 weight_type=QuantType.QInt8,
                 per_channel=cfg.per_channel,
+                reduce_range=cfg.reduce_range,
                 op_types_to_quantize=list(DYNAMIC_OPS),
             ),
         )
@@ -134,6 +135,7 @@ def quantize_static_int8(src: Path, dst: Path, cfg: Int8StaticConfig, X: np.ndar
                 reader,
                 quant_format=QuantFormat.QDQ,
                 per_channel=cfg.per_channel,
+                reduce_range=cfg.reduce_range,
                 activation_type=act,
                 weight_type=QuantType.QInt8,
                 calibrate_method=method,

@@ -243,7 +243,8 @@ def nightly_feedback(
     )
     versions = registry.gold_versions()
     latest = versions[-1] if versions else None
-    agreed, conflicted = registry.gold_rows() if latest else ({}, {})
+    agreed, conflicted = registry.gold_rows(latest) if latest else ({}, {})  # as of `latest`: a label made
+    # meanwhile (the queue writes at any time) waits for the next run instead of training untracked
     rows = feedback_rows(agreed, conflicted, ds, dev_fraction=dev_fraction, seed=seed, exclude=tests | set(dev_ids))
     ids = batch[ds.ID_COLUMN].astype(str).to_numpy()
     n = len(batch)

@@ -11,8 +11,11 @@ SLUICE_HOME/queue/queue.sqlite (kept across runs), two tables:
 
 A label is gold at once: `record_label` writes it through the registry's gold store
 (tasks/registry/gold.py) as a gold version with source "queue", who and when, and the registry's
-audit line; the queue's answer row and the gold version are one unit (the SQLite transaction is
-open around the registry's and is rolled back if that fails: nothing half-written). The next
+audit line. The queue's answer and the gold version are one unit, in three steps: the answer is
+written pending (with a request id never used before), the gold version is made, the answer names it.
+What a kill or a failure between them leaves is settled by the next write (`settle`): a pending answer
+whose request id is in a gold version gets it, one that no version holds is removed; a refusal removes
+it at once. An undo cut off after its retraction was committed finds that retraction the next time. The next
 nightly's weak_label takes queue gold exactly like feedback gold (tasks/labeling/feedback.py: a dev
 share, the rest trains as gold rows). Two people who label one item differently are both kept: the
 second is flagged as a conflict naming the first, and the row trains nowhere until someone settles it
@@ -26,6 +29,7 @@ import contextlib
 import json
 import sqlite3
 import time
+import uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,6 +37,7 @@ from typing import Any, Iterable, Iterator
 
 from tasks.core.errors import RefusedError
 from tasks.registry.gold import gold_number
+from tasks.registry.repo import MirrorError, RegistryError
 
 QUEUE_FILE = "queue.sqlite"
 SOURCE = "queue"
@@ -181,10 +186,11 @@ class QueueStore:
             )
         return {"items": total, "labeled": labeled, "conflicted": conflicted, "yours": mine}
 
-    def row_ids(self) -> set[str]:
-        """Every row id ever queued (a row is queued once, whichever batch brings it again)."""
+    def row_ids(self, but_run: str | None = None) -> set[str]:
+        """Every row id ever queued (a row is queued once, whichever batch brings it again), but those
+        `but_run` queued (a retried run's own)."""
         with self._db() as db:
-            return {r[0] for r in db.execute("SELECT DISTINCT row_id FROM items")}
+            return {r[0] for r in db.execute("SELECT DISTINCT row_id FROM items WHERE run_id IS NOT ?", (but_run,))}
 
     def answers(self, item_id: int | None = None) -> list[dict[str, Any]]:
         with self._db() as db:
@@ -226,6 +232,9 @@ class QueueStore:
             raise QueueError("a label needs who gave it (the Airflow user of the request)")
         if isinstance(label, bool) or not isinstance(label, int) or label not in classes:
             raise QueueError(f"label {label!r} is outside the classes {classes}: nothing recorded")
+        self.settle(registry)
+        # 1. the answer, pending (no gold version yet), in a transaction of its own: what a kill during the
+        # registry's write leaves is found and settled by `settle` (step 3 below, or the other way)
         with self._db(write=True) as db:
             row = db.execute("SELECT * FROM items WHERE id = ?", (int(item_id),)).fetchone()
             if row is None:
@@ -246,44 +255,62 @@ class QueueStore:
                     "label to change it; nothing recorded"
                 )
             at, ts = _now(), time.time()
-            cur = db.execute(
-                "INSERT INTO answers (item_id, action, label, who, at) VALUES (?, 'label', ?, ?, ?)",
-                (int(item_id), label, who, at),
-            )
-            request_id = f"queue-{int(item_id)}-{cur.lastrowid}"
-            candidate = {
-                "row_id": row["row_id"],
-                "label": label,
-                "who": who,
-                "at": at,
-                "ts": ts,
-                "request_id": request_id,
-                "row": 0,
-                "source": SOURCE,
-                "raw": json.loads(row["raw"]),
-                "queue": {
-                    "item": int(item_id),
-                    "run_id": row["run_id"],
-                    "kind": row["kind"],
-                    "inclusion": row["inclusion"],
-                    "score": row["score"],
-                },
-            }
+            request_id = f"queue-{int(item_id)}-{uuid.uuid4().hex[:16]}"  # never reused, whatever is rolled back
+            answer = db.execute(
+                "INSERT INTO answers (item_id, action, label, who, at, request_id) VALUES (?, 'label', ?, ?, ?, ?)",
+                (int(item_id), label, who, at, request_id),
+            ).lastrowid
+        candidate = {
+            "row_id": row["row_id"],
+            "label": label,
+            "who": who,
+            "at": at,
+            "ts": ts,
+            "request_id": request_id,
+            "row": 0,
+            "source": SOURCE,
+            "raw": json.loads(row["raw"]),
+            "queue": {
+                "item": int(item_id),
+                "run_id": row["run_id"],
+                "kind": row["kind"],
+                "inclusion": row["inclusion"],
+                "score": row["score"],
+            },
+        }
+        # 2. the gold version
+        try:
             result = registry.add_gold([candidate], classes=classes, test_ids=test_ids, who=who)
-            if not result["accepted"]:  # refused (e.g. a gold test row): recorded with its version, not queued
-                why = result["refused"][0]["reason"] if result["refused"] else "not accepted"
-                raise QueueError(f"the gold store refused item {item_id}'s label: {why}")
-            gold = result["accepted"][0]
-            db.execute(
-                "UPDATE answers SET request_id = ?, gold_version = ? WHERE id = ?",
-                (request_id, gold["gold_version"], cur.lastrowid),
-            )
+        except MirrorError:  # committed; only the mirror push failed (the next transaction pushes again)
+            result = {"accepted": [lab for lab in registry.gold_labels() if lab.get("request_id") == request_id]}
+            result["refused"], mirror = [], "; the registry's git mirror was not reached (the next write retries)"
+        except BaseException:
+            self.settle(registry)  # nothing committed: the pending answer goes (a kill leaves it to the next call)
+            raise
+        else:
+            mirror = ""
+        if not result["accepted"]:  # refused (e.g. a gold test row): recorded with its version, not queued
+            self._drop(answer)
+            why = result["refused"][0]["reason"] if result["refused"] else "not accepted"
+            raise QueueError(f"the gold store refused item {item_id}'s label: {why}")
+        gold = result["accepted"][0]
+        # 3. the answer names its gold version (back in place if a `settle` meanwhile took it for a dead one)
+        with self._db(write=True) as db:
+            if not db.execute(
+                "UPDATE answers SET gold_version = ? WHERE id = ?", (gold["gold_version"], answer)
+            ).rowcount:
+                db.execute(
+                    "INSERT INTO answers (id, item_id, action, label, who, at, request_id, gold_version) "
+                    "VALUES (?, ?, 'label', ?, ?, ?, ?, ?)",
+                    (answer, int(item_id), label, who, at, request_id, gold["gold_version"]),
+                )
             item = self._full(db, row)
-        if gold["conflict"]:
+        gold.setdefault("conflict", item["conflict"])
+        if gold.get("conflict"):
             others = "; ".join(
                 f"{c.get('who') or c.get('source')} labeled it {c['label']}"
                 + (f" ({c['gold_version']})" if c.get("gold_version") else "")
-                for c in gold["conflicts_with"]
+                for c in gold.get("conflicts_with", [])
             )
             msg = (
                 f"conflict: {others}; your label {label} is kept beside it ({gold['gold_version']}). Both stay in "
@@ -291,14 +318,42 @@ class QueueStore:
             )
         else:
             msg = f"item {item_id} labeled {label}: {gold['gold_version']}"
+        msg += mirror
         return {
             "item": item,
             "gold_version": gold["gold_version"],
-            "conflict": gold["conflict"],
-            "conflicts_with": gold["conflicts_with"],
+            "conflict": bool(gold.get("conflict")),
+            "conflicts_with": gold.get("conflicts_with", []),
             "message": msg,
             "recorded": True,
         }
+
+    def settle(self, registry: Any) -> int:
+        """Settle the labels a kill left pending between the queue and the gold store (an answer without
+        its gold version): one whose request id is in a gold version gets that version; one that no
+        gold version holds is removed (its label never reached the store). Returns how many. A click in
+        flight that this removes puts its answer back when its gold version is made (`record_label`)."""
+        with self._db() as db:
+            pending = db.execute(
+                "SELECT id, request_id FROM answers WHERE action = 'label' AND gold_version IS NULL"
+            ).fetchall()
+        if not pending:
+            return 0
+        live = {str(lab.get("request_id")): lab["gold_version"] for lab in registry.gold_labels()} if (
+            registry.gold_versions()
+        ) else {}  # fmt: skip
+        with self._db(write=True) as db:
+            for answer in pending:
+                version = live.get(str(answer["request_id"]))
+                if version:
+                    db.execute("UPDATE answers SET gold_version = ? WHERE id = ?", (version, answer["id"]))
+                else:
+                    db.execute("DELETE FROM answers WHERE id = ? AND gold_version IS NULL", (answer["id"],))
+        return len(pending)
+
+    def _drop(self, answer: int) -> None:
+        with self._db(write=True) as db:
+            db.execute("DELETE FROM answers WHERE id = ?", (answer,))
 
     def skip(self, item_id: int, *, who: str) -> dict[str, Any]:
         if not who:
@@ -316,6 +371,7 @@ class QueueStore:
         store (a gold version that says who undid it). `trained_through`: the latest gold version a
         data version has trained on (tasks/labeling/feedback.py `trained_through`): a label in it or
         before it is in the data already and is not undone."""
+        self.settle(registry)
         with self._db(write=True) as db:
             last = db.execute(
                 "SELECT * FROM answers WHERE who = ? AND undone_at IS NULL ORDER BY id DESC LIMIT 1", (who,)
@@ -331,9 +387,16 @@ class QueueStore:
                         f"trained through {trained_through}): it cannot be undone; label the row again to correct "
                         "it (the two labels are kept as a conflict)"
                     )
-                version = registry.retract_gold([last["request_id"]], who=who, reason="undo in the labeling queue")[
-                    "gold_version"
-                ]
+                try:
+                    version = registry.retract_gold([last["request_id"]], who=who, reason="undo in the labeling queue")[
+                        "gold_version"
+                    ]
+                except (MirrorError, RegistryError):
+                    # committed with only the mirror push failed, or an earlier undo of it committed and was
+                    # cut off before this answer said so: the gold store names the version that retracted it
+                    version = registry.retraction_of(last["request_id"])
+                    if version is None:
+                        raise
             db.execute(
                 "UPDATE answers SET undone_at = ?, undone_by = ?, undone_version = ? WHERE id = ?",
                 (_now(), who, version, last["id"]),

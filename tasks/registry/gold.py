@@ -99,6 +99,13 @@ class GoldStore(RepoBase):
         versions = self._upto(version) if version is not None else self.gold_versions()
         return [r for v in versions for r in self._retracted_lines(v)]
 
+    def retraction_of(self, request_id: str) -> str | None:
+        """The gold version that retracted `request_id`'s label, or None (not retracted)."""
+        for v in self.gold_versions():
+            if any(str(r["request_id"]) == str(request_id) for r in self._retracted_lines(v)):
+                return v
+        return None
+
     def gold_refused(self, version: str | None = None) -> list[dict[str, Any]]:
         versions = self.gold_versions()
         if version is not None:

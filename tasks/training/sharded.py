@@ -339,12 +339,19 @@ class ShardedCheckpointer(BackgroundWriter):
             dist.all_gather_object(gathered, digests[0], group=self.group)
             digests = gathered
         if self.rank != 0:
+            # On a disk of its own (another node) nobody else removes this rank's old folders. One more is
+            # kept than rank 0 keeps: on a shared disk rank 0 may not have marked this step complete yet.
+            self._prune(self.keep + 1)
             return
         self._mark_complete(path, {name: sha for d in digests for name, sha in d.items()})
-        for old in sorted(p for p in self.folder.iterdir() if _DIR.match(p.name))[: -self.keep]:
-            shutil.rmtree(old, ignore_errors=True)
+        self._prune(self.keep)
         if self.on_saved:
             self.on_saved(path)
+
+    def _prune(self, keep: int) -> None:
+        """Remove all but the newest `keep` checkpoint folders on this rank's disk."""
+        for old in sorted(p for p in self.folder.iterdir() if _DIR.match(p.name))[:-keep]:
+            shutil.rmtree(old, ignore_errors=True)
 
     @staticmethod
     def _mark_complete(path: Path, shards: dict[str, str]) -> None:

@@ -93,6 +93,7 @@ def reference(cluster, version, tmp_path_factory):
     finish(sharded.start_all())
     found["2x2 fsdp2"] = weights(sharded, out / "fsdp2")
     found["fsdp2 disks"] = [sorted(p.name for p in sharded.local_out(i).glob("checkpoints/ckpt-*/*")) for i in (0, 1)]
+    found["fsdp2 folders"] = [sorted(p.name for p in sharded.local_out(i).glob("checkpoints/ckpt-*")) for i in (0, 1)]
     found["fsdp2 published"] = sharded.outputs(out / "fsdp2-published", "checkpoints/") / "checkpoints"
     return found
 
@@ -112,6 +113,8 @@ def test_fsdp2_shards_stay_on_their_node_and_the_published_checkpoint_lists_ever
     published = reference["fsdp2 published"]
     kept = sorted(p.name for p in published.iterdir())
     assert kept == [f"ckpt-{s:06d}" for s in (EPOCHS * 9 - 2 * INTERVAL, EPOCHS * 9 - INTERVAL)], kept  # older removed
+    on0, on1 = reference["fsdp2 folders"]  # each node's own disk is pruned too (node 1's by its ranks)
+    assert on0 == kept and on1 == [f"ckpt-{s:06d}" for s in (EPOCHS * 9 - 3 * INTERVAL, *(int(k[5:]) for k in kept))]
     last = published / kept[-1]
     files = json.loads((last / "COMPLETE").read_text())["files"]
     shards = {f"__{r}_0.distcp" for r in range(4)}

@@ -120,7 +120,8 @@ def test_fill_queue_from_a_real_night_and_ten_labels_train_the_next(settings, pa
     changes = {"weak_label": {"weak_weight": 0.5}, "queue": {"k": 30, "random_share": 0.2}}
     ctx = StepContext.create("night-1", settings, changes)
     ing = ingest(ctx)
-    rec = fill_queue(ctx, ingest=ing, weak_label=weak_label(ctx, ingest=ing))
+    wl1 = weak_label(ctx, ingest=ing)
+    rec = fill_queue(ctx, ingest=ing, weak_label=wl1)
     assert (rec.added, rec.chosen, rec.random, rec.model_version) == (30, 24, 6, "model-v1")
     assert rec.signals == ["conflict", "entropy", "uncertainty"]
     assert rec.random_inclusion == pytest.approx(6 / (rec.eligible - 24))
@@ -144,6 +145,9 @@ def test_fill_queue_from_a_real_night_and_ten_labels_train_the_next(settings, pa
         given[item["row_id"]] = int(truth[item["row_id"]])
         store.record_label(reg, item["id"], given[item["row_id"]], who="alice", classes=(0, 1), test_ids=test_ids)
     assert [lab["source"] for lab in reg.gold_labels()] == ["queue"] * 10 and trained_through(reg) is None
+    # a retried fill_queue (say, killed after the queue's commit) chooses the same rows: none added
+    again = fill_queue(ctx, ingest=ing, weak_label=wl1)
+    assert (again.added, again.chosen, again.random) == (0, 24, 6) and store.counts()["items"] == 30
 
     ctx2 = StepContext.create("night-2", settings, changes)
     ing2 = ingest(ctx2)
@@ -161,5 +165,60 @@ def test_fill_queue_from_a_real_night_and_ten_labels_train_the_next(settings, pa
     assert (trains["label_weight"] == 1).all()
     assert {i for i, k in kinds.items() if k == "chosen"} <= set(trains[ds.ID_COLUMN].astype(str))  # they only train
     rec2 = fill_queue(ctx2, ingest=ing2, weak_label=wl)  # the labeled rows, and every row queued, never again
-    queued = [it["row_id"] for it in [store.item(i) for i in range(1, 31 + rec2.added)]]
+    with store._db() as db:
+        queued = [r["row_id"] for r in db.execute("SELECT row_id FROM items")]
     assert len(queued) == len(set(queued)) == 30 + rec2.added
+
+
+def test_what_a_kill_between_the_queue_and_the_gold_store_leaves_is_settled(settings, params, emails):
+    """The two states a kill can leave between the queue's answer (written pending first) and its gold
+    version: the gold version made but the answer not told (it gets the version), or the answer pending
+    with no gold version (it goes). And an undo cut off after its retraction committed."""
+    items, _ = _items(emails, params, n=4)
+    store, reg = QueueStore.open(settings.layout), Registry(settings)
+    store.add_items("night-1", items)
+    one = store.next_item("alice")
+    pending = "INSERT INTO answers (item_id, action, label, who, at, request_id) VALUES (?, 'label', ?, ?, 'then', ?)"
+    with store._db(write=True) as db:  # killed after the gold version was made, before the answer named it
+        db.execute(pending, (one["id"], 1, "alice", "queue-1-dead0001"))
+    two = store.next_item("bob")
+    with store._db(write=True) as db:  # killed before the gold write
+        db.execute(pending, (two["id"], 0, "bob", "queue-2-dead0002"))
+    lost = {"row_id": one["row_id"], "label": 1, "who": "alice", "at": "then", "ts": 1.0, "row": 0,
+            "request_id": "queue-1-dead0001", "source": "queue", "raw": one["raw"]}  # fmt: skip
+    made = reg.add_gold([lost], classes=(0, 1), test_ids=[], who="alice")["accepted"][0]["gold_version"]
+    assert store.counts()["labeled"] == 2  # pending answers count until settled
+
+    r = store.record_label(reg, 3, 0, who="carol", classes=(0, 1))  # any next write settles first
+    assert r["gold_version"] == "gold-v2"
+    by_request = {a["request_id"]: a for a in store.answers()}
+    assert by_request["queue-1-dead0001"]["gold_version"] == made == "gold-v1"
+    assert "queue-2-dead0002" not in by_request and store.next_item("bob")["id"] == two["id"]  # back in the queue
+    assert all(a["gold_version"] for a in store.answers())
+
+    # carol's undo: the retraction commits, then the process dies before the answer says so
+    (live,) = [a for a in store.answers() if a["who"] == "carol"]
+    gone = reg.retract_gold([live["request_id"]], who="carol", reason="undo in the labeling queue")["gold_version"]
+    u = store.undo(reg, who="carol", trained_through=None)
+    assert u["gold_version"] == gone and reg.gold_versions()[-1] == gone  # found, not retracted twice
+    assert [a["undone_version"] for a in store.answers() if a["who"] == "carol"] == [gone]
+
+
+def test_a_label_whose_mirror_push_fails_is_recorded_and_says_so(settings, params, emails, tmp_path, monkeypatch):
+    """SLUICE_REGISTRY_GIT_REMOTE unreachable: the gold version is committed (the mirror push comes after the
+    commit; the next write pushes again), so the answer is recorded with it, and the message says so."""
+    from tasks.core.settings import Settings
+
+    items, _ = _items(emails, params, n=2)
+    store = QueueStore.open(settings.layout)
+    store.add_items("night-1", items)
+    Registry(settings).ensure()
+    broken = Settings.from_env(
+        {"SLUICE_HOME": str(settings.home), "SLUICE_REGISTRY_GIT_REMOTE": str(tmp_path / "gone.git")}
+    )
+    reg = Registry(broken)
+    r = store.record_label(reg, 1, 1, who="alice", classes=(0, 1))
+    assert r["recorded"] and r["gold_version"] == "gold-v1" and "git mirror was not reached" in r["message"]
+    assert [(a["who"], a["gold_version"]) for a in store.answers()] == [("alice", "gold-v1")]
+    u = store.undo(reg, who="alice", trained_through=None)
+    assert u["gold_version"] == "gold-v2" and reg.gold_labels() == []
