@@ -128,6 +128,10 @@ class TrainPlanRecord(Record):
     init_from: str
     requests: dict[str, float] = {}
     """What the pods request in all (cpus, gpus, memory_gb): the cost ledger prices it."""
+    server_version: str = ""
+    """The API server the preflight asked (its git version)."""
+    warnings: list[str] = []
+    """What the preflight found weakened on that server (tasks/training/k8s_server.py)."""
 
 
 class TrainRecord(Record):

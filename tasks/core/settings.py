@@ -90,6 +90,9 @@ class Settings(BaseSettings):
     dist_timeout_s: int = Field(300, ge=1, description="timeout of training collectives, seconds")
     k8s_image: str = Field("", description="kubernetes: the trainer image (default: params scaling)")
     k8s_namespace: str = Field("", description="kubernetes: the trainers' namespace")
+    k8s_config_file: str = Field(
+        "", description="kubernetes: the kube config file the operators and the preflight use (empty: in-cluster)"
+    )
     k8s_nodes: int | None = Field(None, ge=1, description="kubernetes: nodes (overrides the scaling profile)")
     k8s_gpus_per_node: int | None = Field(None, ge=1, description="kubernetes: GPUs per node (overrides the profile)")
     k8s_socket_ifname: str = Field(

@@ -372,33 +372,39 @@ class QueueStore:
         data version has trained on (tasks/labeling/feedback.py `trained_through`): a label in it or
         before it is in the data already and is not undone."""
         self.settle(registry)
-        with self._db(write=True) as db:
+        with self._db() as db:
             last = db.execute(
                 "SELECT * FROM answers WHERE who = ? AND undone_at IS NULL ORDER BY id DESC LIMIT 1", (who,)
             ).fetchone()
-            if last is None:
-                raise QueueError(f"{who} has nothing to undo")
-            version = None
-            if last["action"] == "label":
-                done = gold_number(trained_through) if trained_through else 0
-                if gold_number(last["gold_version"]) <= done:
-                    raise QueueError(
-                        f"item {last['item_id']}'s label ({last['gold_version']}) has trained already (the data "
-                        f"trained through {trained_through}): it cannot be undone; label the row again to correct "
-                        "it (the two labels are kept as a conflict)"
-                    )
-                try:
-                    version = registry.retract_gold([last["request_id"]], who=who, reason="undo in the labeling queue")[
-                        "gold_version"
-                    ]
-                except (MirrorError, RegistryError):
-                    # committed with only the mirror push failed, or an earlier undo of it committed and was
-                    # cut off before this answer said so: the gold store names the version that retracted it
-                    version = registry.retraction_of(last["request_id"])
-                    if version is None:
-                        raise
+        if last is None:
+            raise QueueError(f"{who} has nothing to undo")
+        version = None
+        if last["action"] == "label":
+            if last["gold_version"] is None:
+                raise QueueError(f"item {last['item_id']}'s label is still being recorded: undo again in a moment")
+            done = gold_number(trained_through) if trained_through else 0
+            if gold_number(last["gold_version"]) <= done:
+                raise QueueError(
+                    f"item {last['item_id']}'s label ({last['gold_version']}) has trained already (the data "
+                    f"trained through {trained_through}): it cannot be undone; label the row again to correct "
+                    "it (the two labels are kept as a conflict)"
+                )
+            # the registry's write outside the queue's lock (a long registry transaction must not block
+            # every other click); a second undo of the same answer meanwhile finds the same retraction
+            try:
+                version = registry.retract_gold([last["request_id"]], who=who, reason="undo in the labeling queue")[
+                    "gold_version"
+                ]
+            except (MirrorError, RegistryError):
+                # committed with only the mirror push failed, or an earlier undo of it committed and was
+                # cut off before this answer said so: the gold store names the version that retracted it
+                version = registry.retraction_of(last["request_id"])
+                if version is None:
+                    raise
+        with self._db(write=True) as db:
             db.execute(
-                "UPDATE answers SET undone_at = ?, undone_by = ?, undone_version = ? WHERE id = ?",
+                "UPDATE answers SET undone_at = ?, undone_by = ?, undone_version = ? "
+                "WHERE id = ? AND undone_at IS NULL",
                 (_now(), who, version, last["id"]),
             )
         what = f"label {last['label']} retracted ({version})" if version else "skip undone"

@@ -41,7 +41,7 @@ from typing import Any, Mapping
 
 from tasks.core.params import ScalingParams, TrainParams, load_params
 from tasks.core.settings import Settings
-from tasks.training.local import engine_args, params_json
+from tasks.training.local import COMPUTE_ENV, engine_args, params_json
 
 RDZV_PORT = 29500
 PLAN_TASK = "plan_train"
@@ -71,6 +71,7 @@ class KubernetesTraining:
     socket_ifname: str = "eth0"  # the pod network's interface: gloo's and NCCL's sockets (M nodes)
     dist_timeout_s: int = 300  # collectives' timeout (SLUICE_DIST_TIMEOUT_S in the pods): a lost peer fails the step
     max_restarts: int = 3  # M nodes: torchrun re-rendezvouses this often when a peer node is lost
+    kube_config_file: str = ""  # the operators' and the preflight's kube config (empty: in-cluster)
 
     def __post_init__(self) -> None:
         from tasks.core.settings import url_credentials_error
@@ -111,6 +112,7 @@ class KubernetesTraining:
             "s3_endpoint_url": settings.s3_endpoint_url,
             "socket_ifname": settings.k8s_socket_ifname,
             "dist_timeout_s": settings.dist_timeout_s,
+            "kube_config_file": settings.k8s_config_file,
         }
         kw.update({name: value for name, value in overrides.items() if value not in (None, "")})
         return cls(**kw)
@@ -244,8 +246,8 @@ def _common(cfg: KubernetesTraining, plan: dict[str, str], kube_config_file: str
     )
     # The root filesystem is read-only: HOME and every cache go to /tmp (an emptyDir).
     env = {
+        **COMPUTE_ENV,  # what the local backend pins (tasks/training/local.py)
         "DVC_NO_ANALYTICS": "1",
-        "PYTHONUNBUFFERED": "1",
         "HOME": "/tmp/home",
         "XDG_CACHE_HOME": "/tmp/cache",
         "DVC_SITE_CACHE_DIR": "/tmp/dvc-site-cache",
@@ -255,6 +257,7 @@ def _common(cfg: KubernetesTraining, plan: dict[str, str], kube_config_file: str
         **(multinode_env(cfg) if cfg.nodes > 1 else {}),
     }
     seccomp = k8s.V1SeccompProfile(type="RuntimeDefault")
+    kube_config_file = kube_config_file or cfg.kube_config_file or None
     volumes = [
         ("dshm", "/dev/shm", k8s.V1EmptyDirVolumeSource(medium="Memory", size_limit=cfg.shm_size)),
         ("work", WORKDIR, k8s.V1EmptyDirVolumeSource()),
@@ -350,6 +353,7 @@ def training_operator(
             arguments=command[1:],
             random_name_suffix=False,
             on_finish_action="delete_pod",
+            log_events_on_failure=True,  # a pod that cannot be scheduled or start says why in the task log
             **common,
         )
     from tasks.training.kubernetes_operators import IndexedTrainingJobOperator
@@ -452,9 +456,14 @@ def render_manifests(
 ) -> list[dict[str, Any]]:
     """The manifests the train step would send, built without a cluster (camelCase, as sent):
     the pod; or the Job, the rendezvous Service and the run's NetworkPolicy."""
-    the_plan = plan(run_id, data_version, p, out_root, cfg.registry_url, init_from)
-    manifests = build_manifests(cfg, the_plan)
-    return manifests if cfg.nodes == 1 else [*manifests, rendezvous_network_policy(cfg, the_plan["name"])]
+    return run_manifests(cfg, plan(run_id, data_version, p, out_root, cfg.registry_url, init_from))
+
+
+def run_manifests(cfg: KubernetesTraining, plan: dict[str, str]) -> list[dict[str, Any]]:
+    """Every object one run creates, from its concrete plan: the pod; or the Job, the rendezvous
+    Service and the run's NetworkPolicy (what the preflight dry-runs, tasks/training/k8s_server.py)."""
+    manifests = build_manifests(cfg, plan)
+    return manifests if cfg.nodes == 1 else [*manifests, rendezvous_network_policy(cfg, plan["name"])]
 
 
 def build_manifests(cfg: KubernetesTraining, plan: dict[str, str], operator=None) -> list[dict[str, Any]]:

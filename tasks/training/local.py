@@ -69,6 +69,12 @@ WORKER_ENV_PREFIXES = (
 )
 
 
+# What every training process runs with, on any backend (the pods' environment too): one compute
+# thread per process (the same float reductions everywhere: the same data, params and world size give
+# the same weights locally and in a pod), and unbuffered progress lines.
+COMPUTE_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
 def worker_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     """The local backend's environment for torchrun and its workers: the allowlisted part of
     `environ` (default: this process's), then the settings that keep them on loopback. One
@@ -78,8 +84,7 @@ def worker_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in environ.items() if k in WORKER_ENV_NAMES or k.startswith(WORKER_ENV_PREFIXES)}
     env.update(
         {
-            "OMP_NUM_THREADS": "1",
-            "PYTHONUNBUFFERED": "1",
+            **COMPUTE_ENV,
             "GLOO_SOCKET_IFNAME": "lo",
             "NCCL_SOCKET_IFNAME": "lo",
             # Otherwise the launcher opens a TCPStore server (all interfaces) to share with workers.

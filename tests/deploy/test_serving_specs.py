@@ -464,5 +464,7 @@ def test_the_grace_period_covers_prestop_the_drain_and_the_in_flight_requests(po
     its requests in flight up to 5 s (uvicorn's graceful shutdown): all of it within the grace period."""
     from tasks.core.params import repo_params
 
-    pre_stop = container["lifecycle"]["preStop"]["sleep"]["seconds"]
+    command = container["lifecycle"]["preStop"]["exec"]["command"]  # the form every server version keeps
+    assert command[0] == "sleep", command
+    pre_stop = float(command[1])
     assert pod["terminationGracePeriodSeconds"] >= pre_stop + repo_params().serving.drain_s + 5

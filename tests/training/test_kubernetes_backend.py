@@ -13,7 +13,6 @@ import sys
 
 import pytest
 
-from tasks.core.errors import StepError
 from tasks.core.params import load_params
 from tasks.core.settings import safe_run_id
 from tasks.training.kubernetes import KubernetesTraining, render_manifests, validate_manifests
@@ -188,36 +187,3 @@ def _small_params(tmp_path):
     path = tmp_path / "params.yaml"
     path.write_text(yaml.safe_dump(raw))
     return path
-
-
-def test_plan_train_sends_the_pods_every_train_value_the_step_was_given(settings, monkeypatch):
-    """The kubernetes backend's plan carries the step's own train params (--set, the run's conf,
-    the overlay), not a fresh read of params.yaml that keeps only epochs."""
-    from tasks.core.context import StepContext
-    from tasks.core.records import SnapshotRecord
-    from tasks.core.settings import Settings
-    from tasks.plan_train import plan_train
-
-    k8s_env(monkeypatch)
-    ctx = StepContext.create(
-        RUN,
-        Settings.from_env(),
-        overrides={"train": {"epochs": 3, "lr": 0.0123, "model.params.hidden": [8], "seed": 99, "warm_start": False}},
-    )
-    snap = SnapshotRecord.model_construct(data_version="data-v1")
-    rec = plan_train(ctx, snapshot=snap)
-    sent = json.loads(rec.params)
-    assert (sent["epochs"], sent["lr"], sent["model"]["params"]["hidden"], sent["seed"], sent["warm_start"]) == (
-        3,
-        0.0123,
-        [8],
-        99,
-        False,
-    )
-    assert rec.init_from == ""  # warm_start false in the step's params: no prod model to start from
-    from tasks.core.records import DriftRetrainRecord
-
-    retrain = plan_train(ctx, drift_retrain=DriftRetrainRecord(data_version="data-v1", causes=[{"why": "drift"}]))
-    assert retrain.data_version == "data-v1" and json.loads(retrain.params) == sent  # a drift-triggered run, no batch
-    with pytest.raises(StepError, match="snapshot or drift_retrain"):
-        plan_train(ctx)

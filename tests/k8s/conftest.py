@@ -1,0 +1,106 @@
+"""The k8s tier's cluster: a real Kubernetes v1.20.2 control plane and kubelet on loopback
+(ops/k8s-local.sh: etcd, kube-apiserver, controller-manager, scheduler, containerd, kubelet),
+started once for the tier and stopped after it. Root only, Debian packages only.
+
+The binaries are built once per machine from Debian's kubernetes source package and cached
+(/var/cache/k8s-local; about 7.5 minutes cold on 2 cores, `.ci/run` builds them before the suite);
+the packages it needs are installed by `.ci/run` (`bash ops/k8s-local.sh install`)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tasks.core.settings import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "ops" / "k8s-local.sh"
+GPUS = 2  # what the test node advertises as nvidia.com/gpu (no GPU is behind it)
+IMAGE = "localhost/sluice-trainer:k8s-tier"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    base: Path
+    kubeconfig: str
+    env: dict[str, str]
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+        kubectl = Path(os.environ.get("K8S_CACHE", "/var/cache/k8s-local/v1.20.2")) / "bin" / "kubectl"
+        proc = subprocess.run(
+            [str(kubectl), *args], env=self.env, input=input, capture_output=True, text=True, timeout=120
+        )
+        if check:
+            assert proc.returncode == 0, f"kubectl {' '.join(args)}: {proc.stderr[-2000:]}"
+        return proc
+
+    def script(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            ["bash", str(SCRIPT), *args], env=self.env, capture_output=True, text=True, timeout=timeout
+        )
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory) -> Cluster:
+    if os.geteuid() != 0:
+        pytest.fail("the k8s tier starts a kubelet and containerd: run it as root (CI does)")
+    if not shutil.which("etcd") or not shutil.which("containerd"):
+        pytest.fail("the k8s tier needs Debian's etcd-server, containerd, runc, ...: bash ops/k8s-local.sh install")
+    base = tmp_path_factory.mktemp("k8s")
+    env = {
+        **os.environ,
+        "K8S_LOCAL_DIR": str(base),
+        "K8S_LOCAL_CLEAN_HOST": "1",
+        "KUBECONFIG": str(base / "kubeconfig" / "admin.kubeconfig"),
+    }
+    c = Cluster(base, env["KUBECONFIG"], env)
+    built = c.script("build", timeout=1800)  # returns at once when the binaries are cached
+    assert built.returncode == 0, built.stderr[-3000:]
+    try:
+        up = c.script("up")
+        assert up.returncode == 0, up.stderr[-3000:] + (base / "run" / "kubelet.log").read_text()[-3000:]
+        # The node says it has GPUs (an extended resource on its status) and carries the GPU node label the
+        # trainer pods select: the scheduler then places GPU requests against that count.
+        c.kubectl("label", "node", "localhost", "nvidia.com/gpu.present=true", "--overwrite")
+        from kubernetes import client, config
+
+        api = config.new_client_from_config(config_file=c.kubeconfig)
+        client.CoreV1Api(api).patch_node_status("localhost", {"status": {"capacity": {"nvidia.com/gpu": str(GPUS)}}})
+        _trainer_image(c)
+        yield c
+    finally:
+        c.script("down")
+
+
+def _trainer_image(c: Cluster) -> None:
+    """A root filesystem of busybox (Debian's busybox-static) as the trainer image in the cluster's
+    containerd: it has a shell for the probes and no torchrun, so the project's own pod command fails
+    in it the way a broken image would."""
+    root = c.base / "image"
+    (root / "bin").mkdir(parents=True)
+    shutil.copy("/bin/busybox", root / "bin" / "busybox")
+    for tool in ("sh", "id", "touch", "cat", "grep", "echo", "env", "mount", "sleep"):
+        (root / "bin" / tool).symlink_to("busybox")
+    loaded = c.script("image", str(root), IMAGE, "/bin/sh")
+    assert loaded.returncode == 0, loaded.stderr[-2000:]
+
+
+@pytest.fixture(scope="session")
+def trainer_namespace(cluster: Cluster) -> str:
+    """The project's own trainer namespace manifest, applied, and the remote's credentials Secret the
+    pods read their AWS_* variables from (the values are the test's own)."""
+    cluster.kubectl("apply", "-f", str(REPO_ROOT / "k8s" / "trainer-namespace.yaml"))
+    cluster.kubectl(
+        "create", "secret", "generic", "sluice-registry", "-n", "sluice-train",
+        "--from-literal=AWS_ACCESS_KEY_ID=k8s-tier", "--from-literal=AWS_SECRET_ACCESS_KEY=k8s-tier-secret",
+    )  # fmt: skip
+    from tasks.core.wait import wait_until
+
+    # Pods are refused until the controller-manager has made the namespace's default ServiceAccount.
+    wait_until(lambda: cluster.kubectl("get", "sa", "default", "-n", "sluice-train", check=False).returncode == 0,
+               timeout_s=60, what="the sluice-train namespace's default ServiceAccount")  # fmt: skip
+    return "sluice-train"
