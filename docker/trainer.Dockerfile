@@ -2,22 +2,31 @@
 #   torchrun ... -m tasks.training.engine ...   (the pod command; see tasks/training/kubernetes.py)
 # so the image sets no ENTRYPOINT.
 #   docker build -f docker/trainer.Dockerfile -t REGISTRY/sluice-trainer:TAG .
-FROM python:3.11-slim-bookworm
+# BASE_IMAGE: any Debian bookworm image with Python 3.11 and its venv module; the official one by
+# default. The k8s tier builds it FROM a base made from Debian's packages (ops/images.py).
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
 
 # TORCH_VERSION must equal constraints.txt's torch pin without "+cpu" (tests check it).
 # The CUDA wheels bring their own CUDA runtime libraries; the node needs only the NVIDIA
 # driver and device plugin. TORCH_CUDA must be a build published for this torch release
 # (see https://download.pytorch.org/whl/): cu130 is an assumption, not verified here.
+# TORCH_PIP_ARGS: where pip takes torch from (the k8s tier passes a folder of wheels it serves on
+# loopback, with the CPU build: the CUDA build has never been built here).
 ARG TORCH_VERSION=2.13.0
 ARG TORCH_CUDA=cu130
+ARG TORCH_PIP_ARGS="--index-url https://download.pytorch.org/whl/${TORCH_CUDA}"
 
 # git: the engine reads data versions by tag from the registry's git URL (DVC, S3 remote).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends git \
  && rm -rf /var/lib/apt/lists/*
 
-RUN pip install --no-cache-dir "torch==${TORCH_VERSION}" \
-      --index-url "https://download.pytorch.org/whl/${TORCH_CUDA}"
+# A virtualenv: Debian's Python refuses installs into itself (PEP 668); the official image's takes one too.
+RUN python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:${PATH}
+
+RUN pip install --no-cache-dir "torch==${TORCH_VERSION}" ${TORCH_PIP_ARGS}
 
 # Editable install for the same reason as the Airflow image (params.yaml, data_contracts/
 # beside the package). The torch line is dropped from the lock so the CUDA build stays:

@@ -101,7 +101,19 @@ ADD)
 esac
 EOF
   chmod +x "$BASE/cni/bin/k8s-local-veth"
-  echo '{"cniVersion":"0.4.0","name":"k8s-local","plugins":[{"type":"loopback"},{"type":"k8s-local-veth"}]}' > "$BASE/cni/net.d/10-k8s-local.conflist"
+  if [ -n "${K8S_LOCAL_POD_BRIDGE:-}" ]; then
+    # Sluice's addition: pods on a bridge of the caller's (made and removed by it, its address the gateway)
+    # on a private range, so they reach the servers the caller binds there; no default route, no NAT:
+    # nothing beyond that range.
+    cp /usr/lib/cni/bridge /usr/lib/cni/host-local "$BASE/cni/bin/"
+    cat > "$BASE/cni/net.d/10-k8s-local.conflist" <<EOF
+{"cniVersion":"0.4.0","name":"k8s-local","plugins":[{"type":"loopback"},
+ {"type":"bridge","bridge":"$K8S_LOCAL_POD_BRIDGE","isGateway":true,"ipMasq":false,"hairpinMode":false,
+  "ipam":{"type":"host-local","dataDir":"$BASE/cni/ipam","ranges":[[{"subnet":"$K8S_LOCAL_POD_CIDR"}]],"routes":[]}}]}
+EOF
+  else
+    echo '{"cniVersion":"0.4.0","name":"k8s-local","plugins":[{"type":"loopback"},{"type":"k8s-local-veth"}]}' > "$BASE/cni/net.d/10-k8s-local.conflist"
+  fi
 }
 
 image() { # DIR NAME:TAG [CMD...]: the directory as a one-layer image, imported into containerd's k8s.io namespace

@@ -21,6 +21,11 @@ from tasks.core.settings import REPO_ROOT
 SCRIPT = REPO_ROOT / "ops" / "k8s-local.sh"
 GPUS = 2  # what the test node advertises as nvidia.com/gpu (no GPU is behind it)
 IMAGE = "localhost/sluice-trainer:k8s-tier"
+# The pods' network: a bridge the tier makes and removes, on a private range. Its own address is the
+# pods' gateway and the one address the tier's servers (S3, git) bind; the pods have no default route.
+POD_BRIDGE = "sluicek8s0"
+POD_CIDR = "10.78.0.0/24"
+HOST_ADDR = "10.78.0.1"
 
 
 @dataclass(frozen=True)
@@ -56,10 +61,16 @@ def cluster(tmp_path_factory) -> Cluster:
         "K8S_LOCAL_DIR": str(base),
         "K8S_LOCAL_CLEAN_HOST": "1",
         "KUBECONFIG": str(base / "kubeconfig" / "admin.kubeconfig"),
+        "K8S_LOCAL_POD_BRIDGE": POD_BRIDGE,
+        "K8S_LOCAL_POD_CIDR": POD_CIDR,
     }
     c = Cluster(base, env["KUBECONFIG"], env)
     built = c.script("build", timeout=1800)  # returns at once when the binaries are cached
     assert built.returncode == 0, built.stderr[-3000:]
+    subprocess.run(["ip", "link", "del", POD_BRIDGE], capture_output=True)  # a killed run's
+    for cmd in (["link", "add", POD_BRIDGE, "type", "bridge"], ["addr", "add", f"{HOST_ADDR}/24", "dev", POD_BRIDGE],
+                ["link", "set", POD_BRIDGE, "up"]):  # fmt: skip
+        subprocess.run(["ip", *cmd], check=True, capture_output=True)
     try:
         up = c.script("up")
         assert up.returncode == 0, up.stderr[-3000:] + (base / "run" / "kubelet.log").read_text()[-3000:]
@@ -74,6 +85,7 @@ def cluster(tmp_path_factory) -> Cluster:
         yield c
     finally:
         c.script("down")
+        subprocess.run(["ip", "link", "del", POD_BRIDGE], capture_output=True)
 
 
 def _trainer_image(c: Cluster) -> None:
@@ -97,6 +109,7 @@ def trainer_namespace(cluster: Cluster) -> str:
     cluster.kubectl(
         "create", "secret", "generic", "sluice-registry", "-n", "sluice-train",
         "--from-literal=AWS_ACCESS_KEY_ID=k8s-tier", "--from-literal=AWS_SECRET_ACCESS_KEY=k8s-tier-secret",
+        "--from-literal=AWS_DEFAULT_REGION=us-east-1",
     )  # fmt: skip
     from tasks.core.wait import wait_until
 
