@@ -113,8 +113,11 @@ from airflow.sdk import DAG
 from tasks.training.kubernetes import KubernetesTraining, training_operator
 
 spec = json.loads((pathlib.Path(__file__).parent / "spec.json").read_text())
+kwargs = spec["kwargs"]
+if "retry_delay_s" in kwargs:
+    kwargs["retry_delay"] = pendulum.duration(seconds=kwargs.pop("retry_delay_s"))
 with DAG("k8s_tier", schedule=None, start_date=pendulum.datetime(2026, 1, 1)) as dag:
-    op = training_operator("train_pods", KubernetesTraining(**spec["cfg"]), spec["plan"], **spec["kwargs"])
+    op = training_operator("train_pods", KubernetesTraining(**spec["cfg"]), spec["plan"], **kwargs)
     if spec["probe"] is not None:
         op.cmds, op.arguments = ["sh", "-c", spec["probe"]], []
 
