@@ -20,7 +20,7 @@ from tasks.core.settings import REPO_ROOT
 
 SCRIPT = REPO_ROOT / "ops" / "k8s-local.sh"
 GPUS = 2  # what the test node advertises as nvidia.com/gpu (no GPU is behind it)
-IMAGE = "localhost/sluice-trainer:k8s-tier"
+IMAGE = "localhost/busybox-probe:k8s-tier"  # the probes' image (tests/k8s/test_training_pod.py builds the trainer)
 # The pods' network: a bridge the tier makes and removes, on a private range. Its own address is the
 # pods' gateway and the one address the tier's servers (S3, git) bind; the pods have no default route.
 POD_BRIDGE = "sluicek8s0"
@@ -89,7 +89,7 @@ def cluster(tmp_path_factory) -> Cluster:
 
 
 def _trainer_image(c: Cluster) -> None:
-    """A root filesystem of busybox (Debian's busybox-static) as the trainer image in the cluster's
+    """A root filesystem of busybox (Debian's busybox-static) as the probes' image in the cluster's
     containerd: it has a shell for the probes and no torchrun, so the project's own pod command fails
     in it the way a broken image would."""
     root = c.base / "image"
@@ -117,3 +117,36 @@ def trainer_namespace(cluster: Cluster) -> str:
     wait_until(lambda: cluster.kubectl("get", "sa", "default", "-n", "sluice-train", check=False).returncode == 0,
                timeout_s=60, what="the sluice-train namespace's default ServiceAccount")  # fmt: skip
     return "sluice-train"
+
+
+@pytest.fixture(scope="session")
+def worker_kubeconfig(cluster: Cluster, trainer_namespace: str) -> str:
+    """A kube config with the token of Airflow's worker service account (`sluice-worker` in `sluice`),
+    bound by the project's own k8s/sluice-rbac.yaml: the tier's operators and preflight act with exactly
+    the rights a cluster gives them, not the admin's."""
+    import base64
+
+    from tasks.core.wait import wait_until
+
+    cluster.kubectl("create", "namespace", "sluice")
+    cluster.kubectl("create", "serviceaccount", "sluice-worker", "-n", "sluice")
+    cluster.kubectl("apply", "-f", str(REPO_ROOT / "k8s" / "sluice-rbac.yaml"))
+
+    def token_secret() -> str:  # v1.20's token controller makes one per service account
+        return cluster.kubectl(
+            "get", "sa", "sluice-worker", "-n", "sluice", "-o", "jsonpath={.secrets[0].name}", check=False
+        ).stdout.strip()
+
+    secret = wait_until(token_secret, timeout_s=60, what="the sluice-worker account's token Secret")
+    token = base64.b64decode(
+        cluster.kubectl("get", "secret", secret, "-n", "sluice", "-o", "jsonpath={.data.token}").stdout
+    ).decode()
+    path = cluster.base / "kubeconfig" / "sluice-worker.kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: worker\n"
+        f"clusters: [{{name: local, cluster: {{server: 'https://127.0.0.1:6443', "
+        f"certificate-authority: '{cluster.base / 'pki' / 'ca.crt'}'}}}}]\n"
+        f"users: [{{name: sluice-worker, user: {{token: '{token}'}}}}]\n"
+        "contexts: [{name: worker, context: {cluster: local, user: sluice-worker, namespace: sluice-train}}]\n"
+    )
+    return str(path)

@@ -29,9 +29,10 @@ SERVER = "v1.20.2"
 
 
 @pytest.fixture
-def cfg(cluster, trainer_namespace) -> KubernetesTraining:
+def cfg(cluster, trainer_namespace, worker_kubeconfig) -> KubernetesTraining:
     """The project's trainer pod shape, sized for the test (what a scaling profile sets), pointed at the
-    tier's cluster and image; nothing else changed."""
+    tier's cluster (as Airflow's worker account, with k8s/sluice-rbac.yaml's rights) and image; nothing
+    else changed."""
     return KubernetesTraining(
         image=IMAGE,
         namespace=trainer_namespace,
@@ -42,7 +43,7 @@ def cfg(cluster, trainer_namespace) -> KubernetesTraining:
         ephemeral_storage="1Gi",
         tmp_size="64Mi",
         registry_url="http://127.0.0.1:1/registry.git",
-        kube_config_file=cluster.kubeconfig,
+        kube_config_file=worker_kubeconfig,
     )
 
 
@@ -50,10 +51,10 @@ def _plan(run_id: str, params) -> dict[str, str]:
     return plan(run_id, "data-v1", params.train, "s3://sluice-artifacts/runs", "http://127.0.0.1:1/registry.git")
 
 
-def _api(cluster):
+def _api(kube_config: str):
     from kubernetes import config
 
-    return config.new_client_from_config(config_file=cluster.kubeconfig)
+    return config.new_client_from_config(config_file=kube_config)
 
 
 def _pods(cluster, namespace: str) -> list[str]:
@@ -67,8 +68,8 @@ def _no_pods_left(cluster, namespace: str) -> None:
     wait_until(lambda: _pods(cluster, namespace) == [], timeout_s=60, what=f"no pod left in {namespace}")
 
 
-def test_discovery_reads_the_servers_version_and_groups(cluster):
-    facts = server_facts(_api(cluster))
+def test_discovery_reads_the_servers_version_and_groups(worker_kubeconfig):
+    facts = server_facts(_api(worker_kubeconfig))  # what Airflow's worker account may read
     assert (facts.git_version, facts.minor) == (SERVER, 20)
     assert facts.serves("v1") and facts.serves("batch/v1") and facts.serves("apps/v1")
     assert not facts.serves("policy/v1") and not facts.serves("autoscaling/v2")  # 1.20 has neither
@@ -100,11 +101,11 @@ def test_the_dry_run_catches_fields_the_server_drops_silently(cluster, cfg, para
     job = build_manifests(two, _plan("manual__multi", params))[0]
     assert job["kind"] == "Job" and job["spec"]["completionMode"] == "Indexed"
     with pytest.raises(ServerRefused) as e:
-        dry_run(_api(cluster), [job])
+        dry_run(_api(cfg.kube_config_file), [job])
     msg = str(e.value)
     assert "spec.completionMode" in msg and "spec.podFailurePolicy" in msg, msg
     # the rendered pod keeps every field it sets
-    dry_run(_api(cluster), build_manifests(cfg, _plan("manual__single", params)))
+    dry_run(_api(cfg.kube_config_file), build_manifests(cfg, _plan("manual__single", params)))
 
 
 PROBE_DAG = """
@@ -191,7 +192,7 @@ def test_a_pod_whose_command_cannot_run_fails_with_its_reason_in_the_task_log(cl
 
 
 def test_plan_train_sends_the_pods_every_train_value_the_step_was_given(
-    settings, monkeypatch, cluster, trainer_namespace
+    settings, monkeypatch, cluster, trainer_namespace, worker_kubeconfig
 ):
     """The plan_train step, its preflight against the real server: the plan carries the step's own
     train params (--set, the run's conf, the overlay), not a fresh read of params.yaml that keeps only
@@ -204,7 +205,7 @@ def test_plan_train_sends_the_pods_every_train_value_the_step_was_given(
     from tests.training.test_kubernetes_backend import RUN, k8s_env
 
     k8s_env(monkeypatch)
-    monkeypatch.setenv("SLUICE_K8S_CONFIG_FILE", cluster.kubeconfig)
+    monkeypatch.setenv("SLUICE_K8S_CONFIG_FILE", worker_kubeconfig)
     monkeypatch.setenv("SLUICE_K8S_NAMESPACE", trainer_namespace)
     ctx = StepContext.create(
         RUN,

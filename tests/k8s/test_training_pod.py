@@ -145,7 +145,7 @@ def _tensors(blob, prefix=""):
 
 
 def test_the_train_step_runs_in_a_real_pod_and_its_weights_equal_the_local_backends(
-    cluster, trainer_namespace, trainer_image, storage, params, settings, tmp_path, monkeypatch
+    cluster, trainer_namespace, trainer_image, storage, params, settings, tmp_path, monkeypatch, worker_kubeconfig
 ):
     import torch
 
@@ -164,7 +164,7 @@ def test_the_train_step_runs_in_a_real_pod_and_its_weights_equal_the_local_backe
         tmp_size="1Gi",
         registry_url=storage.git_url,
         s3_endpoint_url=storage.s3_url,
-        kube_config_file=cluster.kubeconfig,
+        kube_config_file=worker_kubeconfig,
     )
     the_plan = plan("manual__k8s-tier", storage.data_version, p, f"s3://{BUCKET}/runs", storage.git_url)
     state, log = _run_operator(settings, cfg, the_plan, probe=None, startup_timeout_seconds=300)
@@ -186,7 +186,7 @@ def test_the_train_step_runs_in_a_real_pod_and_its_weights_equal_the_local_backe
 
 
 def test_a_pod_deleted_mid_run_resumes_from_its_checkpoint_on_the_tasks_retry(
-    cluster, trainer_namespace, trainer_image, storage, params, settings, tmp_path, monkeypatch
+    cluster, trainer_namespace, trainer_image, storage, params, settings, tmp_path, monkeypatch, worker_kubeconfig
 ):
     """Preemption: the training pod is deleted once its first checkpoint is on S3 (SIGTERM, as a node
     drain sends); the task fails, Airflow retries it, the new pod fetches the published checkpoints and
@@ -203,7 +203,7 @@ def test_a_pod_deleted_mid_run_resumes_from_its_checkpoint_on_the_tasks_retry(
     cfg = KubernetesTraining(
         image=trainer_image, namespace=trainer_namespace, gpus_per_node=1, cpu="1", memory="3Gi",
         shm_size="256Mi", ephemeral_storage="4Gi", tmp_size="1Gi", registry_url=storage.git_url,
-        s3_endpoint_url=storage.s3_url, kube_config_file=cluster.kubeconfig,
+        s3_endpoint_url=storage.s3_url, kube_config_file=worker_kubeconfig,
     )  # fmt: skip
     the_plan = plan("manual__preempted", storage.data_version, p, f"s3://{BUCKET}/runs", storage.git_url)
     prefix = the_plan["out_uri"].removeprefix(f"s3://{BUCKET}/") + "/checkpoints/"
