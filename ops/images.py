@@ -91,9 +91,10 @@ def engine(data_root: Path = DATA_ROOT) -> Iterator[Engine]:
     try:
         wait_until(
             lambda: e.proc.poll() is not None or e.docker("version", capture_output=True, timeout=10).returncode == 0,
-            timeout_s=60,
+            timeout_s=180,  # it loads its data root first: longer when that holds many layers
             interval_s=0.5,
             what="dockerd to answer",
+            retry_on=(subprocess.TimeoutExpired,),  # a `docker version` that hangs while dockerd starts
         )
         if e.proc.poll() is not None:
             raise RuntimeError(f"dockerd exited: {(run_dir / 'dockerd.log').read_text()[-2000:]}")
@@ -210,6 +211,8 @@ def build_trainer(e: Engine, tag: str = "sluice-trainer:local") -> str:
         )
     if out.returncode != 0:
         raise RuntimeError(f"docker build of {tag} failed:\n{(out.stdout + out.stderr)[-4000:]}")
+    # the image this tag named before is dangling now: keep the cached data root from growing by one a build
+    e.docker("image", "prune", "--force", capture_output=True, timeout=600)
     log(f"images: {tag} built in {time.monotonic() - started:.0f} s, {e.size(tag) / 1e6:.0f} MB")
     return tag
 

@@ -144,16 +144,11 @@ def _tensors(blob, prefix=""):
             yield from _tensors(v, f"{prefix}[{i}]")
 
 
-def test_the_train_step_runs_in_a_real_pod_and_its_weights_equal_the_local_backends(
-    cluster, trainer_namespace, trainer_image, storage, params, settings, tmp_path, monkeypatch, worker_kubeconfig
-):
-    import torch
-
-    from tasks.models import read_blob
-    from tasks.training.local import run_torchrun
-
-    p = params.train.replace(epochs=2, nproc=1, warm_start=False)
-    cfg = KubernetesTraining(
+@pytest.fixture
+def pod_cfg(trainer_image, trainer_namespace, storage, worker_kubeconfig) -> KubernetesTraining:
+    """The project's single-node trainer pod, sized for the test (what a scaling profile sets), on the
+    tier's cluster as Airflow's worker, its registry and S3 on the pod network."""
+    return KubernetesTraining(
         image=trainer_image,
         namespace=trainer_namespace,
         gpus_per_node=1,  # world size 1 (one process: the engine trains on the CPU where no GPU is)
@@ -166,27 +161,39 @@ def test_the_train_step_runs_in_a_real_pod_and_its_weights_equal_the_local_backe
         s3_endpoint_url=storage.s3_url,
         kube_config_file=worker_kubeconfig,
     )
-    the_plan = plan("manual__k8s-tier", storage.data_version, p, f"s3://{BUCKET}/runs", storage.git_url)
-    state, log = _run_operator(settings, cfg, the_plan, probe=None, startup_timeout_seconds=300)
-    assert state == "success", log[-6000:]
-    _no_pods_left(cluster, trainer_namespace)
-    pod = read_blob(_fetch(storage, the_plan["out_uri"], tmp_path / "pod") / "model.pt")
 
-    # The local backend, here, on the same data version (the same registry), params and world size.
-    local = tmp_path / "local"
+
+def _assert_the_local_backends_weights(pod_model: Path, storage: Storage, p, workdir: Path, monkeypatch) -> None:
+    """Train with the local backend, here, on the same data version (the same registry), params and world
+    size, and compare every tensor of the two model files bit for bit."""
+    import torch
+
+    from tasks.models import read_blob
+    from tasks.training.local import run_torchrun
+
     for k, v in storage.env.items():
         monkeypatch.setenv(k, v)
-    run_torchrun(storage.data_version, local, p, timeout_s=600)
-    here = read_blob(local / "model.pt")
-
-    pod_t, here_t = dict(_tensors(pod)), dict(_tensors(here))
+    run_torchrun(storage.data_version, workdir, p, timeout_s=900)
+    pod_t, here_t = dict(_tensors(read_blob(pod_model))), dict(_tensors(read_blob(workdir / "model.pt")))
     assert pod_t.keys() == here_t.keys() and pod_t
     differ = [k for k in pod_t if not torch.equal(pod_t[k], here_t[k])]
     assert not differ, f"weights differ between the pod and the local backend: {differ}"
 
 
+def test_the_train_step_runs_in_a_real_pod_and_its_weights_equal_the_local_backends(
+    cluster, pod_cfg, storage, params, settings, tmp_path, monkeypatch
+):
+    p = params.train.replace(epochs=2, nproc=1, warm_start=False)
+    the_plan = plan("manual__k8s-tier", storage.data_version, p, f"s3://{BUCKET}/runs", storage.git_url)
+    state, log = _run_operator(settings, pod_cfg, the_plan, probe=None, startup_timeout_seconds=300)
+    assert state == "success", log[-6000:]
+    _no_pods_left(cluster, pod_cfg.namespace)
+    pod_model = _fetch(storage, the_plan["out_uri"], tmp_path / "pod") / "model.pt"
+    _assert_the_local_backends_weights(pod_model, storage, p, tmp_path / "local", monkeypatch)
+
+
 def test_a_pod_deleted_mid_run_resumes_from_its_checkpoint_on_the_tasks_retry(
-    cluster, trainer_namespace, trainer_image, storage, params, settings, tmp_path, monkeypatch, worker_kubeconfig
+    cluster, pod_cfg, storage, params, settings, tmp_path, monkeypatch
 ):
     """Preemption: the training pod is deleted once its first checkpoint is on S3 (SIGTERM, as a node
     drain sends); the task fails, Airflow retries it, the new pod fetches the published checkpoints and
@@ -194,39 +201,23 @@ def test_a_pod_deleted_mid_run_resumes_from_its_checkpoint_on_the_tasks_retry(
     import concurrent.futures
 
     import boto3
-    import torch
-
-    from tasks.models import read_blob
-    from tasks.training.local import run_torchrun
 
     p = params.train.replace(epochs=150, nproc=1, warm_start=False, checkpoint_every=50)  # ~1,350 steps
-    cfg = KubernetesTraining(
-        image=trainer_image, namespace=trainer_namespace, gpus_per_node=1, cpu="1", memory="3Gi",
-        shm_size="256Mi", ephemeral_storage="4Gi", tmp_size="1Gi", registry_url=storage.git_url,
-        s3_endpoint_url=storage.s3_url, kube_config_file=worker_kubeconfig,
-    )  # fmt: skip
     the_plan = plan("manual__preempted", storage.data_version, p, f"s3://{BUCKET}/runs", storage.git_url)
     prefix = the_plan["out_uri"].removeprefix(f"s3://{BUCKET}/") + "/checkpoints/"
     s3 = boto3.client("s3", endpoint_url=storage.s3_url, region_name="us-east-1",
                       aws_access_key_id="k", aws_secret_access_key="k")  # fmt: skip
 
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        run = pool.submit(_run_operator, settings, cfg, the_plan, None, startup_timeout_seconds=300,
+        run = pool.submit(_run_operator, settings, pod_cfg, the_plan, None, startup_timeout_seconds=300,
                           retries=1, retry_delay_s=1)  # fmt: skip
         wait_until(lambda: run.done() or s3.list_objects_v2(Bucket=BUCKET, Prefix=prefix).get("KeyCount", 0) > 0,
                    timeout_s=600, interval_s=0.5, what="the pod's first published checkpoint")  # fmt: skip
         assert not run.done(), run.result()[1][-4000:]  # it must still be training: the run is too short
-        cluster.kubectl("delete", "pod", the_plan["name"], "-n", trainer_namespace, "--wait=false")
+        cluster.kubectl("delete", "pod", the_plan["name"], "-n", pod_cfg.namespace, "--wait=false")
         state, log = run.result(timeout=900)
     assert state == "success", log[-6000:]
     assert "resumed from ckpt-" in log, log[-6000:]  # the retry's pod, from the first pod's checkpoint
-    _no_pods_left(cluster, trainer_namespace)
-    pod = read_blob(_fetch(storage, the_plan["out_uri"], tmp_path / "pod") / "model.pt")
-
-    for k, v in storage.env.items():
-        monkeypatch.setenv(k, v)
-    run_torchrun(storage.data_version, tmp_path / "local", p, timeout_s=900)
-    here = read_blob(tmp_path / "local" / "model.pt")
-    pod_t, here_t = dict(_tensors(pod)), dict(_tensors(here))
-    assert pod_t.keys() == here_t.keys() and pod_t
-    assert not [k for k in pod_t if not torch.equal(pod_t[k], here_t[k])]
+    _no_pods_left(cluster, pod_cfg.namespace)
+    pod_model = _fetch(storage, the_plan["out_uri"], tmp_path / "pod") / "model.pt"
+    _assert_the_local_backends_weights(pod_model, storage, p, tmp_path / "local", monkeypatch)
