@@ -175,24 +175,28 @@ def wheel_folder(folder: Path) -> Iterator[str]:
         server.server_close()
 
 
+def torch_pin() -> str:
+    """constraints.txt's torch version (2.13.0+cpu)."""
+    pin = next(ln for ln in (REPO_ROOT / "constraints.txt").read_text().splitlines() if ln.startswith("torch=="))
+    return pin.split("==", 1)[1]
+
+
 def torch_wheels() -> Path:
     """The folder pip's find-links names that holds the pinned CPU torch wheel."""
-    pin = next(ln for ln in (REPO_ROOT / "constraints.txt").read_text().splitlines() if ln.startswith("torch=="))
-    version = pin.split("==", 1)[1]
-    for folder in os.environ.get("PIP_FIND_LINKS", "/opt/wheels").split():
+    version, folders = torch_pin(), os.environ.get("PIP_FIND_LINKS", "/opt/wheels")
+    for folder in folders.split():
         if list(Path(folder).glob(f"torch-{version.replace('+', '*')}-*.whl")):
             return Path(folder)
-    raise RuntimeError(f"no wheel of {pin} in PIP_FIND_LINKS ({os.environ.get('PIP_FIND_LINKS', '/opt/wheels')})")
+    raise RuntimeError(f"no wheel of torch=={version} in PIP_FIND_LINKS ({folders})")
 
 
 def build_trainer(e: Engine, tag: str = "sluice-trainer:local") -> str:
     """docker/trainer.Dockerfile FROM the Debian-made base, torch the pinned CPU wheel; returns the tag."""
-    pin = next(ln for ln in (REPO_ROOT / "constraints.txt").read_text().splitlines() if ln.startswith("torch=="))
     started = time.monotonic()
     with wheel_folder(torch_wheels()) as url:
         args = {
             "BASE_IMAGE": base_image(e),
-            "TORCH_VERSION": pin.split("==", 1)[1],  # 2.13.0+cpu: only the served folder has it
+            "TORCH_VERSION": torch_pin(),  # 2.13.0+cpu: only the served folder has it
             "TORCH_PIP_ARGS": f"--find-links {url}",
             "SLUICE_CODE_COMMIT": _commit(),
         }

@@ -133,11 +133,12 @@ def dropped_fields(sent: Any, returned: Any, path: str = "") -> list[str]:
     return []
 
 
-def _create(api_client, manifest: dict[str, Any], dry_run: bool):
+def _dry_run_create(api_client, manifest: dict[str, Any]) -> dict[str, Any]:
+    """The server's raw answer to creating `manifest` with a dry run (nothing is stored)."""
     from kubernetes import client
 
     ns = manifest["metadata"]["namespace"]
-    kw = {"body": manifest, "_preload_content": False, **({"dry_run": "All"} if dry_run else {})}
+    kw = {"body": manifest, "_preload_content": False, "dry_run": "All"}
     create = {
         "Pod": lambda: client.CoreV1Api(api_client).create_namespaced_pod(ns, **kw),
         "Service": lambda: client.CoreV1Api(api_client).create_namespaced_service(ns, **kw),
@@ -157,7 +158,7 @@ def dry_run(api_client, manifests: list[dict[str, Any]]) -> None:
     for m in manifests:
         what = f"{m['kind']} {m['metadata']['namespace']}/{m['metadata']['name']}"
         try:
-            back = _create(api_client, m, dry_run=True)
+            back = _dry_run_create(api_client, m)
         except ApiException as e:
             reason = e.reason
             try:

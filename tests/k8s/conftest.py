@@ -81,14 +81,14 @@ def cluster(tmp_path_factory) -> Cluster:
 
         api = config.new_client_from_config(config_file=c.kubeconfig)
         client.CoreV1Api(api).patch_node_status("localhost", {"status": {"capacity": {"nvidia.com/gpu": str(GPUS)}}})
-        _trainer_image(c)
+        _probe_image(c)
         yield c
     finally:
         c.script("down")
         subprocess.run(["ip", "link", "del", POD_BRIDGE], capture_output=True)
 
 
-def _trainer_image(c: Cluster) -> None:
+def _probe_image(c: Cluster) -> None:
     """A root filesystem of busybox (Debian's busybox-static) as the probes' image in the cluster's
     containerd: it has a shell for the probes and no torchrun, so the project's own pod command fails
     in it the way a broken image would."""
