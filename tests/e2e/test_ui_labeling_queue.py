@@ -20,7 +20,7 @@ from ops.services import AirflowServices
 from tasks.datasets import load_dataset
 from tasks.labeling.queue import QueueStore, build_items
 from tasks.registry import Registry
-from tests.e2e.test_ui_sluice_page import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS
+from tests.e2e.test_ui_sluice_page import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, log_in
 
 pytestmark = pytest.mark.slow
 SECOND = "labeler"
@@ -77,12 +77,7 @@ def _queue_page(browser, url: str, user: str, password: str):
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     page = context.new_page()
     page.set_default_timeout(60_000)
-    page.goto(f"{url}/plugin/sluice", wait_until="domcontentloaded")
-    page.wait_for_url("**/auth/login**", wait_until="domcontentloaded")  # Airflow's own login page
-    page.fill("input[name=username]", user)
-    page.fill("input[name=password]", password)
-    page.click("button[type=submit]")
-    page.wait_for_url("**/plugin/sluice", wait_until="domcontentloaded")
+    log_in(page, url, user, password)
     frame = page.frame_locator("iframe[title=Sluice]")
     frame.locator("#queue-link").click()
     frame.locator("#item").wait_for()

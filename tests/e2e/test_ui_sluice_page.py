@@ -8,6 +8,7 @@ Chromium driven by Playwright (no browser download: executable_path); .ci/run in
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -30,6 +31,20 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 ARTIFACTS = REPO_ROOT / ".sluice" / "test-artifacts"  # git-ignored; kept after the run
+
+
+def log_in(page, base_url: str, user: str, password: str) -> None:
+    """Open the Sluice page in `page`, be sent to Airflow's own login page, log in as `user` and land
+    back on the Sluice page. The URL is polled (expect), not awaited as a navigation: the UI's client-side
+    redirect can abort a navigation in flight (net::ERR_ABORTED), which is not a failure to log in."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{base_url}/plugin/sluice", wait_until="domcontentloaded")
+    expect(page).to_have_url(re.compile(r".*/auth/login.*"), timeout=60_000)
+    page.fill("input[name=username]", user)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    expect(page).to_have_url(re.compile(r".*/plugin/sluice$"), timeout=60_000)
 
 
 def _ui():
@@ -218,13 +233,8 @@ def check_page_in_a_browser(services, runs: tuple[str, str] = ("rest_e2e_1", "re
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.set_default_timeout(60_000)
             stage("chromium up")
-            page.goto(f"{services.base_url}/plugin/sluice", wait_until="domcontentloaded")
-            page.wait_for_url("**/auth/login**", wait_until="domcontentloaded")  # Airflow's own login page
-            page.fill("input[name=username]", "admin")
-            page.fill("input[name=password]", services.client().password)
-            stage("login page")
-            page.click("button[type=submit]")
-            page.wait_for_url("**/plugin/sluice", wait_until="domcontentloaded")
+            log_in(page, services.base_url, "admin", services.client().password)
+            stage("logged in")
             frame = page.frame_locator("iframe[title=Sluice]")
             models = frame.locator("#model-versions")
             models.wait_for()

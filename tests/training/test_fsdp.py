@@ -124,9 +124,10 @@ def test_fsdp2_trains_like_ddp_and_resumes_at_any_world_size_and_strategy(settin
     assert same["losses"] == m["losses"] and step_losses(tmp_path / "same") == step_losses(tmp_path / "fsdp")
     assert_same_weights(weights(tmp_path / "fsdp" / "model.pt"), weights(tmp_path / "same" / "model.pt"))
 
-    # 2 -> 1 (the shards read into one plain model), FSDP2 -> DDP, DDP -> FSDP2: within 1e-5.
+    # 2 -> 1 (the shards read into one plain model), 2 -> 4, FSDP2 -> DDP, DDP -> FSDP2: within 1e-5.
     for src, name, changes in (
         ("fsdp", "to-one", dict(strategy="fsdp2", nproc=1)),
+        ("fsdp", "to-four", dict(strategy="fsdp2", nproc=4)),
         ("fsdp", "to-ddp", dict(strategy="ddp")),
         ("ddp", "to-fsdp", dict(strategy="fsdp2")),
     ):
@@ -136,12 +137,18 @@ def test_fsdp2_trains_like_ddp_and_resumes_at_any_world_size_and_strategy(settin
         assert_losses_close(step_losses(tmp_path / name), step_losses(tmp_path / src), rtol=1e-5)
         assert_same_weights(weights(tmp_path / src / "model.pt"), weights(tmp_path / name / "model.pt"), atol=1e-5)
 
-    # 1 -> 2: a one-process fsdp2 run's checkpoint (DCP, unsharded) read into two ranks' shards.
-    run_torchrun(data_version, tmp_path / "one", fsdp.replace(nproc=1))
-    r = resumed("one", "to-two", dict(strategy="fsdp2", nproc=2))
-    assert r["resumed_from"]["world_size"] == 1 and r["final_splits"] == [32, 32]
-    assert_losses_close(step_losses(tmp_path / "to-two"), step_losses(tmp_path / "one"), rtol=1e-5)
-    assert_same_weights(weights(tmp_path / "one" / "model.pt"), weights(tmp_path / "to-two" / "model.pt"), atol=1e-5)
+    # 1 -> 2 and 4 -> 2: a one-process fsdp2 run's checkpoint (DCP, unsharded) and a four-rank run's
+    # four shards, each read into two ranks' shards.
+    for world in (1, 4):
+        src = f"world-{world}"
+        run_torchrun(data_version, tmp_path / src, fsdp.replace(nproc=world))
+        assert len(list((tmp_path / src / "checkpoints" / "ckpt-000020").glob("*.distcp"))) == world
+        r = resumed(src, f"{src}-to-two", dict(strategy="fsdp2", nproc=2))
+        assert r["resumed_from"]["world_size"] == world and r["final_splits"] == [32, 32]
+        assert_losses_close(step_losses(tmp_path / f"{src}-to-two"), step_losses(tmp_path / src), rtol=1e-5)
+        assert_same_weights(
+            weights(tmp_path / src / "model.pt"), weights(tmp_path / f"{src}-to-two" / "model.pt"), atol=1e-5
+        )
 
 
 def small_sharded_checkpoint(folder):

@@ -279,6 +279,7 @@ def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(
     from tasks.core.context import StepContext
     from tasks.core.records import TrainPlanRecord
     from tasks.core.settings import Settings
+    from tasks.core.wait import wait_until
     from tasks.train import collect
     from tests.conftest import S3_BUCKET
 
@@ -293,18 +294,25 @@ def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(
     p = params(epochs=8, checkpoint_every=10, strategy=strategy)
     clean_uri, uri = f"s3://{S3_BUCKET}/runs/clean/train", f"s3://{S3_BUCKET}/runs/r1/train"
     run_torchrun(version, clean_uri, p, workdir=tmp_path / "pod0")
+    s3 = boto3.client("s3", endpoint_url=s3_server)
+
+    def published() -> list[str]:
+        return [o["Key"] for o in s3.list_objects_v2(Bucket=S3_BUCKET, Prefix="runs/r1/").get("Contents", [])]
+
+    marker = {"ddp": "ckpt-000020.sha256", "fsdp2": "ckpt-000020/COMPLETE"}[strategy]
     proc = start_torchrun(version, uri, p, workdir=tmp_path / "pod1")
-    wait_for_step(tmp_path / "pod1", 25, proc)
+
+    # The checkpoint of step 20 is published off the step loop (async save, then upload): kill the pod
+    # once its marker is on the store, not at a step count, which a loaded machine's upload can trail.
+    def marker_published() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"training ended (exit {proc.returncode}) before {marker} was published")
+        return f"runs/r1/train/checkpoints/{marker}" in published()
+
+    wait_until(marker_published, timeout_s=120, interval_s=0.05, what=f"{marker} on the store")
     os.killpg(proc.pid, signal.SIGKILL)  # the pod is gone, its disk with it
     proc.wait()
-    keys = [
-        o["Key"]
-        for o in boto3.client("s3", endpoint_url=s3_server)
-        .list_objects_v2(Bucket=S3_BUCKET, Prefix="runs/r1/")
-        .get("Contents", [])
-    ]
-    marker = {"ddp": "ckpt-000020.sha256", "fsdp2": "ckpt-000020/COMPLETE"}[strategy]
-    assert f"runs/r1/train/checkpoints/{marker}" in keys, keys
+    keys = published()
     if strategy == "fsdp2":  # every rank's shard is there beside the marker that lists it
         assert {
             "runs/r1/train/checkpoints/ckpt-000020/__0_0.distcp",
