@@ -83,7 +83,11 @@ class Settings(BaseSettings):
         "local", description="local: torchrun processes here; kubernetes: pods (tasks/training/kubernetes.py)"
     )
     train_out_uri: str = Field("", description="kubernetes: where training pods write (s3://bucket/prefix)")
-    registry_url: str = Field("", description="kubernetes: the registry's git URL as the pods reach it")
+    registry_url: str = Field(
+        "",
+        description="kubernetes: the registry's git URL as the pods reach it (training pods read data versions there; "
+        "model-server replicas follow its serving state, read-only)",
+    )
     registry_git_remote: str = Field("", description="a git remote the registry mirrors its branch and tags to")
     code_commit: str = Field("", description="the code's commit, set in images that have no .git")
     api_port: int = Field(0, ge=0, le=65535, description="the Airflow API server's port (0: a free one)")

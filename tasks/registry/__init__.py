@@ -21,6 +21,8 @@ The parts:
                 name in a model record: pure
     canary.py   canary releases: start_canary, set_canary_weight, rollback_canary
     gold.py     gold labels from feedback: gold-vN tags (add_gold, gold_rows), test rows refused, conflicts kept
+    follow.py   RemoteRegistry: the serving state and model files read through the registry's git URL, read-only
+                (a model-server replica on a cluster, SLUICE_REGISTRY_URL)
 
 A killed transaction leaves an uncommitted working tree; the next one starts by
 resetting to the last commit, so readers only ever see whole versions.

@@ -69,6 +69,7 @@ def build_context(params: Any, settings: Any, replica: str = "") -> Any:
     request-id signer."""
     from tasks.datasets import load_dataset
     from tasks.registry import Registry
+    from tasks.registry.follow import RemoteRegistry
     from tasks.serving.context import ServingContext
     from tasks.serving.metrics import ServerMetrics
     from tasks.serving.paths import prediction_log, request_key_file
@@ -79,7 +80,8 @@ def build_context(params: Any, settings: Any, replica: str = "") -> Any:
 
     sp = params.serving
     dataset = load_dataset(params.dataset.module)
-    registry = Registry(settings)
+    # A replica on a cluster has no registry on its disk: it follows the one at SLUICE_REGISTRY_URL.
+    registry = RemoteRegistry(settings) if settings.registry_url else Registry(settings)
     metrics = ServerMetrics()
     replica = replica or f"{socket.gethostname()}-{os.getpid()}"
     retention_s = sp.log_retention_h * 3600

@@ -62,8 +62,11 @@ def server_env(home: Path, params: Path | None = None) -> dict[str, str]:
 class ServerProcess:
     """`python -m tasks.serving` in its own process group; a context manager that always stops it."""
 
-    def __init__(self, home: Path, params: Path | None = None, args: tuple[str, ...] = ()):
+    def __init__(
+        self, home: Path, params: Path | None = None, args: tuple[str, ...] = (), env: dict[str, str] | None = None
+    ):
         self.home = Path(home)
+        self.env = env or {}  # SLUICE_* variables beyond SLUICE_HOME and SLUICE_PARAMS
         self.address_file = address_file(self.home)
         self.params, self.args = params, args
         self.proc: subprocess.Popen | None = None
@@ -79,7 +82,7 @@ class ServerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tasks.serving", *self.args],
             cwd=REPO_ROOT,
-            env=server_env(self.home, self.params),
+            env={**server_env(self.home, self.params), **self.env},
             stdout=self._log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
