@@ -20,6 +20,13 @@ from tasks.core.wait import wait_until
 S3_BUCKET = "sluice-registry"  # created empty in the S3 test server
 
 
+def pytest_collection_modifyitems(config, items):
+    """The k8s tier last: its cluster (etcd, the API server, the kubelet, containerd) is a session
+    fixture, up from the tier's first test to the end of the run, and would otherwise idle beside every
+    test collected after tests/k8s. The order within each part is kept."""
+    items.sort(key=lambda item: item.get_closest_marker("k8s") is not None)
+
+
 @pytest.fixture
 def params() -> Params:
     """The checkout's params.yaml, validated: where a test's params come from (there are no defaults

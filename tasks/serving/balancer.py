@@ -3,7 +3,8 @@ rendered from tasks/rendering/templates/haproxy.cfg.j2, and its runtime API over
 
 What the configuration promises (docs/serving.md "Replicas"):
   - each replica is health-checked on GET /v2/health/ready every serving.check_interval_ms: down after
-    2 failed checks (a replica that cannot load its artifact, or one draining), up after 1 good one;
+    2 failed checks (a replica that cannot load its artifact, or one draining), up after 1 good one; a
+    check times out after max(4 x the interval, 1 s), not after the interval;
   - a request is retried, on another replica, only when its connection failed before anything was
     sent (`retry-on conn-failure`, `option redispatch 1`): never at layer 7, since HAProxy can only
     replay a body it buffered whole, and bodies here go up to 4 MB;

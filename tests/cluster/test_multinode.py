@@ -173,6 +173,7 @@ def disrupted(cluster, version, reference, tmp_path_factory):
     }
 
 
+@pytest.mark.extended
 def test_a_lost_node_is_replaced_and_the_run_resumes_bit_identical(disrupted, reference, cluster):
     loss = disrupted["loss"]
     # Resumed from the last checkpoint before the kill: no more than one interval redone.

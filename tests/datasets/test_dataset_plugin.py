@@ -19,6 +19,7 @@ def test_incomplete_dataset_module_is_named():
     assert load_dataset().NAME == "emails"
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_nightly_pipeline_on_another_dataset(settings, tmp_path, monkeypatch):
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())

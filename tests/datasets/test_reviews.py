@@ -258,7 +258,11 @@ TEXT_MODELS = {
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("model", list(TEXT_MODELS))
+# CI runs the transformer's night (the slowest plug-in, the tokenizer's whole path); the MLP's and bow's
+# are the extended tier (make test).
+@pytest.mark.parametrize(
+    "model", [m if m == "transformer" else pytest.param(m, marks=pytest.mark.extended) for m in TEXT_MODELS]
+)
 def test_nightly_pipeline_on_reviews(model, settings, tmp_path, monkeypatch):
     from tests.airflow_helpers import dags_test, migrate
 

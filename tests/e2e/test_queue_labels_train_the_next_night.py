@@ -40,6 +40,7 @@ def _night(client, run_id: str) -> None:
     assert state == "success", seen
 
 
+@pytest.mark.extended
 def test_ten_rows_labeled_in_the_browser_train_the_next_night(services, emails):
     from playwright.sync_api import sync_playwright
 

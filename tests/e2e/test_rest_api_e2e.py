@@ -257,6 +257,7 @@ def test_sluice_page_in_a_browser(services):
     ui.check_page_in_a_browser(services)
 
 
+@pytest.mark.extended
 def test_tuning_dag_runs_parallel_trials_and_a_nightly_run_trains_with_its_overlay(services):
     """The tuning DAG over REST on the embedded default: a study of 3 trials as mapped tasks, two at once
     (LocalExecutor), the Pareto plot and a tuned-v1 overlay; then a nightly run with

@@ -89,6 +89,7 @@ def _ops(settings, *args: str, timeout: float = 300) -> subprocess.CompletedProc
     )
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_scheduler_killed_mid_run_is_noticed_restarted_and_the_run_completes(tmp_path):
     from tasks.core.settings import Settings

@@ -192,6 +192,7 @@ def test_the_train_step_runs_in_a_real_pod_and_its_weights_equal_the_local_backe
     _assert_the_local_backends_weights(pod_model, storage, p, tmp_path / "local", monkeypatch)
 
 
+@pytest.mark.extended
 def test_a_pod_deleted_mid_run_resumes_from_its_checkpoint_on_the_tasks_retry(
     cluster, pod_cfg, storage, params, settings, tmp_path, monkeypatch
 ):

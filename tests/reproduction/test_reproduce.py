@@ -124,6 +124,7 @@ def test_the_cli_refuses_in_one_line(built):
     assert "model version model-v9 does not exist" in proc.stderr
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_a_model_trained_with_fsdp2_records_the_strategy_and_reproduces_bit_identically(tmp_path):
     home = tmp_path / "home"

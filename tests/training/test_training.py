@@ -211,6 +211,7 @@ def test_training_processes_listen_on_loopback_only(settings, data_version, tmp_
     assert all(ip in ("127.0.0.1", "::1") for ip, _ in seen), seen
 
 
+@pytest.mark.extended
 @pytest.mark.slow
 def test_warm_start_picks_up_a_previous_model(settings, data_version, tmp_path):
     from tasks.models import load_model, save_model
@@ -262,7 +263,7 @@ def test_streaming_with_a_tiny_cache_trains_the_same_model(settings, emails, tmp
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp2"])
+@pytest.mark.parametrize("strategy", [pytest.param("ddp", marks=pytest.mark.extended), "fsdp2"])
 def test_a_pod_publishes_to_s3_and_a_new_pod_resumes_from_there(
     strategy, settings, emails, tmp_path, s3_server, monkeypatch
 ):

@@ -36,6 +36,7 @@ def _run_study(settings, run_id, name, n_trials):
     return [tune_trial(ctx, tune_plan=plan, index=i) for i in plan.slots], plan
 
 
+@pytest.mark.extended
 def test_seeded_study_with_parallelism_one_gives_the_same_trials_twice(tuning_home):
     first, _ = _run_study(tuning_home, "rep-a", "same-a", 2)
     second, _ = _run_study(tuning_home, "rep-b", "same-b", 2)
@@ -74,6 +75,7 @@ def _kill_tree(proc: subprocess.Popen) -> None:
     psutil.wait_procs([p for p in victims if p.is_running()], timeout=10)
 
 
+@pytest.mark.extended
 def test_killed_trial_is_failed_retried_and_a_retriggered_run_resumes_the_study(tuning_home):
     """Run 1: trial 0 completes, trial 1 is SIGKILLed mid-training (the DAG run dies with it).
     Run 2, same study name: the plan keeps trial 0 and plans one more slot; that trial fails trial 1
