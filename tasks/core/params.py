@@ -426,9 +426,6 @@ class ScalingParams(Section):
     plug-in and its params as in `train.model`."""
     sharded_hidden: Widths
     """The model that needs sharding (train.strategy fsdp2; ~36M parameters with the demo features)."""
-    sharded_text_model: ModelParams
-    """The text model that needs sharding (train.strategy fsdp2; a transformer of ~21M parameters on
-    short sequences), a model plug-in and its params as in `train.model`."""
 
     @field_validator("profile")
     @classmethod

@@ -16,7 +16,6 @@ from tasks.training.local import run_torchrun, worker_env
 from tests.training.test_training import assert_same_weights, params, weights
 
 CPU = torch.device("cpu")
-EPOCHS_TEXT = 2  # the sharded text model's nightly: a bounded number of steps (~14)
 
 
 def step_losses(out):
@@ -312,78 +311,46 @@ def test_sigterm_under_fsdp2_writes_a_complete_sharded_checkpoint_and_the_rerun_
     assert_same_weights(weights(tmp_path / "clean" / "model.pt"), weights(tmp_path / "preempted" / "model.pt"))
 
 
-def nightly_under_fsdp2(settings, tmp_path, monkeypatch, overrides: dict, model: dict, epochs: int):
-    """One night of the nightly DAG (`airflow dags test`) with `overrides` on params.yaml and `model` as
-    `train.model` (whole: a plug-in's params replace the MLP's, not merged key by key), FSDP2 on 2 local
-    processes, and what every sharded night shows: the train step sharded a model of at least 20M
-    parameters, every checkpoint on the way is complete with rank 1's shard, the model deployed.
-    Returns (the run's folder, the train step's record, the summary)."""
-    from tasks.core.settings import REPO_ROOT
-    from tests.airflow_helpers import dags_test, migrate
-    from tests.conftest import write_params
-
-    train = {"strategy": "fsdp2", "nproc": 2, "epochs": epochs, "checkpoint_every": 4}
-    path = write_params(tmp_path / "params.yaml", {**overrides, "train": {**overrides.get("train", {}), **train}})
-    written = json.loads(path.read_text())
-    written["train"]["model"] = model
-    path.write_text(json.dumps(written))
-    monkeypatch.setenv("SLUICE_PARAMS", str(path))
-    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
-    migrate(settings)
-    run_id, state, proc = dags_test(settings, {"epochs": epochs})
-    assert state == "success", proc.stdout[-3000:] + proc.stderr[-3000:]
-    run = settings.layout.run_dir(run_id)
-    record = read_json(run / "steps" / "train.json")
-    assert (record["strategy"], record["world_size"]) == ("fsdp2", 2)
-    assert record["n_parameters"] >= 20_000_000, record["n_parameters"]
-    ckpts = sorted((run / "train" / "checkpoints").iterdir())
-    assert ckpts and all((c / "COMPLETE").exists() and (c / "__1_0.distcp").exists() for c in ckpts), ckpts
-    summary = read_json(run / "summary.json")
-    assert summary["outcome"] == "deployed model-v1", summary
-    assert summary["train"]["strategy"] == "fsdp2" and summary["train"]["n_parameters"] == record["n_parameters"]
-    return run, record, summary
-
-
 @pytest.mark.slow
 def test_the_nightly_dag_trains_the_sharded_profile_with_fsdp2_on_two_processes(settings, tmp_path, monkeypatch):
     """The profile of a model that needs sharding (scaling.sharded_hidden, ~36M parameters) through
     the nightly DAG's train step: FSDP2 on 2 local processes, sharded checkpoints on the way, and the
     gathered plain model carried through evaluate, compress and the canary like any other."""
+    from tasks.core.settings import REPO_ROOT
+    from tests.airflow_helpers import dags_test, migrate
+    from tests.conftest import write_params
+
     hidden = load_params().scaling.sharded_hidden
-    overrides = {
-        "train": {"lr": 0.0003},  # the demo's 0.003 diverges at this width
-        # 143 MB in fp32 (~31 ms a row at batch 1, ~11 ms as int8): the demo's 10 ms budget suits the small model
-        "compress": {"candidates": [["int8_dynamic"]], "latency_repeats": 3, "latency_budget_ms": 100},
-        "weak_label": {"weak_weight_repeats": 1, "weak_weight_bootstrap": 50},
-    }
-    # one epoch: a bounded number of steps (7: fewer than log_every, so no metrics window closes)
-    mlp = {"module": "tasks.models.mlp", "params": {"hidden": list(hidden)}}
-    run, _, _ = nightly_under_fsdp2(settings, tmp_path, monkeypatch, overrides, mlp, epochs=1)
+    path = write_params(
+        tmp_path / "params.yaml",
+        {
+            "train": {
+                "strategy": "fsdp2",
+                "nproc": 2,
+                "epochs": 1,  # a bounded number of steps (7: fewer than log_every, so no metrics window closes)
+                "lr": 0.0003,  # the demo's 0.003 diverges at this width
+                "checkpoint_every": 4,
+                "model": {"module": "tasks.models.mlp", "params": {"hidden": list(hidden)}},
+            },
+            # 143 MB in fp32 (~31 ms a row at batch 1, ~11 ms as int8): the demo's 10 ms budget suits the small model
+            "compress": {"candidates": [["int8_dynamic"]], "latency_repeats": 3, "latency_budget_ms": 100},
+            "weak_label": {"weak_weight_repeats": 1, "weak_weight_bootstrap": 50},
+        },
+    )
+    monkeypatch.setenv("SLUICE_PARAMS", str(path))
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    migrate(settings)
+    run_id, state, proc = dags_test(settings, {"epochs": 1})
+    assert state == "success", proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = settings.layout.run_dir(run_id)
+    train = read_json(run / "steps" / "train.json")
+    assert (train["strategy"], train["world_size"]) == ("fsdp2", 2)
+    assert train["n_parameters"] >= 20_000_000, train["n_parameters"]
+    ckpts = sorted((run / "train" / "checkpoints").iterdir())
+    assert ckpts and all((c / "COMPLETE").exists() and (c / "__1_0.distcp").exists() for c in ckpts), ckpts
+    summary = read_json(run / "summary.json")
+    assert summary["outcome"] == "deployed model-v1", summary
+    assert summary["train"]["strategy"] == "fsdp2" and summary["train"]["n_parameters"] == train["n_parameters"]
     blob = torch.load(run / "train" / "model.pt", weights_only=True)
     assert all(type(t) is torch.Tensor for t in blob["state_dict"].values())
     assert [blob["state_dict"][f"net.{2 * i}.weight"].shape[0] for i in range(len(hidden))] == list(hidden)
-
-
-@pytest.mark.extended
-@pytest.mark.slow
-def test_the_nightly_dag_trains_the_sharded_text_model_with_fsdp2_on_two_processes(settings, tmp_path, monkeypatch):
-    """The text model that needs sharding (scaling.sharded_text_model: a transformer of ~21M parameters
-    on 32-token sequences) through the nightly DAG on the reviews plug-in: FSDP2 over its encoder blocks
-    on 2 local processes, sharded checkpoints, the tokenizer trained on rank 0 and broadcast, and the
-    gathered model evaluated, compressed and served with its tokenizer like any other."""
-    from tasks.models import load_model
-    from tasks.registry import Registry
-
-    profile = load_params().scaling.sharded_text_model
-    overrides = {
-        "dataset": {"module": "tasks.datasets.reviews", "params": {}},
-        "train": {"lr": 0.0003},
-        # a 21M transformer from scratch on one night's ~400 weak labels: past a floor, short of the demo's
-        "evaluate": {"min_roc_auc": 0.55},
-        "compress": {"candidates": [["int8_dynamic"]], "latency_repeats": 3, "latency_budget_ms": 200},
-        "weak_label": {"weak_weight_repeats": 1, "weak_weight_bootstrap": 50},
-    }
-    _, record, _ = nightly_under_fsdp2(settings, tmp_path, monkeypatch, overrides, profile.model_dump(), EPOCHS_TEXT)
-    trained = load_model(Registry(settings).model_path("model-v1", "model.pt"))
-    assert trained.sluice_plugin == profile.module and trained.arch["max_len"] == 32
-    assert sum(t.numel() for t in trained.parameters()) == record["n_parameters"]
