@@ -54,7 +54,7 @@ class RemoteRegistry:
         return self._git("rev-parse", FETCHED).strip()
 
     def state(self) -> dict[str, Any]:
-        """The committed pointers at the remote's branch (a registry with no commit yet: empty)."""
+        """The committed pointers at the remote's branch (keys an older registry.json lacks take their empty values)."""
         self.fetch()
         return {**EMPTY_STATE, **json.loads(self._git("show", f"{FETCHED}:registry.json"))}
 
