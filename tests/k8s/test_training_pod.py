@@ -180,6 +180,7 @@ def _assert_the_local_backends_weights(pod_model: Path, storage: Storage, p, wor
     assert not differ, f"weights differ between the pod and the local backend: {differ}"
 
 
+@pytest.mark.extended
 def test_the_train_step_runs_in_a_real_pod_and_its_weights_equal_the_local_backends(
     cluster, pod_cfg, storage, params, settings, tmp_path, monkeypatch
 ):
