@@ -20,12 +20,13 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.sdk import Param, dag, task
-from airflow.timetables.trigger import CronTriggerTimetable
+
+from tasks.core.schedules import cron  # airflow only
 
 
 @dag(
     dag_id="daily_cost_report",
-    schedule=CronTriggerTimetable("30 0 * * *", timezone="UTC", run_immediately=False),
+    schedule=cron("30 0 * * *"),
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 1, "retry_delay": timedelta(seconds=30), "owner": "sluice"},

@@ -20,9 +20,9 @@ from __future__ import annotations
 from datetime import timedelta
 
 from airflow.sdk import Param, dag, task
-from airflow.timetables.trigger import CronTriggerTimetable
 
 from tasks.core.assets import SERVING_DRIFT, SERVING_DRIFT_EVENTS  # airflow.sdk only
+from tasks.core.schedules import cron  # airflow only
 
 
 def _schedule() -> str:
@@ -33,7 +33,7 @@ def _schedule() -> str:
 
 @dag(
     dag_id="monitor_serving",
-    schedule=CronTriggerTimetable(_schedule(), timezone="UTC", run_immediately=False),
+    schedule=cron(_schedule()),
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 1, "retry_delay": timedelta(seconds=30), "owner": "sluice"},

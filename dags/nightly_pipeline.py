@@ -45,9 +45,9 @@ from datetime import timedelta
 
 from airflow.providers.standard.operators.empty import EmptyOperator
 from airflow.sdk import AssetOrTimeSchedule, Param, TriggerRule, dag, task
-from airflow.timetables.trigger import CronTriggerTimetable
 
 from tasks.core.assets import DATA_VERSIONS, MODEL_VERSIONS, SERVING_DRIFT, drift_causes  # airflow.sdk only
+from tasks.core.schedules import cron  # airflow only
 
 DAG_ID = "nightly_pipeline"
 
@@ -70,11 +70,9 @@ def _run(step: str, context: dict, **options):
 
 @dag(
     dag_id=DAG_ID,
-    # No start_date: once unpaused, the first run waits for the next 02:00 UTC rather than
-    # running the one that already passed today. Or a sluice_serving_drift event (monitor_serving).
-    schedule=AssetOrTimeSchedule(
-        timetable=CronTriggerTimetable("0 2 * * *", timezone="UTC", run_immediately=False), assets=[SERVING_DRIFT]
-    ),
+    # No start_date: once unpaused, the first run waits for the next 02:00 UTC rather than running
+    # the one that already passed today (tasks.core.schedules). Or a sluice_serving_drift event (monitor_serving).
+    schedule=AssetOrTimeSchedule(timetable=cron("0 2 * * *"), assets=[SERVING_DRIFT]),
     catchup=False,
     max_active_runs=1,
     default_args={"retries": 1, "retry_delay": timedelta(seconds=30), "owner": "sluice"},

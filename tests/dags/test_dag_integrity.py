@@ -11,8 +11,30 @@ HEAVY = ["torch", "snorkel", "great_expectations", "onnxruntime", "onnx", "dvc",
 
 LOAD = """
 import json, sys
+from datetime import timedelta
+import airflow.timetables.trigger as trigger
 from airflow.dag_processing.dagbag import DagBag
+from airflow.timetables.base import TimeRestriction
 bag = DagBag()
+
+
+def first_run_after_unpause(timetable, minutes):
+    # The first run of a DAG unpaused `minutes` after its latest tick: that tick, or the next?
+    cron = getattr(timetable, "timetable", timetable)
+    if not isinstance(cron, trigger.CronTriggerTimetable):
+        return None
+    now = trigger.utcnow
+    tick = cron._align_to_prev(trigger.coerce_datetime(now()))
+    trigger.utcnow = lambda: tick + timedelta(minutes=minutes)
+    try:
+        info = cron.next_dagrun_info(  # what an AssetOrTimeSchedule asks of its timetable too
+            last_automated_data_interval=None, restriction=TimeRestriction(None, None, catchup=False)
+        )
+    finally:
+        trigger.utcnow = now
+    return "past tick" if info.run_after <= tick else "next tick"
+
+
 out = {"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": {}}
 for dag_id, dag in bag.dags.items():
     out["dags"][dag_id] = {
@@ -21,6 +43,7 @@ for dag_id, dag in bag.dags.items():
         "params": sorted(dag.params.keys()), "paused_on_creation": dag.is_paused_upon_creation,
         "timetable": type(dag.timetable).__name__,
         "cron": getattr(getattr(dag.timetable, "timetable", dag.timetable), "summary", None),
+        "first_run_1_min_after_a_tick": first_run_after_unpause(dag.timetable, 1),
         "schedule_assets": [a.name for a in getattr(getattr(dag.timetable, "asset_condition", None), "objects", [])],
         "tasks": {t.task_id: {"retries": t.retries, "down": sorted(t.downstream_task_ids),
                               "trigger_rule": getattr(t.trigger_rule, "value", t.trigger_rule),
@@ -124,3 +147,12 @@ def test_nightly_is_scheduled_on_its_cron_and_the_serving_drift_asset(dagbag):
     assert nightly["cron"] == "0 2 * * *" and nightly["schedule_assets"] == ["sluice_serving_drift"], nightly
     assert monitor["timetable"] == "CronTriggerTimetable" and monitor["cron"] == "0 * * * *", monitor
     assert monitor["params"] == ["window_end"] and monitor["max_active_runs"] == 1
+
+
+def test_an_unpaused_dag_waits_for_its_next_tick(dagbag):
+    """Airflow 3.3 runs the tick that just passed when a DAG with run_immediately=False is unpaused within
+    max(10% of the cron's gap, 5 min) of it (tasks/core/schedules.py): a nightly unpaused at 03:00 would run
+    at once, and an hourly monitor unpaused at :01 would send a drift event no one asked for."""
+    cron = {k: d["first_run_1_min_after_a_tick"] for k, d in dagbag["dags"].items() if d["cron"]}
+    assert set(cron) == {"nightly_pipeline", "monitor_serving", "daily_cost_report"}, cron
+    assert set(cron.values()) == {"next tick"}, cron

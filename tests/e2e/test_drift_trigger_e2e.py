@@ -44,6 +44,7 @@ def test_a_drift_event_triggers_a_nightly_run_that_retrains(tmp_path, emails, mo
         assert nightly["conf"] in ({}, None)
 
         events = client.request("GET", "/assets/events", params={"source_dag_id": "monitor_serving"}).json()
+        assert len(events["asset_events"]) == 1, [(e["source_run_id"], e["timestamp"]) for e in events["asset_events"]]
         (event,) = events["asset_events"]
         assert event["name"] == "sluice_serving_drift" and event["extra"]["event"] == "serving_drift"
         assert event["extra"]["run_id"] == run and "log1p_num_char" in event["extra"]["drifted"][world["version"]]
