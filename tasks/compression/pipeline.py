@@ -50,16 +50,6 @@ def _selection_failure(rows: list[dict], reasons: dict[str, str], floor: float, 
     return f"no candidate passes the selection ({where}), fp32 included: {why}"
 
 
-def _parity(cand: Any, probe: np.ndarray) -> float:
-    """Max |p_torch - p_onnx| of the chosen candidate's fp32 exports (its parent's too)."""
-    from tasks.compression.search import torch_onnx_parity
-
-    if cand is None:
-        return 0.0
-    parity = torch_onnx_parity(cand, probe)
-    return max(parity, torch_onnx_parity(cand.parent, probe)) if cand.parent is not None else parity
-
-
 def _write_served(cand: Any, served: Path, lineage: dict[str, Any]) -> None:
     from tasks.compression.export import read_metadata, write_metadata
 
@@ -143,7 +133,7 @@ def compress_model(
         test=chosen_test,
         latency_b1_ms=chosen.get("latency_b1_ms"),
         latency_b256_ms=chosen.get("latency_b256_ms"),
-        parity_max_abs=_parity(cand, data.X[:256]),
+        parity_max_abs=out["parity_max_abs"],
         fp32_path=str(out_dir / FP32_FILE),
         fp32_bytes=(out_dir / FP32_FILE).stat().st_size,
         fp32_quality=base_row["overall"],

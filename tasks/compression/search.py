@@ -35,11 +35,11 @@ def median_latency_ms(fn, repeats: int, warmup: int = 3) -> float:
     return statistics.median(times) * 1e3
 
 
-def onnx_latency_ms(session, X: np.ndarray, batch: int, repeats: int) -> float:
+def onnx_latency_ms(session, X: np.ndarray, batch: int, repeats: int, warmup: int = 3) -> float:
     """Median seconds x 1e3 of one run on `batch` rows (rows of X repeated as needed)."""
     rows = model_input(np.resize(X, (batch, X.shape[1])))
     name = session.get_inputs()[0].name
-    return median_latency_ms(lambda: session.run(None, {name: rows}), repeats)
+    return median_latency_ms(lambda: session.run(None, {name: rows}), repeats, warmup)
 
 
 def measure(
@@ -48,13 +48,25 @@ def measure(
     gold_dev_y: np.ndarray,
     slices: dict[str, np.ndarray],
     repeats: int = 50,
+    predicted: dict[Path, np.ndarray] | None = None,
 ) -> dict[str, Any]:
-    """Quality overall and per slice, file size, batch-1/256 median latency (one thread), parity to the parent."""
+    """Quality overall and per slice, file size, batch-1/256 median latency (one thread), parity to the parent.
+
+    `predicted`: probabilities on these rows by ONNX file, shared by one search's candidates, so the
+    parent every candidate is compared with is predicted once (a 20M-parameter model's dev set is
+    tens of seconds on 2 cores)."""
     X = model_input(gold_dev_X)
     y = np.asarray(gold_dev_y).astype(int)
+    predicted = {} if predicted is None else predicted
+
+    def probabilities(path: Path) -> np.ndarray:
+        if path not in predicted:
+            predicted[path] = predict(open_session(path), X)
+        return predicted[path]
+
+    prob = probabilities(candidate.onnx_path)
+    parent_prob = probabilities(candidate.parent.onnx_path) if candidate.parent else prob
     session = open_session(candidate.onnx_path, threads=1)
-    prob = predict(session, X)
-    parent_prob = predict(open_session(candidate.parent.onnx_path), X) if candidate.parent else prob
     return {
         "name": candidate.name,
         "chain": [c.label for c in candidate.chain],
@@ -63,7 +75,8 @@ def measure(
         "onnx_path": str(candidate.onnx_path),
         "size_bytes": Path(candidate.onnx_path).stat().st_size,
         "latency_b1_ms": onnx_latency_ms(session, X, 1, repeats),
-        "latency_b256_ms": onnx_latency_ms(session, X, 256, max(3, repeats // 5)),
+        # one warm-up run: at batch 256 the first run's allocations are one run's worth
+        "latency_b256_ms": onnx_latency_ms(session, X, 256, max(3, repeats // 5), warmup=1),
         "max_abs_diff_parent": float(np.max(np.abs(prob - parent_prob))) if len(X) else 0.0,
         "nonfinite": int((~np.isfinite(prob)).sum()),
         "overall": classification_metrics(y, prob),
@@ -197,6 +210,16 @@ def torch_onnx_parity(candidate: Candidate, X: np.ndarray) -> float:
     return float(np.max(np.abs(p_onnx - p_torch))) if len(X) else 0.0
 
 
+def candidate_parity(chosen: Candidate, X: np.ndarray) -> float:
+    """max |P_torch - P_onnx| of the chosen chain's fp32 export and, for a chain with torch-side
+    techniques, of the uncompressed one too (an ONNX-side chain's fp32 export and torch model are its
+    parent's: checked once)."""
+    parity = torch_onnx_parity(chosen, X)
+    if chosen.parent is not None and chosen.fp32_path != chosen.parent.fp32_path:
+        parity = max(parity, torch_onnx_parity(chosen.parent, X))
+    return parity
+
+
 def gate(
     chosen: Candidate,
     chosen_row: dict,
@@ -205,12 +228,12 @@ def gate(
     *,
     atol: float = 1e-4,
     floor_ratio: float = 0.99,
+    parity: float | None = None,
 ) -> list[str]:
-    """fp32 parity with torch (the chosen chain's export and the uncompressed one), the quality floor
-    overall and per slice, no NaN/inf on probe rows with extreme inputs. Empty: it passes."""
-    parity = torch_onnx_parity(chosen, probe_X[:256])
-    if chosen.parent is not None:
-        parity = max(parity, torch_onnx_parity(chosen.parent, probe_X[:256]))
+    """fp32 parity with torch (`parity`: candidate_parity on the first 256 probe rows, if already
+    computed), the quality floor overall and per slice, no NaN/inf on probe rows with extreme inputs.
+    Empty: it passes."""
+    parity = candidate_parity(chosen, probe_X[:256]) if parity is None else parity
     probe = probe_inputs(probe_X)
     with np.errstate(all="ignore"):
         out = predict(open_session(chosen.onnx_path), probe)
@@ -235,7 +258,8 @@ def run_search(
     """Every candidate chain of `config`, measured; the choice, the reasons, and the gate on the chosen."""
     base = export_baseline(model, Path(workdir))
     cands = {base.name: base}
-    rows = [measure(base, gold_dev_X, gold_dev_y, slices, config.latency_repeats)]
+    predicted: dict[Path, np.ndarray] = {}  # dev-set probabilities by ONNX file (measure)
+    rows = [measure(base, gold_dev_X, gold_dev_y, slices, config.latency_repeats, predicted)]
     errors, chains = {}, list(config.chains())
     tracker = Progress("compression search", len(chains), unit="candidate", every_s=0)  # a line per candidate
     for i, chain in enumerate(chains, start=1):
@@ -249,30 +273,28 @@ def run_search(
         cands[cand.name] = cand
         rows.append(
             {
-                **measure(cand, gold_dev_X, gold_dev_y, slices, config.latency_repeats),
+                **measure(cand, gold_dev_X, gold_dev_y, slices, config.latency_repeats, predicted),
                 "apply_s": time.perf_counter() - t0,
             }
         )
         tracker.update(i)
     chosen_row, reasons = choose(rows, config.floor_ratio, config.latency_budget_ms)
     reasons.update(errors)
+    chosen = cands[chosen_row["name"]] if chosen_row else None
+    parity = candidate_parity(chosen, data.X[:256]) if chosen else 0.0
     gate_out = (
         gate(
-            cands[chosen_row["name"]],
-            chosen_row,
-            rows[0],
-            data.X,
-            atol=config.parity_atol,
-            floor_ratio=config.floor_ratio,
+            chosen, chosen_row, rows[0], data.X, atol=config.parity_atol, floor_ratio=config.floor_ratio, parity=parity
         )
-        if chosen_row
+        if chosen
         else ["no candidate keeps the quality floor"]
     )
     return {
         "rows": rows,
         "chosen": chosen_row,
-        "candidate": cands.get(chosen_row["name"]) if chosen_row else None,
+        "candidate": chosen,
         "reasons": reasons,
         "gate": gate_out,
         "passed": not gate_out,
+        "parity_max_abs": parity,
     }

@@ -16,6 +16,7 @@ def test_batch_1_and_256_run_with_torch_parity(baseline, trained, held_out):
     assert p1.shape == (1,) and p256.shape == (256,)
     assert np.max(np.abs(p256 - torch_prob(trained, X))) < 1e-5
     assert p1[0] == pytest.approx(p256[0], abs=1e-6)
+    assert np.array_equal(predict(open_session(baseline.onnx_path, threads=1), X), p256)  # every core or one: same bits
 
 
 def test_baseline_is_optimized_standard_ops_and_records_its_config(baseline):

@@ -63,6 +63,10 @@ def test_a_text_model_learns_and_exports_with_dynamic_batch_and_sequence(spec, c
     with torch.no_grad():
         expected = torch.sigmoid(model(short)).numpy()
     np.testing.assert_allclose(session.run(None, {"input_ids": short.numpy()})[0], expected, atol=1e-5)
+    one = open_session(tmp_path / "m.onnx", threads=1)  # quality is predicted on every core, latency on one
+    assert np.array_equal(
+        one.run(None, {"input_ids": ids.numpy()})[0], session.run(None, {"input_ids": ids.numpy()})[0]
+    )
 
 
 def test_a_tokenizer_that_does_not_match_the_model_is_refused(corpus):
