@@ -425,7 +425,10 @@ class ScalingParams(Section):
     """The text benchmarks' models by role (`bow`, `transformer`: bench/text_models.py), each a model
     plug-in and its params as in `train.model`."""
     sharded_hidden: Widths
-    """The model that needs sharding (train.strategy fsdp2; ~36M parameters with the demo features)."""
+    """The MLP that needs sharding (train.strategy fsdp2; ~36M parameters with the demo features)."""
+    sharded_sequence_model: ModelParams
+    """The sequence model that needs sharding (train.strategy fsdp2; ~23M parameters, 16-token reviews),
+    a model plug-in and its params as in `train.model`."""
 
     @field_validator("profile")
     @classmethod
