@@ -89,15 +89,20 @@ def worktree(repo: Path, commit: str) -> Iterator[Path]:
         subprocess.run(["git", "-C", str(repo), "worktree", "prune"], capture_output=True)
 
 
-def worktree_env(settings: Settings, tree: Path) -> dict[str, str]:
+def worktree_env(settings: Settings, tree: Path, plan: Plan, folder: Path) -> dict[str, str]:
     """The environment of a process running the worktree's code: its `tasks` first on the path, the
-    same state (SLUICE_*), and the local backend's launcher settings (tasks/training/local.py)."""
+    same state (SLUICE_*), the local backend's launcher settings (tasks/training/local.py), and
+    SLUICE_PARAMS naming the recorded params, written to `folder`: the train section travels on the
+    command line too, but the engine takes its dataset plug-in from the params file (a model trained
+    on `reviews` under a SLUICE_PARAMS of its own must not be retrained on the checkout's `emails`)."""
     from tasks.training.local import worker_env
 
     env = {k: v for k, v in worker_env().items() if not k.startswith("SLUICE_")}  # no secrets, loopback only
     env.update(settings.child_env())
-    env.pop("SLUICE_PARAMS", None)  # params travel explicitly (the recorded ones)
     env.pop("SLUICE_CODE_COMMIT", None)
+    params = folder / "recorded-params.json"
+    atomic_write_json(params, plan.params.model_dump(mode="json"))  # reads back equal (tested)
+    env["SLUICE_PARAMS"] = str(params)
     env["PYTHONPATH"] = str(tree)
     return env
 
@@ -139,7 +144,8 @@ def train_in_worktree(
         (out / TOKENIZER).write_text(tokenizer)
     cmd = torchrun_command(plan.data_version, str(out), p, store, max_restarts=0, init_from=init_from)
     log(f"reproduce {plan.model_version}: training at {plan.commit[:10]} ({world_size} process(es), {device})")
-    proc = subprocess.run(cmd, cwd=tree, env=worktree_env(settings, tree), timeout=timeout_s, start_new_session=True)
+    env = worktree_env(settings, tree, plan, out)
+    proc = subprocess.run(cmd, cwd=tree, env=env, timeout=timeout_s, start_new_session=True)
     if proc.returncode != 0:
         raise RuntimeError(
             f"reproducing {plan.model_version}: torchrun exited with {proc.returncode} "
@@ -165,7 +171,7 @@ def rebuild_in_worktree(
     proc = subprocess.run(
         [sys.executable, str(Path(__file__).with_name("rebuild.py")), str(spec_path)],
         cwd=tree,
-        env=worktree_env(settings, tree),
+        env=worktree_env(settings, tree, plan, out),
         timeout=timeout_s,
         capture_output=True,
         text=True,

@@ -13,6 +13,17 @@ def test_defaults_load_and_digest_is_stable():
     assert a.digest() == b.digest() and len(a.digest()) == 16
 
 
+def test_resolved_params_written_as_json_load_back_the_same(tmp_path):
+    """What reproduction hands the recorded commit's processes (SLUICE_PARAMS): the resolved params
+    of a run, overrides applied, dumped to JSON."""
+    import json
+
+    p = load_params(overrides={"train": {"epochs": 7}, "dataset": {"module": "tasks.datasets.reviews"}})
+    (tmp_path / "p.json").write_text(json.dumps(p.model_dump(mode="json")))
+    again = load_params(tmp_path / "p.json")
+    assert again == p and again.digest() == p.digest()
+
+
 def test_override_changes_digest():
     base = load_params()
     other = load_params(overrides={"train": {"epochs": base.train.epochs + 1}})

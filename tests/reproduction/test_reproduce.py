@@ -141,3 +141,42 @@ def test_a_model_trained_with_fsdp2_records_the_strategy_and_reproduces_bit_iden
     assert rec.verdict == "identical", rec.summary
     assert rec.weights == {"identical": True, "max_abs": 0.0}
     assert all(o["identical"] for o in rec.outputs.values())
+
+
+@pytest.mark.slow
+def test_a_text_model_reproduces_bit_identically_with_its_registered_tokenizer(tmp_path):
+    """A transformer on reviews, trained under a params file of its own (SLUICE_PARAMS), whose WordPiece
+    tokenizer rank 0 trained on the data version. Reproduced from a shell with no SLUICE_PARAMS, it is
+    rebuilt from the recorded params (the reviews plug-in, not the checkout's emails), reads text through
+    the registered tokenizer (checked by its sha256, never trained again), and gives the weights and the
+    served file bit for bit."""
+    from tasks.models import load_model
+    from tests.conftest import write_params
+    from tests.datasets.test_reviews import TEXT_MODELS
+
+    home = tmp_path / "home"
+    path = write_params(
+        tmp_path / "params.yaml",
+        {"dataset": {"module": "tasks.datasets.reviews", "params": {}}, "evaluate": {"min_roc_auc": 0.5}},
+    )
+    written = json.loads(path.read_text())
+    written["train"]["model"] = TEXT_MODELS["transformer"]  # the plug-in and its params replace the MLP's
+    path.write_text(json.dumps(written))
+    with pytest.MonkeyPatch.context() as mp:
+        for k, v in {"SLUICE_HOME": str(home), "DVC_NO_ANALYTICS": "1", "GX_ANALYTICS_ENABLED": "false"}.items():
+            mp.setenv(k, v)
+        mp.setenv("SLUICE_PARAMS", str(path))
+        records = nightly_like(Settings.from_env(), "night-1")
+        mp.delenv("SLUICE_PARAMS")
+        settings = Settings.from_env()
+        version = records["register"].model_version
+        registry = Registry(settings)
+        assert registry.model_version_info(version)["reproduce"]["dataset"]["module"] == "tasks.datasets.reviews"
+        registered = load_model(str(registry.model_path(version, "model.pt")))
+        assert registered.tokenizer_json and registered.tokenizer_sha256
+        rec = reproduce_model(settings, version, work_dir=tmp_path / "r", audit=False)
+    assert rec.verdict == "identical", rec.summary
+    assert rec.weights == {"identical": True, "max_abs": 0.0}
+    assert rec.outputs and all(o["identical"] for o in rec.outputs.values()), rec.outputs
+    rebuilt = load_model(str(next((tmp_path / "r").rglob("model.pt"))))
+    assert rebuilt.tokenizer_sha256 == registered.tokenizer_sha256
