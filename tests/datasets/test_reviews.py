@@ -258,11 +258,11 @@ TEXT_MODELS = {
 
 
 @pytest.mark.slow
-# CI runs the transformer's night (the slowest plug-in, the tokenizer's whole path); the MLP's and bow's
-# are the extended tier (make test).
-@pytest.mark.parametrize(
-    "model", [m if m == "transformer" else pytest.param(m, marks=pytest.mark.extended) for m in TEXT_MODELS]
-)
+# The extended tier (make test): CI runs a transformer's night on reviews through the tokenizer's whole
+# path under fsdp2 (tests/training/test_fsdp.py, the sharded sequence model) and reproduces one
+# (tests/reproduction); these check that each plug-in learns through the night on one process.
+@pytest.mark.extended
+@pytest.mark.parametrize("model", list(TEXT_MODELS))
 def test_nightly_pipeline_on_reviews(model, settings, tmp_path, monkeypatch):
     from tests.airflow_helpers import dags_test, migrate
 
