@@ -53,8 +53,8 @@ def measure(
     """Quality overall and per slice, file size, batch-1/256 median latency (one thread), parity to the parent.
 
     `predicted`: probabilities on these rows by ONNX file, shared by one search's candidates, so the
-    parent every candidate is compared with is predicted once (a 20M-parameter model's dev set is
-    tens of seconds on 2 cores)."""
+    parent every candidate is compared with is predicted once (a 23M-parameter transformer's 500 dev
+    reviews take ~15 s on 2 cores)."""
     X = model_input(gold_dev_X)
     y = np.asarray(gold_dev_y).astype(int)
     predicted = {} if predicted is None else predicted
