@@ -666,7 +666,7 @@ def finish(result: dict, model: torch.nn.Module, store: OutputStore, ranks: Rank
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description="Train the params' model plug-in on a data version (run under torchrun).")
+    parser = argparse.ArgumentParser(description="Train a model plug-in on a data version (run under torchrun).")
     parser.add_argument("--data-version", required=True)
     parser.add_argument(
         "--out", required=True, help="output folder, or an fsspec URI (s3://...) to publish to from a pod"
