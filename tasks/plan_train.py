@@ -27,7 +27,7 @@ def plan_train(
         raise StepError(f"plan_train needs this run's snapshot or drift_retrain record ({ctx.run_id} has neither)")
     # train.params_overlay: the tuned-vN resolved now, its values in the pods' params (the record names it).
     p, _, _ = apply_overlay(ctx.settings, ctx.params.train)
-    plan = plan_training(ctx.run_id, ctx.settings, source.data_version, p)
+    plan = plan_training(ctx.run_id, ctx.settings, source.data_version, p, ctx.params.dataset.module)
     cfg = KubernetesTraining.from_env(settings=ctx.settings, scaling=ctx.params.scaling)
     # Ask the API server what it runs and dry-run every object of the run before any pod exists.
     try:

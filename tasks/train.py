@@ -39,7 +39,7 @@ def train(
         )
     out = ctx.run_dir / "train"
     p, overlay, values = apply_overlay(ctx.settings, ctx.params.train)  # train.params_overlay: a tuned-vN
-    run_torchrun(version, out, p, init_from=warm_start_version(ctx.settings, p))
+    run_torchrun(version, out, p, init_from=warm_start_version(ctx.settings, p), dataset=ctx.params.dataset.module)
     return _record(out, overlay=overlay, overlay_values=values)
 
 

@@ -126,6 +126,8 @@ class TrainPlanRecord(Record):
     out_uri: str
     registry_url: str
     init_from: str
+    dataset: str = ""
+    """The step's dataset plug-in module, which the pods' engine loads ("": their image's params.yaml's)."""
     requests: dict[str, float] = {}
     """What the pods request in all (cpus, gpus, memory_gb): the cost ledger prices it."""
     server_version: str = ""

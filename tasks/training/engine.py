@@ -431,16 +431,18 @@ def run_training(
     sync_checkpoints: bool = False,
     on_epoch: EpochHook | None = None,
     settings: Settings | None = None,
+    dataset_module: str | None = None,
 ) -> dict:
     """Train `p.epochs` epochs of `data_version` into `out` (resuming if a checkpoint of this same
     training is there); returns what train_metrics.json holds. `sync_checkpoints`: wait for each
     periodic checkpoint's write in the step loop (a benchmark's control: what the background
-    writer saves). `settings`: the process's, passed down (else read from the environment once)."""
+    writer saves). `settings`: the process's, passed down (else read from the environment once).
+    `dataset_module`: the dataset plug-in the step's params name (else the params file's)."""
     settings = settings if settings is not None else Settings.from_env()
     device = pick_device(p)
     ranks = join_process_group(device, store_dir, dist_timeout_s)
     stop, store = StopSignal(), OutputStore(out, workdir, settings)
-    dataset = load_dataset(settings=settings)
+    dataset = load_dataset(dataset_module or None, settings=settings)
     tokenizer = decide_tokenizer(
         p,
         dataset,
@@ -674,6 +676,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--workdir", type=Path, help="local working folder when --out is a URI")
     parser.add_argument("--params", required=True, help="JSON of the train section of params.yaml")
     parser.add_argument(
+        "--dataset",
+        help="the dataset plug-in's module, as the step's params name it "
+        "(default, or empty: params.yaml's dataset.module, the file SLUICE_PARAMS names)",
+    )
+    parser.add_argument(
         "--init-from",
         help="model version (model-vN) or model.pt to warm-start from, used when the architecture matches",
     )
@@ -716,6 +723,7 @@ def main(
         sync_checkpoints=sync_checkpoints,
         on_epoch=on_epoch,
         settings=settings,
+        dataset_module=args.dataset,
     )
     return 0
 

@@ -158,9 +158,16 @@ def job_name(run_id: str) -> str:
 
 
 def plan(
-    run_id: str, data_version: str, p: TrainParams, out_root: str, registry_url: str, init_from: str | None = None
+    run_id: str,
+    data_version: str,
+    p: TrainParams,
+    out_root: str,
+    registry_url: str,
+    init_from: str | None = None,
+    dataset: str = "",
 ) -> dict[str, str]:
-    """What the pods of one training run get, as strings (the operators' templates read them)."""
+    """What the pods of one training run get, as strings (the operators' templates read them).
+    `dataset`: the step's dataset plug-in module ("": the image's params.yaml's)."""
     from tasks.core.settings import safe_run_id
 
     return {
@@ -171,12 +178,14 @@ def plan(
         "out_uri": f"{out_root.rstrip('/')}/{safe_run_id(run_id)}/train",
         "registry_url": registry_url,
         "init_from": init_from or "",
+        "dataset": dataset,
     }
 
 
-def plan_training(run_id: str, settings, data_version: str, p: TrainParams) -> dict[str, str]:
+def plan_training(run_id: str, settings, data_version: str, p: TrainParams, dataset: str) -> dict[str, str]:
     """The `plan_train` task: this run's plan from the step's own train params (its --set values,
-    the run's conf and the tuning overlay already applied) and the registry, at run time."""
+    the run's conf and the tuning overlay already applied), its dataset plug-in and the registry,
+    at run time."""
     from tasks.training.warm_start import warm_start_version
 
     if not settings.train_out_uri or not settings.registry_url:
@@ -184,7 +193,8 @@ def plan_training(run_id: str, settings, data_version: str, p: TrainParams) -> d
             "the kubernetes backend needs SLUICE_TRAIN_OUT_URI (where pods write) and "
             "SLUICE_REGISTRY_URL (the registry's git URL as pods reach it)"
         )
-    return plan(run_id, data_version, p, settings.train_out_uri, settings.registry_url, warm_start_version(settings, p))
+    init_from = warm_start_version(settings, p)
+    return plan(run_id, data_version, p, settings.train_out_uri, settings.registry_url, init_from, dataset)
 
 
 def from_plan(field: str) -> str:
@@ -194,7 +204,8 @@ def from_plan(field: str) -> str:
 
 def templated_plan() -> dict[str, str]:
     return {
-        k: from_plan(k) for k in ("name", "run_id", "data_version", "params", "out_uri", "registry_url", "init_from")
+        k: from_plan(k)
+        for k in ("name", "run_id", "data_version", "params", "out_uri", "registry_url", "init_from", "dataset")
     }
 
 
@@ -212,7 +223,8 @@ def pod_command(cfg: KubernetesTraining, plan: dict[str, str]) -> list[str]:
             f"--rdzv-endpoint=job-{name}-0.{name}:{RDZV_PORT}",
             f"--rdzv-id={name}",
         ]
-    # --init-from "" means none: the argument list keeps one shape whatever the plan holds.
+    # --init-from "" means none, --dataset "" the image's params.yaml's: the argument list keeps one
+    # shape whatever the plan holds.
     return [
         *launcher,
         *engine_args(
@@ -222,6 +234,7 @@ def pod_command(cfg: KubernetesTraining, plan: dict[str, str]) -> list[str]:
             plan["init_from"],
             plan["registry_url"],
             workdir=WORKDIR,
+            dataset=plan["dataset"],
         ),
     ]
 

@@ -108,11 +108,13 @@ def engine_args(
     store_dir: str | None = None,
     module: str = ENGINE_MODULE,
     module_args: Sequence[str] = (),
+    dataset: str | None = None,
 ) -> list[str]:
     """The engine's part of the command: the same locally, in a Kubernetes pod, in dvc.yaml.
     `params` is `params_json(p)` (or, in a pod spec, a template that renders to it). `module` is
     the worker's entry module: another one (a benchmark's) takes `module_args` and then the
-    engine's arguments."""
+    engine's arguments. `dataset`: the step's dataset plug-in (a pod reads its image's params.yaml,
+    not the SLUICE_PARAMS of the Airflow side); None: the params file's."""
     return [
         "-m",
         module,
@@ -127,6 +129,7 @@ def engine_args(
         *(["--registry-url", registry_url] if registry_url else []),
         *(["--workdir", workdir] if workdir else []),
         *(["--store-dir", store_dir] if store_dir else []),
+        *(["--dataset", dataset] if dataset is not None else []),
     ]
 
 
@@ -140,6 +143,7 @@ def torchrun_command(
     workdir: Path | None = None,
     module: str = ENGINE_MODULE,
     module_args: Sequence[str] = (),
+    dataset: str | None = None,
 ) -> list[str]:
     """The local backend's command. On one machine the rendezvous uses a file store: torch's
     TCPStore server listens on every interface, and Sluice's processes listen on loopback only.
@@ -165,6 +169,7 @@ def torchrun_command(
             store_dir=str(store_dir),
             module=module,
             module_args=module_args,
+            dataset=dataset,
         ),
     ]
 
@@ -178,6 +183,7 @@ def start_torchrun(
     workdir: Path | None = None,
     module: str = ENGINE_MODULE,
     module_args: Sequence[str] = (),
+    dataset: str | None = None,
 ) -> subprocess.Popen:
     """Start the local launcher in its own process group (returns at once). `out` may be an
     fsspec URI, as in a pod; the engine then works in `workdir` and publishes to `out`.
@@ -187,7 +193,9 @@ def start_torchrun(
     store_dir = local / "dist-store"
     shutil.rmtree(store_dir, ignore_errors=True)  # a previous attempt's keys must not leak in
     store_dir.mkdir(parents=True)
-    cmd = torchrun_command(data_version, str(out), p, store_dir, max_restarts, init_from, workdir, module, module_args)
+    cmd = torchrun_command(
+        data_version, str(out), p, store_dir, max_restarts, init_from, workdir, module, module_args, dataset
+    )
     log(f"launching: {' '.join(cmd[:9])} ...")
     return subprocess.Popen(cmd, env=worker_env(), start_new_session=True)
 
@@ -201,9 +209,13 @@ def run_torchrun(
     workdir: Path | None = None,
     module: str = ENGINE_MODULE,
     module_args: Sequence[str] = (),
+    dataset: str | None = None,
 ) -> None:
-    """Train to the end; a worker that dies is restarted once from the newest checkpoint."""
-    proc = start_torchrun(data_version, out, p, init_from, workdir=workdir, module=module, module_args=module_args)
+    """Train to the end; a worker that dies is restarted once from the newest checkpoint.
+    `dataset`: the step's dataset plug-in (see engine_args)."""
+    proc = start_torchrun(
+        data_version, out, p, init_from, workdir=workdir, module=module, module_args=module_args, dataset=dataset
+    )
     try:
         rc = proc.wait(timeout=timeout_s)
     except BaseException:  # timed out or the task was stopped: SIGTERM (workers checkpoint), then SIGKILL

@@ -247,6 +247,25 @@ def test_a_good_review_batch_passes_both_gates(reviews_home, good):
     assert list(labeled[ds.TEXT_COLUMN]) == list(good[ds.TEXT_COLUMN])  # the raw text, kept as delivered
 
 
+@pytest.mark.slow
+def test_the_engine_trains_on_the_dataset_plugin_the_step_names(reviews_home, good, tmp_path, monkeypatch):
+    """A pod reads its image's params.yaml, not the Airflow side's SLUICE_PARAMS: the step's dataset
+    plug-in travels on the engine's command line (--dataset). Here the engine's params file is the
+    checkout's (emails) and the data version is of reviews: it trains with --dataset, and without it
+    fails on the emails plug-in."""
+    from tasks.training.local import run_torchrun
+    from tests.steps.test_bad_input import through_data_gates
+
+    (reviews_home.layout.ensure().landing / "b.csv").write_bytes(_csv(good))
+    _, version, _ = through_data_gates(reviews_home, "b")
+    monkeypatch.delenv("SLUICE_PARAMS")
+    p = load_params(reviews_home.params).train.replace(nproc=1, epochs=1, warm_start=False)
+    run_torchrun(version, tmp_path / "named", p, dataset=MODULE)
+    assert json.loads((tmp_path / "named" / "train_metrics.json").read_text())["rows"] > 0
+    with pytest.raises(RuntimeError, match="torchrun exited"):
+        run_torchrun(version, tmp_path / "unnamed", p)
+
+
 TEXT_MODELS = {
     "mlp": None,  # params.yaml's: the hashed n-gram features
     "bow": {"module": "tasks.models.bow", "params": {"vocab_size": 4000, "max_len": 96, "dim": 32, "head_width": 32}},
