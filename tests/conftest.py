@@ -53,6 +53,16 @@ def write_params(path: Path, changes: dict[str, Any] | None = None) -> Path:
     return path
 
 
+def write_params_with_model(path: Path, changes: dict[str, Any], model: dict[str, Any]) -> Path:
+    """write_params, with `train.model` (a model plug-in and its params) replaced whole: merged key by
+    key, the MLP's params would stay beside another plug-in's."""
+    write_params(path, changes)
+    written = json.loads(path.read_text())
+    written["train"]["model"] = model
+    path.write_text(json.dumps(written))
+    return path
+
+
 @pytest.fixture
 def settings(tmp_path, monkeypatch) -> Settings:
     """A fresh SLUICE_HOME under the test's tmp dir (nothing shared between tests)."""

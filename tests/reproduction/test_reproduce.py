@@ -151,17 +151,15 @@ def test_a_text_model_reproduces_bit_identically_with_its_registered_tokenizer(t
     the registered tokenizer (checked by its sha256, never trained again), and gives the weights and the
     served file bit for bit."""
     from tasks.models import load_model
-    from tests.conftest import write_params
+    from tests.conftest import write_params_with_model
     from tests.datasets.test_reviews import TEXT_MODELS
 
     home = tmp_path / "home"
-    path = write_params(
+    path = write_params_with_model(
         tmp_path / "params.yaml",
         {"dataset": {"module": "tasks.datasets.reviews", "params": {}}, "evaluate": {"min_roc_auc": 0.5}},
+        TEXT_MODELS["transformer"],
     )
-    written = json.loads(path.read_text())
-    written["train"]["model"] = TEXT_MODELS["transformer"]  # the plug-in and its params replace the MLP's
-    path.write_text(json.dumps(written))
     with pytest.MonkeyPatch.context() as mp:
         for k, v in {"SLUICE_HOME": str(home), "DVC_NO_ANALYTICS": "1", "GX_ANALYTICS_ENABLED": "false"}.items():
             mp.setenv(k, v)

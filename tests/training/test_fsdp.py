@@ -378,10 +378,9 @@ def test_the_nightly_dag_trains_a_sharded_sequence_model_with_fsdp2_on_two_proce
     than chance (test ROC AUC ~0.6), so the evaluate floor here is 0.55."""
     from tasks.models import load_model
     from tasks.registry import Registry, served_artifact
-    from tests.conftest import write_params
+    from tests.conftest import write_params_with_model
 
-    spec = load_params().scaling.sharded_sequence_model
-    path = write_params(
+    path = write_params_with_model(
         tmp_path / "params.yaml",
         {
             "dataset": {"module": "tasks.datasets.reviews", "params": {}},
@@ -391,10 +390,8 @@ def test_the_nightly_dag_trains_a_sharded_sequence_model_with_fsdp2_on_two_proce
             "evaluate": {"min_roc_auc": 0.55},
             "weak_label": {"weak_weight_repeats": 1, "weak_weight_bootstrap": 50},
         },
+        load_params().scaling.sharded_sequence_model.model_dump(),
     )
-    written = json.loads(path.read_text())
-    written["train"]["model"] = spec.model_dump()  # the plug-in and its params replace the MLP's whole
-    path.write_text(json.dumps(written))
     _, train = sharded_night(settings, monkeypatch, path)
     model = load_model(train["model"])  # a plain module of the plug-in, its tokenizer inside
     assert type(model).__name__ == "TransformerClassifier" and model.tokenizer_json
