@@ -1,46 +1,58 @@
-# The Sluice Airflow image: the official Apache Airflow image with the project installed.
+# The Sluice Airflow image: Apache Airflow with the project, its DAGs and its UI plugin.
 # The chart runs every Airflow component from it (api-server, scheduler, dag-processor,
 # triggerer) and, with the KubernetesExecutor, each task's worker pod.
 #   docker build -f docker/airflow.Dockerfile -t REGISTRY/sluice-airflow:TAG .
-# The tag's Airflow version must equal constraints.txt's apache-airflow pin (tests check it).
-FROM apache/airflow:3.3.2-python3.11
+# BASE_IMAGE: the official Airflow image by default, its tag's Airflow version equal to
+# constraints.txt's apache-airflow pin (tests check it). Any Debian bookworm image with Python 3.11
+# and its venv module works too: Airflow is then installed into a virtualenv (the k8s tier builds it
+# FROM a base made from Debian's packages, ops/images.py).
+ARG BASE_IMAGE=apache/airflow:3.3.2-python3.11
+FROM ${BASE_IMAGE}
 
 # git: the registry under SLUICE_HOME is a git + DVC repository the tasks commit to.
-# /opt/sluice-app is made here, owned by airflow: pip runs as airflow (the official image
-# refuses root pip installs) and the editable install writes its metadata there.
+# The official image has the user airflow (uid 50000, group 0) and pip refuses to run as root in it;
+# a plain base gets the same user. /opt/sluice-app and AIRFLOW_HOME belong to it.
 USER root
 RUN apt-get update \
  && apt-get install -y --no-install-recommends git \
  && rm -rf /var/lib/apt/lists/* \
- && mkdir -p /opt/sluice-app && chown airflow:0 /opt/sluice-app
+ && (id -u airflow >/dev/null 2>&1 || useradd --uid 50000 --gid 0 --create-home airflow) \
+ && mkdir -p /opt/sluice-app /opt/airflow && chown airflow:0 /opt/sluice-app /opt/airflow
 USER airflow
 
-# The project lives in /opt/sluice-app and is installed editable (-e): tasks find
-# params.yaml and data_contracts/ next to the package (tasks.core.settings.REPO_ROOT), which
-# a plain install into site-packages would lose.
+# A base without Airflow (Debian's own Python, which refuses installs into itself: PEP 668) gets a
+# virtualenv first on PATH; the official image's Python keeps its own user install (its PIP_USER).
+RUN command -v airflow >/dev/null || python3 -m venv /home/airflow/venv
+ENV PATH=/home/airflow/venv/bin:${PATH} \
+    AIRFLOW_HOME=/opt/airflow
+
+# The libraries first, the code after: a change of code rebuilds only the layers from COPY tasks on.
+# docker/requirements.py prints the `airflow` extra's direct requirements (what the tasks import, the
+# providers the DAGs name, psycopg for SLUICE_DATABASE_URL, and apache-airflow at its pin, so pip
+# cannot move the image's own Airflow); the lock pins them and everything they pull.
+# One index (--index-url PyPI), never --extra-index-url: with two indexes pip takes a name from
+# whichever offers the higher version (dependency confusion). The lock pins torch==2.13.0+cpu, which
+# only TORCH_PIP_ARGS's find-links offer: PyTorch's torch-only page by default, where no other name can
+# resolve, and "+cpu" keeps the multi-GB CUDA build out (workers never train: with
+# SLUICE_TRAIN_BACKEND=kubernetes they launch the trainer pods, but evaluate and compress import
+# torch). The k8s tier passes a folder of wheels it serves on loopback instead.
+# No --require-hashes: constraints.txt carries no hashes.
+ARG TORCH_PIP_ARGS="--find-links https://download.pytorch.org/whl/cpu/torch/"
 WORKDIR /opt/sluice-app
-COPY --chown=airflow:0 pyproject.toml constraints.txt params.yaml ./
+COPY --chown=airflow:0 pyproject.toml constraints.txt docker/requirements.py ./
+RUN python requirements.py airflow > /tmp/requirements.txt \
+ && pip install --no-cache-dir \
+      --index-url https://pypi.org/simple \
+      ${TORCH_PIP_ARGS} \
+      -c constraints.txt \
+      -r /tmp/requirements.txt \
+ && rm /tmp/requirements.txt
+
+# The project is not pip-installed: PYTHONPATH finds tasks/ in /opt/sluice-app, with params.yaml and
+# data_contracts/ beside it where tasks.core.settings.REPO_ROOT looks for them.
+COPY --chown=airflow:0 params.yaml ./
 COPY --chown=airflow:0 data_contracts ./data_contracts
 COPY --chown=airflow:0 tasks ./tasks
-
-# constraints.txt pins torch==2.13.0+cpu (locally it comes from a find-links folder).
-# Airflow workers never train here: with SLUICE_TRAIN_BACKEND=kubernetes they only launch
-# the trainer pods. But evaluate/compress import torch, so the CPU build is enough.
-# One index (--index-url PyPI), never --extra-index-url: with two indexes pip takes a name
-# from whichever offers the higher version (dependency confusion). The CPU torch wheel
-# comes from PyTorch's torch-only page as --find-links: no other name can resolve there,
-# and "+cpu" exists only there, which keeps the multi-GB CUDA build out of this image.
-# No --require-hashes: hash-checking mode refuses the editable install (-e .) this image
-# needs (tasks find params.yaml beside the package), and constraints.txt carries no hashes.
-# apache-airflow is named with its pin so pip cannot move the image's own Airflow. The `airflow`
-# extra brings what the tasks import (the pipeline's libraries, psycopg for SLUICE_DATABASE_URL)
-# and the providers the DAGs name; a bare `-e .` would install only pydantic and YAML.
-RUN pip install --no-cache-dir \
-      --index-url https://pypi.org/simple \
-      --find-links https://download.pytorch.org/whl/cpu/torch/ \
-      -c constraints.txt \
-      "apache-airflow==3.3.2" \
-      -e ".[airflow]"
 
 # DAGs are baked in where the chart's default dags folder points ($AIRFLOW_HOME/dags);
 # the chart's dags.persistence and dags.gitSync stay off (k8s/values.yaml).
@@ -51,7 +63,8 @@ COPY --chown=airflow:0 plugins /opt/airflow/plugins
 # airflow.cfg is not copied: in production the chart writes Airflow's configuration.
 # Lineage: the image has no .git, so the build names the commit (docker/README.md).
 ARG SLUICE_CODE_COMMIT=unknown
-ENV PYTHONUNBUFFERED=1 \
+ENV PYTHONPATH=/opt/sluice-app \
+    PYTHONUNBUFFERED=1 \
     DVC_NO_ANALYTICS=1 \
     SLUICE_CODE_COMMIT=${SLUICE_CODE_COMMIT}
 WORKDIR /opt/airflow

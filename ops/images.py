@@ -1,18 +1,18 @@
 """Build Sluice's images with a real Docker engine from Debian's packages only, no registry pull.
 
-    python -m ops.images trainer [--tag T]   # build docker/trainer.Dockerfile; print its tag and size
+    python -m ops.images trainer|server|airflow [--tag T]   # build docker/<image>.Dockerfile; print tag, size
 
 - The engine: Debian's `docker.io` dockerd, started here on a socket of its own (no systemd on
   these machines; cgroup v1, so no bridge and no iptables: builds use the host's network, which
   reaches pip's indexes). Its data root is cached between runs (/var/cache/sluice-docker), so
   the base image and the build's layers are kept on one machine.
 - The base: `debootstrap --variant=minbase bookworm` with Python 3.11, its venv module, git and CA
-  certificates (about a minute), imported as `sluice-base:bookworm`: the Dockerfiles' BASE_IMAGE.
+  certificates (about a minute), imported as `sluice-base:bookworm-r2`: the Dockerfiles' BASE_IMAGE.
 - torch: the CPU wheel pip finds on this machine's disk (PIP_FIND_LINKS, /opt/wheels), served on
   loopback for the build; the production default, the CUDA build, has not been built here.
 
-The k8s tier (tests/k8s/) builds the trainer image this way and loads it into the cluster's
-containerd. `docker` and `debootstrap` come from `.ci/run` (apt).
+The k8s tier (tests/k8s/) builds the trainer and server images this way and loads them into the
+cluster's containerd. `docker` and `debootstrap` come from `.ci/run` (apt).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from tasks.core.settings import REPO_ROOT
 from tasks.core.wait import wait_until
 
 DATA_ROOT = Path(os.environ.get("SLUICE_DOCKER_ROOT", "/var/cache/sluice-docker"))
-BASE_IMAGE = "sluice-base:bookworm"
+BASE_IMAGE = "sluice-base:bookworm-r2"  # -rN: the recipe below; a new N when it changes (cached per data root)
 BASE_PACKAGES = ("python3", "python3-venv", "git", "ca-certificates")
 SUITE = "bookworm"
 
@@ -123,7 +123,7 @@ def _mirror() -> str:
 
 
 def base_image(e: Engine) -> str:
-    """`sluice-base:bookworm`, made once per data root from Debian's packages."""
+    """`sluice-base:bookworm-r2`, made once per data root from Debian's packages."""
     if e.has_image(BASE_IMAGE):
         return BASE_IMAGE
     if not shutil.which("debootstrap"):
@@ -144,6 +144,10 @@ def base_image(e: Engine) -> str:
             shutil.copy(ca, Path(root) / "usr/local/share/ca-certificates" / ca.name)
         if local_cas:
             subprocess.run(["chroot", root, "update-ca-certificates"], check=True, capture_output=True, timeout=120)
+        # debootstrap leaves its downloaded packages and apt's lists behind: ~150 MB no image needs
+        subprocess.run(["chroot", root, "apt-get", "clean"], check=True, capture_output=True, timeout=120)
+        shutil.rmtree(Path(root) / "var/lib/apt/lists", ignore_errors=True)
+        (Path(root) / "var/lib/apt/lists/partial").mkdir(parents=True)
         tar = subprocess.Popen(["tar", "-C", root, "-c", "."], stdout=subprocess.PIPE)
         bundle = "/etc/ssl/certs/ca-certificates.crt"
         e.docker(
@@ -190,22 +194,35 @@ def torch_wheels() -> Path:
     raise RuntimeError(f"no wheel of torch=={version} in PIP_FIND_LINKS ({folders})")
 
 
-def build_trainer(e: Engine, tag: str = "sluice-trainer:local") -> str:
-    """docker/trainer.Dockerfile FROM the Debian-made base, torch the pinned CPU wheel; returns the tag."""
+DOCKERFILES = {
+    "trainer": "docker/trainer.Dockerfile",
+    "server": "docker/server.Dockerfile",
+    "airflow": "docker/airflow.Dockerfile",
+}
+
+
+def build(e: Engine, image: str, tag: str | None = None) -> str:
+    """docker/<image>.Dockerfile FROM the Debian-made base; returns the tag (default sluice-<image>:local).
+
+    The trainer and the Airflow image take torch from the pinned CPU wheel on this machine's disk; the
+    other libraries come from pip's indexes over the host's network, as for every image."""
+    if image not in DOCKERFILES:
+        raise ValueError(f"no image {image!r}: one of {', '.join(DOCKERFILES)}")
+    tag = tag or f"sluice-{image}:local"
     started = time.monotonic()
-    with wheel_folder(torch_wheels()) as url:
-        args = {
-            "BASE_IMAGE": base_image(e),
-            "TORCH_VERSION": torch_pin(),  # 2.13.0+cpu: only the served folder has it
-            "TORCH_PIP_ARGS": f"--find-links {url}",
-            "SLUICE_CODE_COMMIT": _commit(),
-        }
-        log(f"images: building {tag} (docker/trainer.Dockerfile FROM {args['BASE_IMAGE']})")
+    args = {"BASE_IMAGE": base_image(e), "SLUICE_CODE_COMMIT": _commit()}
+    with contextlib.ExitStack() as stack:
+        if image in ("trainer", "airflow"):
+            url = stack.enter_context(wheel_folder(torch_wheels()))
+            args["TORCH_PIP_ARGS"] = f"--find-links {url}"  # only that folder has torch 2.13.0+cpu
+        if image == "trainer":
+            args["TORCH_VERSION"] = torch_pin()
+        log(f"images: building {tag} ({DOCKERFILES[image]} FROM {args['BASE_IMAGE']})")
         out = e.docker(
             "build",
             "--network=host",
             "-f",
-            "docker/trainer.Dockerfile",
+            DOCKERFILES[image],
             "-t",
             tag,
             *[f"--build-arg={k}={v}" for k, v in args.items()],
@@ -228,11 +245,11 @@ def _commit() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m ops.images", description=__doc__.split("\n\n")[0])
-    ap.add_argument("image", choices=["base", "trainer"])
-    ap.add_argument("--tag", default="sluice-trainer:local")
+    ap.add_argument("image", choices=["base", *DOCKERFILES])
+    ap.add_argument("--tag", default=None, help="the image's tag (default: sluice-IMAGE:local)")
     a = ap.parse_args(argv)
     with engine() as e:
-        tag = base_image(e) if a.image == "base" else build_trainer(e, a.tag)
+        tag = base_image(e) if a.image == "base" else build(e, a.image, a.tag)
         print(f"{tag} {e.size(tag)} bytes")
     return 0
 

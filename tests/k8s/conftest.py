@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
+import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +29,7 @@ IMAGE = "localhost/busybox-probe:k8s-tier"  # the probes' image (tests/k8s/test_
 POD_BRIDGE = "sluicek8s0"
 POD_CIDR = "10.78.0.0/24"
 HOST_ADDR = "10.78.0.1"
+BUCKET = "sluice-registry"  # the tier's S3 bucket: the registry's DVC remote, the runs' outputs, the prediction log
 
 
 @dataclass(frozen=True)
@@ -150,3 +154,107 @@ def worker_kubeconfig(cluster: Cluster, trainer_namespace: str) -> str:
         "contexts: [{name: worker, context: {cluster: local, user: sluice-worker, namespace: sluice-train}}]\n"
     )
     return str(path)
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    """One Docker engine for the tier's image builds (ops/images.py: its data root is cached per machine)."""
+    from ops.images import engine
+
+    with engine() as e:
+        yield e
+
+
+def build_and_load(cluster: Cluster, e, image: str, tag: str) -> str:
+    """docker/<image>.Dockerfile built by the engine and imported into the cluster's containerd (what a
+    registry pull would bring); the image's size and the time it took printed for the closing note."""
+    from ops.images import build
+
+    started = time.monotonic()
+    build(e, image, tag)
+    built = time.monotonic() - started
+    save = subprocess.Popen(["docker", "-H", e.host, "save", tag], stdout=subprocess.PIPE)
+    sock = cluster.base / "containerd" / "containerd.sock"
+    load = subprocess.run(
+        ["ctr", "-a", str(sock), "-n", "k8s.io", "images", "import", "-"],
+        stdin=save.stdout,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert save.wait() == 0 and load.returncode == 0, load.stderr[-2000:]
+    print(f"\n[k8s tier] {image} image {tag}: {e.size(tag) / 1e6:.0f} MB, built in {built:.0f} s, "
+          f"loaded in {time.monotonic() - started - built:.0f} s")  # fmt: skip
+    return tag
+
+
+def free_port() -> int:
+    """A free port on the bridge's address (HOST_ADDR), where the tier's servers listen for the pods."""
+    with socket.socket() as s:
+        s.bind((HOST_ADDR, 0))
+        return s.getsockname()[1]
+
+
+@dataclass(frozen=True)
+class Storage:
+    s3_url: str
+    git_url: str
+    env: dict[str, str]
+    data_version: str
+
+
+@pytest.fixture(scope="session")
+def storage(cluster, tmp_path_factory):
+    """An S3 server (moto) and `git daemon` on the bridge's address, and a data version of real emails in
+    a registry pushed there (bench/multinode_pods.py's seed, as the namespaced-host cluster uses)."""
+    from bench.multinode_pods import SECRET, SEED
+    from tasks.core.settings import REPO_ROOT
+    from tasks.core.wait import wait_until
+
+    root = tmp_path_factory.mktemp("storage")
+    s3_port, git_port = free_port(), free_port()
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        "HOME": str(root),
+        "PYTHONPATH": str(REPO_ROOT),
+        "SLUICE_HOME": str(root / "git"),
+        "SLUICE_DVC_REMOTE": f"s3://{BUCKET}/registry",
+        "SLUICE_S3_ENDPOINT_URL": f"http://{HOST_ADDR}:{s3_port}",
+        "DVC_NO_ANALYTICS": "1",
+        "GIT_AUTHOR_NAME": "k8s-tier",
+        "GIT_AUTHOR_EMAIL": "k8s-tier@sluice.invalid",
+        "GIT_COMMITTER_NAME": "k8s-tier",
+        "GIT_COMMITTER_EMAIL": "k8s-tier@sluice.invalid",
+        **SECRET,
+    }
+    (root / "git").mkdir()
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "moto.server", "-H", HOST_ADDR, "-p", str(s3_port)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env),
+        subprocess.Popen(["git", "daemon", f"--listen={HOST_ADDR}", f"--port={git_port}", "--export-all",
+                          "--reuseaddr", f"--base-path={root / 'git'}", str(root / "git")],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env),
+    ]  # fmt: skip
+    try:
+        for port in (s3_port, git_port):
+            wait_until(lambda p=port: socket.create_connection((HOST_ADDR, p), timeout=1).close() or True,
+                       timeout_s=30, what=f"a server on {HOST_ADDR}:{port}", retry_on=(OSError,))  # fmt: skip
+        seed = subprocess.run(
+            [sys.executable, "-c", SEED, "600", "2", str(root), BUCKET],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=REPO_ROOT,
+        )
+        assert seed.returncode == 0, seed.stderr[-3000:]
+        yield Storage(
+            env["SLUICE_S3_ENDPOINT_URL"],
+            f"git://{HOST_ADDR}:{git_port}/registry",
+            env,
+            seed.stdout.strip().splitlines()[-1],
+        )
+    finally:
+        from tasks.core.processes import stop_groups
+
+        stop_groups({"moto": procs[0].pid, "git daemon": procs[1].pid})  # each leads its own session

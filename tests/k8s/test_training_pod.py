@@ -7,12 +7,8 @@ of the local backend trained here on the same data version, params and world siz
 
 from __future__ import annotations
 
-import os
-import socket
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,106 +16,18 @@ import pytest
 from tasks.core.settings import REPO_ROOT
 from tasks.core.wait import wait_until
 from tasks.training.kubernetes import KubernetesTraining, plan
-from tests.k8s.conftest import HOST_ADDR
+from tests.k8s.conftest import BUCKET, Storage, build_and_load
 from tests.k8s.test_api_server import _no_pods_left, _run_operator
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
 
 TRAINER = "sluice-trainer:k8s-tier"
-BUCKET = "sluice-registry"
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST_ADDR, 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
-def trainer_image(cluster) -> str:
+def trainer_image(cluster, docker_engine) -> str:
     """The trainer image, built with Docker and imported into the cluster's containerd; its size printed."""
-    from ops.images import build_trainer, engine
-
-    started = time.monotonic()
-    with engine() as e:
-        build_trainer(e, TRAINER)
-        size = e.size(TRAINER)
-        save = subprocess.Popen(["docker", "-H", e.host, "save", TRAINER], stdout=subprocess.PIPE)
-        sock = cluster.base / "containerd" / "containerd.sock"
-        load = subprocess.run(
-            ["ctr", "-a", str(sock), "-n", "k8s.io", "images", "import", "-"],
-            stdin=save.stdout,
-            capture_output=True,
-            text=True,
-            timeout=900,
-        )
-        assert save.wait() == 0 and load.returncode == 0, load.stderr[-2000:]
-    print(f"\n[k8s tier] trainer image {TRAINER}: {size / 1e6:.0f} MB, built and loaded in "
-          f"{time.monotonic() - started:.0f} s")  # fmt: skip
-    return TRAINER
-
-
-@dataclass(frozen=True)
-class Storage:
-    s3_url: str
-    git_url: str
-    env: dict[str, str]
-    data_version: str
-
-
-@pytest.fixture(scope="module")
-def storage(cluster, tmp_path_factory):
-    """An S3 server (moto) and `git daemon` on the bridge's address, and a data version of real emails in
-    a registry pushed there (bench/multinode_pods.py's seed, as the namespaced-host cluster uses)."""
-    from bench.multinode_pods import SECRET, SEED
-
-    root = tmp_path_factory.mktemp("storage")
-    s3_port, git_port = _port(), _port()
-    env = {
-        "PATH": f"{Path(sys.executable).parent}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-        "HOME": str(root),
-        "PYTHONPATH": str(REPO_ROOT),
-        "SLUICE_HOME": str(root / "git"),
-        "SLUICE_DVC_REMOTE": f"s3://{BUCKET}/registry",
-        "SLUICE_S3_ENDPOINT_URL": f"http://{HOST_ADDR}:{s3_port}",
-        "DVC_NO_ANALYTICS": "1",
-        "GIT_AUTHOR_NAME": "k8s-tier",
-        "GIT_AUTHOR_EMAIL": "k8s-tier@sluice.invalid",
-        "GIT_COMMITTER_NAME": "k8s-tier",
-        "GIT_COMMITTER_EMAIL": "k8s-tier@sluice.invalid",
-        **SECRET,
-    }
-    (root / "git").mkdir()
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "moto.server", "-H", HOST_ADDR, "-p", str(s3_port)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env),
-        subprocess.Popen(["git", "daemon", f"--listen={HOST_ADDR}", f"--port={git_port}", "--export-all",
-                          "--reuseaddr", f"--base-path={root / 'git'}", str(root / "git")],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env),
-    ]  # fmt: skip
-    try:
-        for port in (s3_port, git_port):
-            wait_until(lambda p=port: socket.create_connection((HOST_ADDR, p), timeout=1).close() or True,
-                       timeout_s=30, what=f"a server on {HOST_ADDR}:{port}", retry_on=(OSError,))  # fmt: skip
-        seed = subprocess.run(
-            [sys.executable, "-c", SEED, "600", "2", str(root), BUCKET],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=REPO_ROOT,
-        )
-        assert seed.returncode == 0, seed.stderr[-3000:]
-        yield Storage(
-            env["SLUICE_S3_ENDPOINT_URL"],
-            f"git://{HOST_ADDR}:{git_port}/registry",
-            env,
-            seed.stdout.strip().splitlines()[-1],
-        )
-    finally:
-        from tasks.core.processes import stop_groups
-
-        stop_groups({"moto": procs[0].pid, "git daemon": procs[1].pid})  # each leads its own session
+    return build_and_load(cluster, docker_engine, "trainer", TRAINER)
 
 
 def _fetch(storage: Storage, uri: str, dest: Path) -> Path:
