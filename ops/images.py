@@ -168,7 +168,11 @@ def base_image(e: Engine) -> str:
 @contextlib.contextmanager
 def wheel_folder(folder: Path) -> Iterator[str]:
     """A folder of wheels as a pip find-links page on 127.0.0.1 (the build runs on the host's network)."""
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    class Quiet(http.server.SimpleHTTPRequestHandler):
+        def log_message(self, *args) -> None:  # pip asks for the page once per package: hundreds of lines
+            pass
+
+    handler = functools.partial(Quiet, directory=str(folder))
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

@@ -409,9 +409,24 @@ class ExperimentParams(Section):
     data_version: Annotated[str, Field(pattern=DATA_VERSION_PATTERN)]
 
 
+CpuQuantity = Annotated[str, Field(pattern=r"^\d+(\.\d+)?m?$")]
+"""A Kubernetes CPU quantity: "8", "500m"."""
+MemQuantity = Annotated[str, Field(pattern=r"^\d+(\.\d+)?(Ki|Mi|Gi|Ti|K|M|G|T)?$")]
+"""A Kubernetes memory or storage quantity: "32Gi", "512Mi"."""
+
+
 class ScalingProfile(Section):
+    """One stage: its shape, and what each node's training pod asks for (requests = limits)."""
+
     nodes: StrictInt = Field(ge=1)
     gpus_per_node: StrictInt = Field(ge=1)
+    cpu: CpuQuantity
+    memory: MemQuantity
+    shm_size: MemQuantity
+    """/dev/shm, a memory-backed emptyDir (the data loader's workers and NCCL use it)."""
+    ephemeral_storage: MemQuantity
+    """The pod's disk: outputs, checkpoints, /tmp, the data cache."""
+    tmp_size: MemQuantity
 
 
 class ScalingParams(Section):

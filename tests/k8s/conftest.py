@@ -8,6 +8,7 @@ the packages it needs are installed by `.ci/run` (`bash ops/k8s-local.sh install
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -188,6 +189,12 @@ def build_and_load(cluster: Cluster, e, image: str, tag: str) -> str:
     return tag
 
 
+@pytest.fixture(scope="session")
+def trainer_image(cluster, docker_engine) -> str:
+    """The trainer image, built with Docker and imported into the cluster's containerd."""
+    return build_and_load(cluster, docker_engine, "trainer", "sluice-trainer:k8s-tier")
+
+
 def free_port() -> int:
     """A free port on the bridge's address (HOST_ADDR), where the tier's servers listen for the pods."""
     with socket.socket() as s:
@@ -228,33 +235,52 @@ def storage(cluster, tmp_path_factory):
         **SECRET,
     }
     (root / "git").mkdir()
-    procs = [
-        subprocess.Popen([sys.executable, "-m", "moto.server", "-H", HOST_ADDR, "-p", str(s3_port)],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env),
-        subprocess.Popen(["git", "daemon", f"--listen={HOST_ADDR}", f"--port={git_port}", "--export-all",
-                          "--reuseaddr", f"--base-path={root / 'git'}", str(root / "git")],
-                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=env),
-    ]  # fmt: skip
+    s3 = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", HOST_ADDR, "-p", str(s3_port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env=env,
+    )
     try:
-        for port in (s3_port, git_port):
-            wait_until(lambda p=port: socket.create_connection((HOST_ADDR, p), timeout=1).close() or True,
-                       timeout_s=30, what=f"a server on {HOST_ADDR}:{port}", retry_on=(OSError,))  # fmt: skip
-        seed = subprocess.run(
-            [sys.executable, "-c", SEED, "600", "2", str(root), BUCKET],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=REPO_ROOT,
-        )
-        assert seed.returncode == 0, seed.stderr[-3000:]
-        yield Storage(
-            env["SLUICE_S3_ENDPOINT_URL"],
-            f"git://{HOST_ADDR}:{git_port}/registry",
-            env,
-            seed.stdout.strip().splitlines()[-1],
-        )
+        wait_until(lambda: socket.create_connection((HOST_ADDR, s3_port), timeout=1).close() or True,
+                   timeout_s=30, what=f"S3 on {HOST_ADDR}:{s3_port}", retry_on=(OSError,))  # fmt: skip
+        with git_daemon(root / "git", git_port):
+            seed = subprocess.run(
+                [sys.executable, "-c", SEED, "600", "2", str(root), BUCKET],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                cwd=REPO_ROOT,
+            )
+            assert seed.returncode == 0, seed.stderr[-3000:]
+            yield Storage(
+                env["SLUICE_S3_ENDPOINT_URL"],
+                f"git://{HOST_ADDR}:{git_port}/registry",
+                env,
+                seed.stdout.strip().splitlines()[-1],
+            )
     finally:
         from tasks.core.processes import stop_groups
 
-        stop_groups({"moto": procs[0].pid, "git daemon": procs[1].pid})  # each leads its own session
+        stop_groups({"moto": s3.pid})  # it leads its own session
+
+
+@contextlib.contextmanager
+def git_daemon(base: Path, port: int | None = None):
+    """`git daemon` serving the repositories under `base` (a SLUICE_HOME: its registry is
+    git://HOST_ADDR:PORT/registry) on the bridge's address, for the pods; stopped on exit. Yields the port."""
+    from tasks.core.processes import stop_groups
+    from tasks.core.wait import wait_until
+
+    port = port or free_port()
+    proc = subprocess.Popen(["git", "daemon", f"--listen={HOST_ADDR}", f"--port={port}", "--export-all",
+                             "--reuseaddr", f"--base-path={base}", str(base)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        wait_until(lambda: socket.create_connection((HOST_ADDR, port), timeout=1).close() or True,
+                   timeout_s=30, what=f"git daemon on {HOST_ADDR}:{port}", retry_on=(OSError,))  # fmt: skip
+        yield port
+    finally:
+        stop_groups({"git daemon": proc.pid})

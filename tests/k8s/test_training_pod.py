@@ -16,18 +16,10 @@ import pytest
 from tasks.core.settings import REPO_ROOT
 from tasks.core.wait import wait_until
 from tasks.training.kubernetes import KubernetesTraining, plan
-from tests.k8s.conftest import BUCKET, Storage, build_and_load
+from tests.k8s.conftest import BUCKET, Storage
 from tests.k8s.test_api_server import _no_pods_left, _run_operator
 
 pytestmark = [pytest.mark.k8s, pytest.mark.slow]
-
-TRAINER = "sluice-trainer:k8s-tier"
-
-
-@pytest.fixture(scope="module")
-def trainer_image(cluster, docker_engine) -> str:
-    """The trainer image, built with Docker and imported into the cluster's containerd; its size printed."""
-    return build_and_load(cluster, docker_engine, "trainer", TRAINER)
 
 
 def _fetch(storage: Storage, uri: str, dest: Path) -> Path:
@@ -88,7 +80,6 @@ def _assert_the_local_backends_weights(pod_model: Path, storage: Storage, p, wor
     assert not differ, f"weights differ between the pod and the local backend: {differ}"
 
 
-@pytest.mark.extended
 def test_the_train_step_runs_in_a_real_pod_and_its_weights_equal_the_local_backends(
     cluster, pod_cfg, storage, params, settings, tmp_path, monkeypatch
 ):
