@@ -36,6 +36,9 @@ from tasks.core.settings import REPO_ROOT
 from tasks.core.wait import wait_until
 
 DATA_ROOT = Path(os.environ.get("SLUICE_DOCKER_ROOT", "/var/cache/sluice-docker"))
+# The wheel folder's port on 127.0.0.1, fixed: it is in the pip command of an image's library layer
+# (TORCH_PIP_ARGS), and a port chosen afresh each build would change that layer's cache key.
+WHEELS_PORT = int(os.environ.get("SLUICE_WHEELS_PORT", "38471"))
 BASE_IMAGE = "sluice-base:bookworm-r2"  # -rN: the recipe below; a new N when it changes (cached per data root)
 BASE_PACKAGES = ("python3", "python3-venv", "git", "ca-certificates")
 SUITE = "bookworm"
@@ -166,18 +169,25 @@ def base_image(e: Engine) -> str:
 
 
 @contextlib.contextmanager
-def wheel_folder(folder: Path) -> Iterator[str]:
-    """A folder of wheels as a pip find-links page on 127.0.0.1 (the build runs on the host's network)."""
+def wheel_folder(folder: Path, port: int = WHEELS_PORT) -> Iterator[str]:
+    """A folder of wheels as a pip find-links page on 127.0.0.1:`port` (the build runs on the host's network)."""
+
     class Quiet(http.server.SimpleHTTPRequestHandler):
         def log_message(self, *args) -> None:  # pip asks for the page once per package: hundreds of lines
             pass
 
     handler = functools.partial(Quiet, directory=str(folder))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", port), handler)
+    except OSError as exc:
+        raise RuntimeError(
+            f"the wheel folder's port 127.0.0.1:{port} is taken ({exc}): set SLUICE_WHEELS_PORT to a free one "
+            "(a new port rebuilds the images' library layers once)"
+        ) from exc
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
+        yield f"http://127.0.0.1:{port}/"
     finally:
         server.shutdown()
         server.server_close()

@@ -19,7 +19,7 @@ AIRFLOW = "sluice-airflow:k8s-tier"
 PARSE = """
 import json
 from airflow.dag_processing.dagbag import DagBag
-bag = DagBag(include_examples=False)
+bag = DagBag()  # AIRFLOW__CORE__LOAD_EXAMPLES=False: the repository's DAGs only
 print(json.dumps({"errors": {k: str(v) for k, v in bag.import_errors.items()}, "dags": sorted(bag.dag_ids)}))
 """
 

@@ -310,6 +310,9 @@ def test_the_server_deployment_passes_its_probes_and_a_rolling_restart_under_loa
               f"replicas {sorted(before)} -> {sorted(after)}; requests by pod {served_by}")  # fmt: skip
         assert not failed, failed[:10]
         assert after.isdisjoint(before) and len(after) == 2
+        for ip in before:  # the old replicas are gone: a client that kept their addresses would have lost requests
+            with pytest.raises(httpx.TransportError):
+                httpx.post(f"http://{ip}:8080/v1/predict", json={"rows": rows}, timeout=3)
         # the load ran on the old replicas and then on the new ones, through the whole restart
         assert all(served_by[ip] > 0 for ip in before | after), served_by
         assert len(outcomes) - started >= 100, len(outcomes)
