@@ -339,3 +339,54 @@ def test_the_label_savings_interpolate_on_the_budgets_measured():
     assert budget_reaching([0.8, 0.9, 1.0, 1.0, 1.0, 1.0], ks=KS) == pytest.approx(3.5)
     savings, k_mix, k_gold = label_savings([0.96] * 6, [0.5, 0.6, 0.7, 0.8, 0.9, 1.0], ks=KS)
     assert (k_mix, k_gold) == (1.0, pytest.approx(25.0)) and savings == pytest.approx(0.96)
+
+
+@pytest.mark.slow
+def test_a_rejected_text_model_rolls_back_and_the_served_model_keeps_its_tokenizer(settings, tmp_path, monkeypatch):
+    """Two nights on reviews with the bag-of-embeddings model: the first deploys model-v1; the second's
+    model fails the evaluate gate (its floor raised to what no model of one more night reaches), so the
+    data pointer goes back to prod's lineage with the batch held, and the server keeps serving
+    model-v1's file with model-v1's tokenizer."""
+    from tasks.models import load_model
+    from tasks.models.artifact import read_metadata
+    from tests.airflow_helpers import dags_test, migrate
+
+    def night(min_roc_auc: float) -> dict:
+        path = write_params(
+            tmp_path / "params.yaml",
+            {
+                "dataset": {"module": MODULE, "params": {}},
+                "train": {"epochs": 30, "nproc": 1},
+                "evaluate": {"min_roc_auc": min_roc_auc},
+                "compress": {"candidates": [["int8_dynamic"]], "latency_repeats": 5},
+                "weak_label": {"weak_weight_repeats": 1, "weak_weight_bootstrap": 50},
+            },
+        )
+        written = json.loads(path.read_text())
+        written["train"]["model"] = TEXT_MODELS["bow"]
+        path.write_text(json.dumps(written))
+        monkeypatch.setenv("SLUICE_PARAMS", str(path))
+        run_id, state, proc = dags_test(settings, {"epochs": 30})
+        assert state == "success", proc.stdout[-3000:] + proc.stderr[-3000:]
+        return json.loads((settings.layout.run_dir(run_id) / "summary.json").read_text())
+
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    migrate(settings)
+    first = night(0.6)
+    assert first["outcome"] == "deployed model-v1", first
+    reg = Registry(settings)
+    before = reg.state()["serving"]["champion"]
+    served_file = reg.model_path("model-v1", Path(before["artifact"]).name)
+    tokenizer = read_metadata(served_file)["tokenizer_sha256"]
+
+    second = night(0.999)  # the operator's bar, raised past what the second night's model reaches
+    assert second["outcome"].startswith("model rejected at evaluate (test ROC AUC"), second["outcome"]
+    assert second["outcome"].endswith("prod stays model-v1; data pointer back to data-v1"), second["outcome"]
+    state = reg.state()
+    assert state["prod_model"] == "model-v1" and state["current_data"] == "data-v1"
+    assert state["serving"]["champion"] == before and not state["serving"].get("challenger")
+    assert reg.tags("data") == ["data-v1", "data-v2"] and "model-v2" not in reg.tags("model")  # never registered
+    held = reg.held()["batch-0002"]
+    assert held["status"] == "held" and held["from_version"] == "data-v2" and held["reenter"]
+    assert read_metadata(served_file)["tokenizer_sha256"] == tokenizer
+    assert load_model(reg.model_path("model-v1", "model.pt")).tokenizer_sha256 == tokenizer

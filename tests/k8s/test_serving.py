@@ -200,6 +200,13 @@ def _deployment(image: str, storage: Storage) -> dict:
     return dep
 
 
+def _pod_ips(cluster) -> list[str]:
+    """The addresses of the Deployment's pods, those terminating included."""
+    selector = ",".join(f"{k}={v}" for k, v in _manifests()["Deployment"]["spec"]["selector"]["matchLabels"].items())
+    out = cluster.kubectl("get", "pods", "-n", NAMESPACE, "-l", selector, "-o", "jsonpath={.items[*].status.podIP}")
+    return out.stdout.split()
+
+
 class EndpointsClient:
     """What kube-proxy would do for the Service: each request goes to a ready address of its Endpoints,
     round robin, the list read again every `refresh_s` by a thread of its own."""
@@ -299,7 +306,11 @@ def test_the_server_deployment_passes_its_probes_and_a_rolling_restart_under_loa
                 cluster.kubectl("rollout", "status", f"deployment/{DEPLOYMENT}", "-n", NAMESPACE, "--timeout=300s")
                 wait_until(lambda: set(lb.addresses).isdisjoint(before) and len(lb.addresses) == 2, timeout_s=60,
                            what="the Endpoints to list only the new replicas")  # fmt: skip
-                time.sleep(2)
+                # The rollout is done once the new replicas are available; the old ones may still be in their
+                # preStop and drain: the load goes on until they are gone.
+                wait_until(lambda: set(_pod_ips(cluster)) == set(lb.addresses), timeout_s=90, interval_s=0.5,
+                           what="the old replicas' pods to be gone")  # fmt: skip
+                time.sleep(1)
                 done.set()
                 for c in clients:
                     c.result()
