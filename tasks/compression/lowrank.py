@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from tasks.compression.finetune import fit_soft_targets, teacher_logits
-from tasks.compression.mlp import layer_shapes, param_count, plain_linears
+from tasks.compression.mlp import layer_shapes, param_count
 from tasks.core.compression_config import LowRankConfig
 from tasks.core.errors import CompressionError
 
@@ -40,6 +40,8 @@ def saves(shape: tuple[int, int], rank: int) -> bool:
 
 def low_rank(model, cfg: LowRankConfig, X: np.ndarray) -> tuple[Any, dict[str, Any]]:
     """Factorize (in place) every Linear of `model.net` where rank `cfg.rank` saves parameters; fine-tune."""
+    from tasks.models.mlp_net import plain_linears  # the MLP's stack (lowrank is in no other plug-in's COMPRESSION)
+
     linears = plain_linears(model)
     shapes = [(m.in_features, m.out_features) for m in linears]
     chosen = [i for i, s in enumerate(shapes) if saves(s, cfg.rank)]

@@ -1,28 +1,10 @@
-"""What the torch-side techniques need to know about the model: its Linear layers in order.
+"""What the torch-side techniques need to know about any model: its Linear layers, its size.
 
-Structured pruning, low rank and distillation work on a `net` Sequential of Linear/ReLU pairs
-ending in Linear(width, 1), as the MLP plug-in (tasks/models/mlp.py) builds; a model plug-in lists
-them in its COMPRESSION only when its modules have that shape (checked here, naming what differs).
-"""
+Low rank works on the MLP plug-in's `net` stack of Linear/ReLU pairs (tasks/models/mlp_net.py
+`plain_linears` checks it, naming what differs); structured pruning and distillation ask the model's
+plug-in (`prunable`, `narrower`: tasks/models/__init__.py)."""
 
 from __future__ import annotations
-
-from tasks.core.errors import CompressionError
-
-
-def plain_linears(model) -> list:
-    """The Linear layers of `model.net`, checking that it is a plain Linear/ReLU stack."""
-    from torch import nn
-
-    net = getattr(model, "net", None)
-    if not isinstance(net, nn.Sequential):
-        raise CompressionError(f"{type(model).__name__} has no `net` Sequential of Linear/ReLU layers")
-    layers = list(net)
-    kinds = [type(m).__name__ for m in layers]
-    expected = ["Linear", "ReLU"] * (len(layers) // 2) + ["Linear"]
-    if kinds != expected:
-        raise CompressionError(f"model.net is {kinds}, not a plain Linear/ReLU stack (was it already factorized?)")
-    return [m for m in layers if isinstance(m, nn.Linear)]
 
 
 def all_linears(model) -> list:

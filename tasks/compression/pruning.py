@@ -5,10 +5,12 @@ entries; the mask stays on during the fine-tune (pruned weights stay 0), then th
 reparametrization is removed so the model is a plain one with zeros in it. The ONNX file
 stays dense: this saves nothing by itself (sparse kernels would); it is a step of a chain.
 
-Structured: whole hidden neurons go. Per hidden layer, neurons are ranked by the L2 norm of
-their incoming weights and the top k = width - round(ratio x width) (at least 1) are kept;
-the layer's rows and the next layer's columns are sliced, so the model is really smaller
-and faster.
+Structured: whole hidden units go. The model's plug-in names them (`prunable`: for each width its
+`narrower` takes, the Linear layers that produce those units and the ones that consume them: the
+MLP's hidden layers one by one, the transformer's FFN width in every block at once). In each
+producer the units are ranked by the L2 norm of their incoming weights and the top
+k = width - round(ratio x width) (at least 1) are kept; its rows and its consumer's columns are
+sliced, every other weight is copied, so the model is really smaller and faster.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from tasks.compression.finetune import fit_soft_targets, teacher_logits
-from tasks.compression.mlp import all_linears, layer_shapes, param_count, plain_linears
+from tasks.compression.mlp import all_linears, layer_shapes, param_count
 from tasks.core.compression_config import PruneConfig, PruneStructuredConfig
 
 
@@ -57,39 +59,37 @@ def prune_unstructured(model, cfg: PruneConfig, X: np.ndarray) -> tuple[Any, dic
 
 
 def prune_structured(model, cfg: PruneStructuredConfig, X: np.ndarray) -> tuple[Any, dict[str, Any]]:
-    """A new, narrower model of the same plug-in (its `narrower`) keeping the strongest neurons of
-    each hidden layer, fine-tuned."""
+    """A new, narrower model of the same plug-in (its `narrower`) keeping the strongest units of each
+    group its `prunable` names, fine-tuned."""
     import torch
 
     from tasks.models import plugin_of
 
-    linears = plain_linears(model)
+    plugin = plugin_of(model)
+    groups = plugin.prunable(model)
+    layers = dict(model.named_modules())
     target = teacher_logits(model, X)
-    keep_idx = []
-    for lin in linears[:-1]:
-        width = lin.out_features
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    widths = []
+    for group in groups:
+        width = layers[group[0][0]].out_features
         k = max(1, width - int(round(cfg.ratio * width)))
-        norms = lin.weight.detach().norm(dim=1)
-        keep_idx.append(torch.sort(torch.topk(norms, k).indices).values)  # sorted: stable neuron order
-    student = plugin_of(model).narrower(model, [len(i) for i in keep_idx])
-    new = plain_linears(student)
-    with torch.no_grad():
-        prev = None
-        for i, (old, lin) in enumerate(zip(linears, new)):
-            w, b = old.weight.detach(), old.bias.detach()
-            if prev is not None:
-                w = w[:, prev]
-            if i < len(keep_idx):
-                w, b = w[keep_idx[i]], b[keep_idx[i]]
-                prev = keep_idx[i]
-            lin.weight.copy_(w)
-            lin.bias.copy_(b)
+        widths.append(k)
+        for producer, consumer in group:
+            norms = layers[producer].weight.detach().norm(dim=1)  # the unpruned weights' (as ranked, not sliced)
+            keep = torch.sort(torch.topk(norms, k).indices).values  # sorted: stable unit order
+            state[f"{producer}.weight"] = state[f"{producer}.weight"][keep]
+            state[f"{producer}.bias"] = state[f"{producer}.bias"][keep]
+            state[f"{consumer}.weight"] = state[f"{consumer}.weight"][:, keep]
+    student = plugin.narrower(model, widths)
+    student.load_state_dict(state)  # strict: every weight of the student is the teacher's, sliced or whole
     before = param_count(model)
     losses = fit_soft_targets(
         student, X, target, epochs=cfg.fine_tune_epochs, lr=cfg.fine_tune_lr, batch_size=cfg.batch_size, seed=cfg.seed
     )
     return student.eval(), {
-        "hidden": student.arch["hidden"],
+        "widths": widths,
+        "arch": plugin.arch(student),
         "params": param_count(student),
         "params_before": before,
         "layer_shapes": layer_shapes(student),

@@ -29,6 +29,10 @@ A model module provides (checked when it is loaded, with an error naming what is
                           a new module of the same kind with other hidden widths and the same input
                           handling (distillation and structured pruning build their students with it);
                           required only when "distil" or "prune_structured" is in COMPRESSION
+    prunable(model)       for each width `narrower` takes, the (producer, consumer) Linear layers'
+                          names whose units it counts: structured pruning keeps the producer's
+                          strongest rows and the consumer's matching columns; required only when
+                          "prune_structured" is in COMPRESSION
 
 See docs/models.md for adding one. `tasks.models.mlp` is the default.
 """
@@ -79,6 +83,8 @@ def load_model_plugin(module: str) -> ModuleType:
     missing = [name for name in REQUIRED if not hasattr(mod, name)]
     if any(t in getattr(mod, "COMPRESSION", ()) for t in BUILDS_STUDENTS) and not hasattr(mod, "narrower"):
         missing.append("narrower (it lists distil or prune_structured in COMPRESSION)")
+    if "prune_structured" in getattr(mod, "COMPRESSION", ()) and not hasattr(mod, "prunable"):
+        missing.append("prunable (it lists prune_structured in COMPRESSION)")
     if missing:
         raise ModelPluginError(f"model module {module!r} lacks {missing} (see tasks/models/__init__.py)")
     if mod.BATCH_FORMAT not in BATCH_FORMATS:

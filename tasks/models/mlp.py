@@ -89,3 +89,11 @@ def narrower(model: MLP, hidden: list[int]) -> MLP:
     student = MLP(model.mean.numel(), hidden)
     student.set_scaling(model.mean, model.std)
     return student
+
+
+def prunable(model: MLP) -> list[list[tuple[str, str]]]:
+    """Each hidden layer's units, one width of `narrower` each: made by `net.{2i}`, read by `net.{2i+2}`
+    (a plain Linear/ReLU stack, checked: a factorized model is refused)."""
+    from tasks.models.mlp_net import plain_linears
+
+    return [[(f"net.{2 * i}", f"net.{2 * i + 2}")] for i in range(len(plain_linears(model)) - 1)]

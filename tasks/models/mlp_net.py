@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tasks.core.errors import CompressionError
+
 CLIP_STD = 5.0
 
 
@@ -47,3 +49,17 @@ class Probability(nn.Module):
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.model(features))
+
+
+def plain_linears(model) -> list[nn.Linear]:
+    """The Linear layers of `model.net`, checking that it is a plain Linear/ReLU stack (what structured
+    pruning and low rank take apart; a factorized model's stack is not)."""
+    net = getattr(model, "net", None)
+    if not isinstance(net, nn.Sequential):
+        raise CompressionError(f"{type(model).__name__} has no `net` Sequential of Linear/ReLU layers")
+    layers = list(net)
+    kinds = [type(m).__name__ for m in layers]
+    expected = ["Linear", "ReLU"] * (len(layers) // 2) + ["Linear"]
+    if kinds != expected:
+        raise CompressionError(f"model.net is {kinds}, not a plain Linear/ReLU stack (was it already factorized?)")
+    return [m for m in layers if isinstance(m, nn.Linear)]

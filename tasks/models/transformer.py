@@ -9,7 +9,6 @@ from pydantic import Field, StrictInt, model_validator
 
 from tasks.models.text import (  # noqa: F401 - the plug-in interface, shared with bag-of-embeddings
     BATCH_FORMAT,
-    COMPRESSION,
     INPUT,
     OUTPUT,
     TokenParams,
@@ -19,8 +18,10 @@ from tasks.models.text import (  # noqa: F401 - the plug-in interface, shared wi
     loss,
     probabilities,
 )
+from tasks.models.text import COMPRESSION as TOKEN_COMPRESSION
 
 NAME = "transformer"
+COMPRESSION = (*TOKEN_COMPRESSION, "prune_structured")  # the FFN width of every block (prunable)
 TUNABLE = {"width": "choices", "depth": "int", "heads": "choices"}
 
 
@@ -57,3 +58,15 @@ def from_arch(spec: dict):
 
 def shard_units(model) -> list:
     return list(model.blocks)
+
+
+def narrower(model, widths: list[int]):
+    """The same transformer with every block's FFN `widths[0]` wide (what structured pruning keeps)."""
+    (ffn,) = widths
+    return from_arch({**model.arch, "ffn": int(ffn)})
+
+
+def prunable(model) -> list[list[tuple[str, str]]]:
+    """One width, the FFN's, shared by every block: each block's first FFN Linear makes its units, the
+    second reads them (attention heads are not pruned: MultiheadAttention's packed projections)."""
+    return [[(f"blocks.{i}.ffn.0", f"blocks.{i}.ffn.2") for i in range(len(model.blocks))]]

@@ -20,7 +20,7 @@ def test_structured_prune_then_int8(baseline, trained, data, params):
     assert param_count(cand.torch_model) == 20 * 16 + 16 + 16 * 8 + 8 + 8 + 1
     meta = read_metadata(cand.onnx_path)
     assert meta["chain"] == cand.configs and meta["parent"] == "fp32.onnx"
-    assert meta["info"]["prune_structured(0.5)"]["hidden"] == [16, 8]
+    assert meta["info"]["prune_structured(0.5)"]["widths"] == [16, 8]
     assert read_metadata(cand.fp32_path)["chain"] == cand.configs[:1]
     assert count_ops(cand.onnx_path)["MatMulInteger"] == 3
     assert cand.summary()["chain"] == ["prune_structured(0.5)", "int8_dynamic"]

@@ -149,7 +149,9 @@ def test_the_compression_search_runs_on_a_text_model_and_names_what_does_not_app
     dev_ids = encode(toy_text.texts(dev))
     short = dev[toy_text.TEXT_COLUMN].str.split().str.len().to_numpy() <= 4
     cfg = repo_params().compress.replace(
-        candidates=[["int8_dynamic"], ["prune(0.3)"], ["lowrank(4)"]], latency_budget_ms=1000, latency_repeats=3
+        candidates=[["int8_dynamic"], ["prune(0.3)"], ["prune_structured(0.5)", "int8_dynamic"], ["lowrank(4)"]],
+        latency_budget_ms=1000,
+        latency_repeats=3,
     )
     out = compress_model(
         tmp_path / "model.pt",
@@ -162,7 +164,8 @@ def test_the_compression_search_runs_on_a_text_model_and_names_what_does_not_app
     )
     table = json.loads((tmp_path / "compress" / "candidates.json").read_text())
     names = {r["name"] for r in table["rows"]}
-    assert {"fp32", "int8_dynamic", "prune(0.3)"} <= names and "lowrank(4)" not in names
+    assert {"fp32", "int8_dynamic", "prune(0.3)", "prune_structured(0.5)+int8_dynamic"} <= names, names
+    assert "lowrank(4)" not in names
     assert "do not apply to model plug-in transformer" in table["not_applied"]["lowrank(4)"]
     import onnx
 
@@ -178,3 +181,36 @@ def test_the_compression_search_runs_on_a_text_model_and_names_what_does_not_app
 
     served = predict(open_session(out["path"]), metadata_input_encoder(meta, toy_text)(dev))
     assert ((served > 0.5) == dev["liked"].to_numpy().astype(bool)).mean() > 0.9
+
+
+def test_structured_pruning_drops_the_weakest_ffn_units_of_every_transformer_block(corpus):
+    """A unit whose incoming weights and bias are zero adds nothing (GELU(0) = 0): with every other unit
+    of each block's FFN zeroed, pruning half keeps exactly the others, every other weight is the
+    teacher's, and the narrower transformer computes the same logits."""
+    import copy
+
+    from tasks.compression.pruning import prune_structured
+    from tasks.core.compression_config import PruneStructuredConfig
+    from tasks.models import build_model
+
+    df, tok = corpus
+    stats = type("S", (), {"mean": torch.zeros(1), "std": torch.ones(1), "spam_share": 0.5})()
+    torch.manual_seed(0)
+    model = build_model(TRANSFORMER["module"], stats, TRANSFORMER["params"]).eval()
+    dead = torch.arange(0, 64, 2)
+    with torch.no_grad():
+        for block in model.blocks:
+            block.ffn[0].weight[dead] = 0.0
+            block.ffn[0].bias[dead] = 0.0
+    ids = Encoder(tok, 16, 200).encode(toy_text.texts(df))
+    cfg = PruneStructuredConfig(ratio=0.5, fine_tune_epochs=0, seed=0)
+    student, info = prune_structured(copy.deepcopy(model), cfg, ids)
+    assert student.arch == {**model.arch, "ffn": 32} and info["widths"] == [32]
+    assert info["params_before"] - info["params"] == 2 * (32 * 32 + 32 + 32 * 32)  # each block: 32 rows, 32 columns
+    for old, new in zip(model.blocks, student.blocks):
+        torch.testing.assert_close(new.ffn[0].weight, old.ffn[0].weight[1::2])
+        torch.testing.assert_close(new.ffn[2].weight, old.ffn[2].weight[:, 1::2])
+        torch.testing.assert_close(new.attn.in_proj_weight, old.attn.in_proj_weight)
+    with torch.no_grad():
+        x = torch.from_numpy(ids)
+        torch.testing.assert_close(student.eval()(x), model(x), atol=1e-5, rtol=1e-5)
