@@ -11,8 +11,10 @@
 - torch: the CPU wheel pip finds on this machine's disk (PIP_FIND_LINKS, /opt/wheels), served on
   loopback for the build; the production default, the CUDA build, has not been built here.
 
-The k8s tier (tests/k8s/) builds the trainer and server images this way and loads them into the
-cluster's containerd. `docker` and `debootstrap` come from `.ci/run` (apt).
+The k8s tier (tests/k8s/) builds all three images this way, loads the trainer and the server into
+the cluster's containerd, and runs the Airflow image with Docker. `docker` and `debootstrap` come
+from `.ci/run` (apt). A Dockerfile installs its libraries before it copies the code, so a change of
+code rebuilds only its last layers (docker/README.md).
 """
 
 from __future__ import annotations
