@@ -30,9 +30,12 @@ def fit_soft_targets(
     seed: int,
     temperature: float = 1.0,
 ) -> list[float]:
-    """Train `student` (in place) so sigmoid(student/T) matches sigmoid(target/T); mean loss per epoch."""
+    """Train `student` (in place) so sigmoid(student/T) matches sigmoid(target/T); mean loss per epoch.
+
+    Everything random is drawn from `seed`: the batch order from a generator of its own, and the
+    student's dropout from the global generator, seeded here inside `fork_rng` (so the result does
+    not depend on what the process drew before, and the caller's random state is left as it was)."""
     import torch
-    import torch.nn.functional as F
 
     if epochs == 0 or len(X) == 0:
         return []
@@ -41,6 +44,17 @@ def fit_soft_targets(
     params = [p for p in student.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=lr)
     gen = torch.Generator().manual_seed(seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        losses = _epochs(student, opt, x, soft, gen, epochs, batch_size, temperature)
+    student.eval()
+    return losses
+
+
+def _epochs(student, opt, x, soft, gen, epochs: int, batch_size: int, temperature: float) -> list[float]:
+    import torch
+    import torch.nn.functional as F
+
     losses = []
     student.train()
     for _ in range(epochs):
@@ -54,5 +68,4 @@ def fit_soft_targets(
             opt.step()
             total += loss.item() * len(idx)
         losses.append(total / len(x))
-    student.eval()
     return losses
