@@ -31,7 +31,15 @@ from bench.record import Record
 SEED = 0
 EPOCHS = {"bow": 8, "transformer": 5}  # committed settings: the transformer trains ~8 minutes on 2 shared cores
 TEST_ROWS, DEV_ROWS = 1000, 500
-CHAINS = [["int8_dynamic"], ["prune(0.3)", "int8_dynamic"], ["prune(0.5)"], ["prune_structured(0.5)", "int8_dynamic"]]
+CHAINS = [
+    ["int8_dynamic"],
+    ["int8_static"],
+    ["fp16"],
+    ["prune(0.3)", "int8_dynamic"],
+    ["prune(0.5)"],
+    ["prune_structured(0.5)", "int8_dynamic"],
+    ["prune_structured(0.5)", "int8_static"],
+]
 
 
 def _split(df):

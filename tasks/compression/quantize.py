@@ -18,6 +18,7 @@ import numpy as np
 from tasks.core.compression_config import Int8DynamicConfig, Int8StaticConfig
 from tasks.core.errors import CompressionError
 from tasks.core.files import atomic_write_with
+from tasks.models.artifact import model_input
 
 QUANTIZED_OPS = ("Gemm", "MatMul")
 # Dynamic int8 also stores embedding tables (Gather's weights) as int8: most of a text model's bytes
@@ -55,8 +56,9 @@ def quantize_dynamic_int8(src: Path, dst: Path, cfg: Int8DynamicConfig) -> Path:
 
 
 def calibration_sample(X: np.ndarray, y: np.ndarray | None, rows: int, seed: int) -> np.ndarray:
-    """Up to `rows` rows of X, stratified by y; CompressionError if empty or one-class."""
-    X = np.asarray(X, dtype=np.float32)
+    """Up to `rows` rows of X (the model's input: features or token ids), stratified by y;
+    CompressionError if empty or one-class."""
+    X = model_input(X)
     if X.ndim != 2 or len(X) == 0:
         raise CompressionError(
             f"calibration set is empty (shape {X.shape}): static int8 needs rows to calibrate activation ranges on"
@@ -89,9 +91,7 @@ class ArrayDataReader:
     """onnxruntime CalibrationDataReader over a numpy array, in batches."""
 
     def __init__(self, X: np.ndarray, input_name: str, batch: int = 64):
-        self._batches = [
-            {input_name: np.ascontiguousarray(X[i : i + batch], dtype=np.float32)} for i in range(0, len(X), batch)
-        ]
+        self._batches = [{input_name: model_input(X[i : i + batch])} for i in range(0, len(X), batch)]
         self._next = 0
 
     def get_next(self):

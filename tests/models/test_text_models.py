@@ -149,7 +149,14 @@ def test_the_compression_search_runs_on_a_text_model_and_names_what_does_not_app
     dev_ids = encode(toy_text.texts(dev))
     short = dev[toy_text.TEXT_COLUMN].str.split().str.len().to_numpy() <= 4
     cfg = repo_params().compress.replace(
-        candidates=[["int8_dynamic"], ["prune(0.3)"], ["prune_structured(0.5)", "int8_dynamic"], ["lowrank(4)"]],
+        candidates=[
+            ["int8_dynamic"],
+            ["int8_static"],
+            ["fp16"],
+            ["prune(0.3)"],
+            ["prune_structured(0.5)", "int8_dynamic"],
+            ["lowrank(4)"],
+        ],
         latency_budget_ms=1000,
         latency_repeats=3,
     )
@@ -164,7 +171,7 @@ def test_the_compression_search_runs_on_a_text_model_and_names_what_does_not_app
     )
     table = json.loads((tmp_path / "compress" / "candidates.json").read_text())
     names = {r["name"] for r in table["rows"]}
-    assert {"fp32", "int8_dynamic", "prune(0.3)", "prune_structured(0.5)+int8_dynamic"} <= names, names
+    assert {"fp32", "int8_dynamic", "int8_static", "fp16", "prune(0.3)", "prune_structured(0.5)+int8_dynamic"} <= names
     assert "lowrank(4)" not in names
     assert "do not apply to model plug-in transformer" in table["not_applied"]["lowrank(4)"]
     import onnx
@@ -173,6 +180,15 @@ def test_the_compression_search_runs_on_a_text_model_and_names_what_does_not_app
     eight_bit = (onnx.TensorProto.INT8, onnx.TensorProto.UINT8)
     tables = [t for t in onnx.load(int8["onnx_path"]).graph.initializer if t.data_type in eight_bit]
     assert [200, 32] in [list(t.dims) for t in tables]  # the token embedding itself is stored in 8 bits
+    # fp16 and static int8 (calibrated on token ids) load, run and keep the fp32 export's quality
+    rows = {r["name"]: r for r in table["rows"]}
+    for name in ("fp16", "int8_static"):
+        assert rows[name]["size_bytes"] < rows["fp32"]["size_bytes"], name
+        assert rows[name]["overall"]["roc_auc"] >= rows["fp32"]["overall"]["roc_auc"] - 0.01, rows[name]["overall"]
+    half = onnx.load(rows["fp16"]["onnx_path"])
+    assert sum(t.data_type == onnx.TensorProto.FLOAT16 for t in half.graph.initializer) > 10
+    assert [i.type.tensor_type.elem_type for i in half.graph.input] == [onnx.TensorProto.INT64]
+    assert "QuantizeLinear" in {n.op_type for n in onnx.load(rows["int8_static"]["onnx_path"]).graph.node}
     assert out["passed"], out["reasons"]
     assert out["quality"]["roc_auc"] > 0.95 and set(out["slices"]) == {"short", "long"}
     meta = read_metadata(out["path"])  # the served file reads text with the model's own tokenizer
