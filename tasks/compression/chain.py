@@ -114,14 +114,23 @@ def _onnx_step(src: Path, dst: Path, cfg: TechniqueBase, data: CompressionData) 
 
 
 def check_applies(model, configs: Sequence[TechniqueBase]) -> None:
-    """Every technique of the chain is one the model's plug-in lists in COMPRESSION."""
-    from tasks.models import plugin_of
+    """Every technique of the chain is one the plug-in of the model it meets lists in COMPRESSION:
+    the teacher's, and after a distillation into another plug-in (`student`), the student's."""
+    from tasks.models import load_model_plugin, plugin_of
 
-    plugin = plugin_of(model)
-    foreign = [c.kind for c in configs if c.kind not in plugin.COMPRESSION]  # type: ignore[attr-defined]
+    plugin, foreign = plugin_of(model), {}
+    for c in configs:
+        if c.kind not in plugin.COMPRESSION:  # type: ignore[attr-defined]
+            foreign.setdefault(plugin.NAME, (plugin, []))[1].append(c.kind)  # type: ignore[attr-defined]
+        student = getattr(c, "student", None)
+        if student is not None:
+            plugin = load_model_plugin(student.module)
     if foreign:
         raise CompressionError(
-            f"{foreign} do not apply to model plug-in {plugin.NAME} (it lists {list(plugin.COMPRESSION)})"
+            "; ".join(
+                f"{kinds} do not apply to model plug-in {name} (it lists {list(p.COMPRESSION)})"
+                for name, (p, kinds) in foreign.items()
+            )
         )
 
 

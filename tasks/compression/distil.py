@@ -1,8 +1,9 @@
-"""Knowledge distillation: a smaller model of the same plug-in (its `narrower`) trained on the
-teacher's scores over unlabeled rows.
+"""Knowledge distillation: a smaller model trained on the teacher's scores over unlabeled rows.
 
-The student takes the teacher's input handling (the MLP's scaling buffers), so it takes the
-same raw features, and learns sigmoid(teacher logit / T) with a soft binary cross-entropy.
+The student is the teacher's plug-in at other widths (its `narrower`, which keeps the teacher's
+input handling: the MLP's scaling buffers), or a model of another plug-in that reads the same
+inputs (`DistilConfig.student`: a transformer's ids read by a bag-of-embeddings, with the
+teacher's tokenizer). It learns sigmoid(teacher logit / T) with a soft binary cross-entropy.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 
 from tasks.compression.finetune import fit_soft_targets, teacher_logits
 from tasks.compression.mlp import layer_shapes, param_count
-from tasks.core.compression_config import DistilConfig
+from tasks.core.compression_config import DistilConfig, StudentSpec
 from tasks.core.errors import CompressionError
 
 
@@ -24,9 +25,12 @@ def distil(teacher, cfg: DistilConfig, X: np.ndarray) -> tuple[Any, dict[str, An
 
     if len(X) < 2:
         raise CompressionError(f"distil needs rows to learn the teacher's scores on; got {len(X)}")
-    torch.manual_seed(cfg.seed)
-    student = plugin_of(teacher).narrower(teacher, list(cfg.hidden))
     target = teacher_logits(teacher, X)
+    torch.manual_seed(cfg.seed)
+    if cfg.student is None:
+        student = plugin_of(teacher).narrower(teacher, list(cfg.hidden or ()))
+    else:
+        student = other_plugin_student(teacher, cfg.student, X, target)
     losses = fit_soft_targets(
         student,
         X,
@@ -38,9 +42,43 @@ def distil(teacher, cfg: DistilConfig, X: np.ndarray) -> tuple[Any, dict[str, An
         temperature=cfg.temperature,
     )
     return student.eval(), {
-        "hidden": list(cfg.hidden),
+        "student": plugin_of(student).NAME,
+        "hidden": list(cfg.hidden) if cfg.hidden else None,
         "params": param_count(student),
         "params_teacher": param_count(teacher),
         "layer_shapes": layer_shapes(student),
         "final_loss": losses[-1],
     }
+
+
+def other_plugin_student(teacher, spec: StudentSpec, X: np.ndarray, target) -> Any:
+    """A new model of `spec`'s plug-in that takes the teacher's inputs: token ids through the
+    teacher's tokenizer (its `vocab_size` and `max_len`), or the features the teacher reads (the
+    student's input statistics from the rows X)."""
+    import torch
+
+    from tasks.models import ModelPluginError, attach_tokenizer, build_model, load_model_plugin, plugin_of
+    from tasks.training.data import FeatureStats
+
+    mine, theirs = plugin_of(teacher), load_model_plugin(spec.module)
+    if theirs.BATCH_FORMAT != mine.BATCH_FORMAT:
+        raise CompressionError(
+            f"distil into {spec.module}: it reads {theirs.BATCH_FORMAT} inputs, the teacher "
+            f"({mine.NAME}) {mine.BATCH_FORMAT}; a student must read the teacher's inputs"
+        )
+    params = dict(spec.params)
+    if mine.BATCH_FORMAT == "tokens":
+        for key in ("vocab_size", "max_len"):
+            if params.setdefault(key, teacher.arch[key]) != teacher.arch[key]:
+                raise CompressionError(
+                    f"distil into {spec.module}: {key} {params[key]} is not the teacher's {teacher.arch[key]} "
+                    "(the student reads the teacher's token ids; leave it out)"
+                )
+    stats = FeatureStats.of([(torch.from_numpy(X).float(), torch.sigmoid(target))])
+    try:
+        student = build_model(spec.module, stats, params)
+    except (ModelPluginError, ValueError) as exc:
+        raise CompressionError(f"distil into {spec.module}: {exc}") from exc
+    if mine.BATCH_FORMAT == "tokens":
+        attach_tokenizer(student, teacher.tokenizer_json, teacher.tokenizer_sha256)
+    return student

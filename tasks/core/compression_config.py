@@ -28,7 +28,16 @@ import json
 import re
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from tasks.core.errors import CompressionError
 
@@ -57,13 +66,29 @@ class FineTune(TechniqueBase):
     """params.yaml compress.seed unless the chain entry sets its own."""
 
 
+class StudentSpec(BaseModel):
+    """A distillation student of another model plug-in than the teacher's: as params.yaml
+    `train.model`, a module and its own params (validated by the plug-in when the student is built)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    module: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+    params: dict[str, Any]
+    """The student plug-in's params. A token student reads the teacher's ids: its `vocab_size` and
+    `max_len` are the teacher's (filled in when left out; other values are refused)."""
+
+
 class DistilConfig(TechniqueBase):
-    """Knowledge distillation into a smaller student MLP trained on the teacher's scores
-    (soft targets) over the rows given; no labels are needed."""
+    """Knowledge distillation into a smaller student trained on the teacher's scores (soft
+    targets) over the rows given; no labels are needed. The student is the teacher's plug-in
+    at other `hidden` widths (its `narrower`), or a model of another plug-in (`student`) that
+    takes the same inputs: a transformer distilled into a bag-of-embeddings, say."""
 
     kind: Literal["distil"] = "distil"
-    hidden: tuple[Annotated[StrictInt, Field(ge=1)], ...] = Field((32, 16), min_length=1)
-    """Hidden widths of the student."""
+    hidden: tuple[Annotated[StrictInt, Field(ge=1)], ...] | None = Field(None, min_length=1)
+    """Hidden widths of the student (the teacher's plug-in; (32, 16) when neither this nor
+    `student` is given); none with `student`."""
+    student: StudentSpec | None = None
+    """A student of another plug-in, instead of a narrower teacher."""
     epochs: StrictInt = Field(30, ge=1, le=1000)
     """Student training epochs over the rows."""
     lr: LearningRate = 3e-3
@@ -73,9 +98,25 @@ class DistilConfig(TechniqueBase):
     seed: StrictInt
     """params.yaml compress.seed unless the chain entry sets its own."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _hidden_or_student(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        if data.get("student") is None:
+            return {**data, "hidden": (32, 16)} if data.get("hidden") is None else data
+        if data.get("hidden") is not None:
+            raise ValueError(
+                "give `hidden` (a narrower model of the teacher's plug-in) or `student` (a model of "
+                "another plug-in), not both"
+            )
+        return data
+
     @property
     def label(self) -> str:
-        return f"distil({','.join(map(str, self.hidden))})"
+        if self.student is not None:  # distil(bow): the student's module, last part
+            return f"distil({self.student.module.rsplit('.', 1)[-1]})"
+        return f"distil({','.join(map(str, self.hidden or ()))})"
 
 
 class PruneStructuredConfig(FineTune):

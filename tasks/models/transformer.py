@@ -21,7 +21,9 @@ from tasks.models.text import (  # noqa: F401 - the plug-in interface, shared wi
 from tasks.models.text import COMPRESSION as TOKEN_COMPRESSION
 
 NAME = "transformer"
-COMPRESSION = (*TOKEN_COMPRESSION, "prune_structured")  # the FFN width of every block (prunable)
+# prune_structured: the FFN width of every block (prunable); distil: into a narrower FFN (`distil(64)`),
+# or into another token plug-in that reads the same ids (DistilConfig.student: a bag-of-embeddings)
+COMPRESSION = (*TOKEN_COMPRESSION, "prune_structured", "distil")
 TUNABLE = {"width": "choices", "depth": "int", "heads": "choices"}
 
 

@@ -10,7 +10,14 @@ import torch
 
 from tasks.compression.export import export_onnx, open_session
 from tasks.core.params import load_params
-from tasks.models import attach_tokenizer, load_model, model_blob, model_from_blob, tokenizer_metadata
+from tasks.models import (
+    attach_tokenizer,
+    load_model,
+    model_blob,
+    model_from_blob,
+    predict_proba,
+    tokenizer_metadata,
+)
 from tasks.models.tokens import Encoder, TokenizerError, tokenizer_sha256, train_tokenizer
 from tasks.registry import Registry
 from tasks.training.local import run_torchrun
@@ -22,6 +29,13 @@ BOW = {"module": "tasks.models.bow", "params": {"vocab_size": 200, "max_len": 16
 TRANSFORMER = {
     "module": "tasks.models.transformer",
     "params": {"vocab_size": 200, "max_len": 16, "width": 32, "depth": 2, "heads": 4, "ffn": 64, "dropout": 0.0},
+}
+# the transformer distilled into a bag-of-embeddings (vocab_size and max_len: the teacher's)
+TO_BOW = {
+    "kind": "distil",
+    "student": {"module": BOW["module"], "params": {"dim": 16, "head_width": 16}},
+    "epochs": 20,
+    "seed": 0,
 }
 
 
@@ -155,6 +169,7 @@ def test_the_compression_search_runs_on_a_text_model_and_names_what_does_not_app
             ["fp16"],
             ["prune(0.3)"],
             ["prune_structured(0.5)", "int8_dynamic"],
+            [TO_BOW, "int8_dynamic"],
             ["lowrank(4)"],
         ],
         latency_budget_ms=1000,
@@ -171,7 +186,15 @@ def test_the_compression_search_runs_on_a_text_model_and_names_what_does_not_app
     )
     table = json.loads((tmp_path / "compress" / "candidates.json").read_text())
     names = {r["name"] for r in table["rows"]}
-    assert {"fp32", "int8_dynamic", "int8_static", "fp16", "prune(0.3)", "prune_structured(0.5)+int8_dynamic"} <= names
+    assert {
+        "fp32",
+        "int8_dynamic",
+        "int8_static",
+        "fp16",
+        "prune(0.3)",
+        "prune_structured(0.5)+int8_dynamic",
+        "distil(bow)+int8_dynamic",
+    } <= names
     assert "lowrank(4)" not in names
     assert "do not apply to model plug-in transformer" in table["not_applied"]["lowrank(4)"]
     import onnx
@@ -189,6 +212,11 @@ def test_the_compression_search_runs_on_a_text_model_and_names_what_does_not_app
     assert sum(t.data_type == onnx.TensorProto.FLOAT16 for t in half.graph.initializer) > 10
     assert [i.type.tensor_type.elem_type for i in half.graph.input] == [onnx.TensorProto.INT64]
     assert "QuantizeLinear" in {n.op_type for n in onnx.load(rows["int8_static"]["onnx_path"]).graph.node}
+    # the transformer distilled into a bag-of-embeddings: the same ids in, the teacher's quality kept
+    small = rows["distil(bow)+int8_dynamic"]
+    assert small["size_bytes"] < rows["int8_dynamic"]["size_bytes"] / 2
+    assert small["overall"]["roc_auc"] >= rows["fp32"]["overall"]["roc_auc"] - 0.02, small["overall"]
+    assert "Attention" not in str({n.op_type for n in onnx.load(small["onnx_path"]).graph.node})
     assert out["passed"], out["reasons"]
     assert out["quality"]["roc_auc"] > 0.95 and set(out["slices"]) == {"short", "long"}
     meta = read_metadata(out["path"])  # the served file reads text with the model's own tokenizer
@@ -197,6 +225,58 @@ def test_the_compression_search_runs_on_a_text_model_and_names_what_does_not_app
 
     served = predict(open_session(out["path"]), metadata_input_encoder(meta, toy_text)(dev))
     assert ((served > 0.5) == dev["liked"].to_numpy().astype(bool)).mean() > 0.9
+
+
+def test_a_transformer_distils_into_a_bag_of_embeddings_that_reads_its_ids(corpus, tmp_path):
+    """The student is another plug-in's model: it takes the teacher's tokenizer (and so its
+    vocab_size and max_len), tracks the teacher's scores, and exports to the same served signature.
+    A student that cannot read the teacher's inputs, and a chain going on with a technique the
+    student's plug-in does not list, are refused by name."""
+    from tasks.compression.chain import CompressionData, apply_chain
+    from tasks.core.compression_config import parse_chain
+    from tasks.core.errors import CompressionError
+
+    df, tok = corpus
+    p = load_params().train.replace(model=TRANSFORMER, epochs=6, batch_size=32)
+    ids, y = Encoder(tok, 16, 200).encode(toy_text.texts(df)), df["liked"].to_numpy()
+    teacher, _ = fit_in_memory(torch.from_numpy(ids), torch.tensor(y, dtype=torch.float32), p)
+    attach_tokenizer(teacher, tok)
+    chain = parse_chain([TO_BOW, "int8_dynamic"], {"seed": 0})
+    cand = apply_chain(teacher, chain, CompressionData(ids), tmp_path)
+    student = cand.torch_model
+    assert student.sluice_plugin == BOW["module"] and cand.info["distil(bow)"]["student"] == "bow"
+    assert student.tokenizer_sha256 == tokenizer_sha256(tok)
+    assert {k: student.arch[k] for k in ("vocab_size", "max_len")} == {"vocab_size": 200, "max_len": 16}
+    agree = (predict_proba(student, ids) > 0.5) == (predict_proba(teacher, ids) > 0.5)
+    assert agree.mean() > 0.9, agree.mean()
+    session = open_session(cand.onnx_path)
+    assert [(i.name, i.type) for i in session.get_inputs()] == [("input_ids", "tensor(int64)")]
+    assert [o.name for o in session.get_outputs()] == ["p_positive"]
+    assert parse_chain([c.model_dump(mode="json") for c in chain]) == chain  # what reproduction re-reads
+
+    with pytest.raises(CompressionError, match=r"max_len 32 is not the teacher's 16"):
+        apply_chain(
+            teacher,
+            [{**TO_BOW, "student": {**BOW, "params": {**BOW["params"], "max_len": 32}}}],
+            CompressionData(ids),
+            tmp_path,
+        )
+    with pytest.raises(CompressionError, match=r"reads dense inputs, the teacher \(transformer\) tokens"):
+        apply_chain(
+            teacher,
+            [{**TO_BOW, "student": {"module": "tasks.models.mlp", "params": {"hidden": [4]}}}],
+            CompressionData(ids),
+            tmp_path,
+        )
+    with pytest.raises(CompressionError, match=r"\['prune_structured'\] do not apply to model plug-in bow"):
+        apply_chain(
+            teacher,
+            parse_chain([TO_BOW, "prune_structured(0.5)"], {"seed": 0, "fine_tune_epochs": 0}),
+            CompressionData(ids),
+            tmp_path,
+        )
+    with pytest.raises(CompressionError, match=r"give `hidden` .* or `student` .*, not both"):
+        parse_chain([{**TO_BOW, "hidden": [8]}], {"seed": 0})
 
 
 def test_structured_pruning_drops_the_weakest_ffn_units_of_every_transformer_block(corpus):
