@@ -15,11 +15,15 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
-
-from tasks.core.errors import CompressionError
 from tasks.core.files import atomic_write_with
-from tasks.models.artifact import METADATA_KEY, model_input, read_metadata  # noqa: F401 - re-exported
+from tasks.models.artifact import (  # noqa: F401 - re-exported: the compression package's names for them
+    METADATA_KEY,
+    model_input,
+    open_session,
+    predict,
+    read_metadata,
+    unknown_ops,
+)
 
 Optimization = Literal["none", "basic", "extended"]
 
@@ -113,43 +117,3 @@ def count_ops(path: Path) -> dict[str, int]:
     for node in onnx.load(str(path)).graph.node:
         counts[node.op_type] = counts.get(node.op_type, 0) + 1
     return counts
-
-
-def unknown_ops(path: Path) -> list[str]:
-    """Ops of the default ONNX domain that the ONNX standard does not define (onnxruntime cannot run them)."""
-    import onnx
-    from onnx import defs
-
-    model = onnx.load(str(path), load_external_data=False)
-    return sorted(
-        {
-            f"{n.domain or 'ai.onnx'}::{n.op_type}"
-            for n in model.graph.node
-            if n.domain in ("", "ai.onnx") and not defs.has(n.op_type)
-        }
-    )
-
-
-def open_session(path: Path, threads: int = 0):
-    """An onnxruntime CPU session with `threads` intra-op threads (0, the default: onnxruntime's own
-    choice, every core; latency is timed on 1, as a replica's thread serves it); CompressionError naming
-    the cause if it cannot load. The thread count changes no output: onnxruntime splits a batch's work,
-    not a sum (tested bit for bit on the MLP's and a transformer's fp32 exports; int8 checked by hand)."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.inter_op_num_threads = 1
-    opts.log_severity_level = 3
-    try:
-        return ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    except Exception as exc:  # noqa: BLE001 - ORT raises several types; all mean "cannot run this model"
-        bad = unknown_ops(Path(path))
-        cause = f"unknown operator(s) {bad}" if bad else f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
-        raise CompressionError(f"onnxruntime cannot run {Path(path).name}: {cause}") from exc
-
-
-def predict(session, X: np.ndarray) -> np.ndarray:
-    """P(positive) for rows X (features [n, f] or token ids [n, length]) as float64 [n]."""
-    name = session.get_inputs()[0].name
-    return session.run(None, {name: model_input(X)})[0].reshape(-1).astype(np.float64)

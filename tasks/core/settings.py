@@ -92,7 +92,7 @@ class Settings(BaseSettings):
     code_commit: str = Field("", description="the code's commit, set in images that have no .git")
     api_port: int = Field(0, ge=0, le=65535, description="the Airflow API server's port (0: a free one)")
     dist_timeout_s: int = Field(300, ge=1, description="timeout of training collectives, seconds")
-    k8s_image: str = Field("", description="kubernetes: the trainer image (default: params scaling)")
+    k8s_image: str = Field("", description="kubernetes: the trainer image (empty: sluice-trainer:latest)")
     k8s_namespace: str = Field("", description="kubernetes: the trainers' namespace")
     k8s_config_file: str = Field(
         "", description="kubernetes: the kube config file the operators and the preflight use (empty: in-cluster)"

@@ -23,17 +23,12 @@ def predict_torch(model_path: Path, df: pd.DataFrame) -> np.ndarray:
 
 
 def predict_onnx(onnx_path: Path, df: pd.DataFrame) -> np.ndarray:
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    sess = ort.InferenceSession(str(onnx_path), opts, providers=["CPUExecutionProvider"])
+    """P(positive) of the served file for raw rows, read as the file says (its tokenizer, if any)."""
     from tasks.models import metadata_input_encoder
-    from tasks.models.artifact import model_input, read_metadata
+    from tasks.models.artifact import open_session, predict, read_metadata
 
     inputs = metadata_input_encoder(read_metadata(onnx_path), load_dataset())
-    name = sess.get_inputs()[0].name
-    return sess.run(None, {name: model_input(inputs(df))})[0].reshape(-1).astype(np.float64)
+    return predict(open_session(onnx_path, threads=1), inputs(df))
 
 
 def gold_quality(prob: np.ndarray, gold: pd.DataFrame) -> dict[str, float]:
