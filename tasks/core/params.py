@@ -200,12 +200,38 @@ class QueueParams(Section):
     """Score the batch with the prod model's served ONNX for the uncertainty signal (when there is one)."""
 
 
+Sha256 = Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+class PretrainedWeights(Section):
+    """Where a model starts: weights in a local safetensors file (tasks/models/pretrained.py), pinned
+    by their sha256 like a model revision, and for a token plug-in the tokenizer those weights read with
+    (its embedding rows mean its ids)."""
+
+    path: str = Field(min_length=1)
+    """The safetensors file (relative: to the repository root), readable by every training process."""
+    sha256: Sha256
+    """The file's sha256: another file is refused (the error gives the sha256 it found)."""
+    tokenizer: str | None = None
+    """A token plug-in's tokenizer.json (relative: to the repository root); none for a dense plug-in."""
+    tokenizer_sha256: Sha256 | None = None
+    """The tokenizer file's sha256 (given with `tokenizer`)."""
+
+    @model_validator(mode="after")
+    def _tokenizer_pinned(self) -> "PretrainedWeights":
+        if (self.tokenizer is None) != (self.tokenizer_sha256 is None):
+            raise ValueError("pretrained: tokenizer and tokenizer_sha256 go together")
+        return self
+
+
 class ModelParams(Section):
     module: ModulePath
     """The model plug-in (tasks/models/__init__.py; tasks.models.mlp is the default)."""
     params: dict[str, Any]
     """The plug-in's own parameters, validated by the `Params` model its module declares (for the
     MLP: `hidden`, the hidden layers' widths)."""
+    pretrained: PretrainedWeights | None = None
+    """Start from pretrained weights (absent or null: from the plug-in's seeded initialization)."""
 
     @field_validator("params")
     @classmethod

@@ -465,6 +465,12 @@ def run_training(
     model = make_model(data.stats, p).to(device)  # same seed and data on every rank: same start, same scaling
     if tokenizer is not None:
         attach_tokenizer(model, tokenizer)
+    pretrained = model.sluice_pretrained
+    if pretrained and ranks.master:
+        log(
+            f"pretrained: {pretrained['tensors']} tensors from {pretrained['path']} "
+            f"(sha256 {pretrained['sha256'][:12]})" + (f"; fresh: {pretrained['fresh']}" if pretrained["fresh"] else "")
+        )
     net = wrap(model, p, device, ranks)  # before the optimizer: FSDP2 replaces the parameters by shards
     state = TrainState(
         model,
@@ -511,7 +517,7 @@ def run_training(
         blocked = time.perf_counter()
         run.checkpointer.close()  # the last write is part of the run's time
         run.blocked_s += time.perf_counter() - blocked
-    result = _result(run, data_version, warm, resumed_from, time.time() - t0)
+    result = {**_result(run, data_version, warm, resumed_from, time.time() - t0), "pretrained": pretrained}
     del run, net  # DDP goes while the process group lives (peers.leave_process_group says why)
     finish(result, model, store, ranks)
     return result

@@ -14,13 +14,18 @@ import torch
 
 from tasks.core.params import TrainParams
 from tasks.models import build_model, load_model_plugin
+from tasks.models.pretrained import load_pretrained
 from tasks.training.data import FeatureStats
 
 
 def make_model(stats: FeatureStats, p: TrainParams) -> torch.nn.Module:
-    """The model plug-in's module (train.model), seeded: every rank builds the same start."""
+    """The model plug-in's module (train.model), seeded: every rank builds the same start. With
+    `train.model.pretrained`, the file's weights are laid over it (what was loaded, for lineage:
+    `model.sluice_pretrained`)."""
     torch.manual_seed(p.seed)
-    return build_model(p.model.module, stats, p.model.params)
+    model = build_model(p.model.module, stats, p.model.params)
+    model.sluice_pretrained = load_pretrained(model, p.model.pretrained) if p.model.pretrained else None
+    return model
 
 
 def make_optimizer(model: torch.nn.Module, p: TrainParams) -> torch.optim.Optimizer:

@@ -122,3 +122,44 @@ def test_a_model_saved_before_plugins_is_read_as_the_mlp():
     blob = model_blob(build_model("tasks.models.mlp", stats, {"hidden": [8]}))
     del blob["plugin"]
     assert model_from_blob(blob).sluice_plugin == "tasks.models.mlp"
+
+
+def test_the_pages_pretrained_weights_section_as_written(tmp_path):
+    """ "Starting from pretrained weights": the page's save_file line writes the weights of a model of its
+    yaml's plug-in, its yaml (with the sha256 values it tells how to get, and the files under tmp_path
+    instead of the repository) loads, and the model built from it holds those weights and reads with
+    that tokenizer."""
+    import hashlib
+
+    import yaml
+
+    from tasks.core.params import load_params
+    from tasks.models.pretrained import pretrained_tokenizer
+    from tasks.models.tokens import train_tokenizer
+    from tasks.training.loop import make_model
+    from tests.toy import text as toy_text
+
+    section = PAGE.read_text().split("## Starting from pretrained weights", 1)[1].split("\n## ", 1)[0]
+    python, config = (re.search(rf"```{kind}\n(.*?)```", section, re.S).group(1) for kind in ("python", "yaml"))
+    spec = yaml.safe_load(config)["train"]["model"]
+    stats = type("S", (), {"mean": torch.zeros(1), "std": torch.ones(1), "spam_share": 0.5})()
+    torch.manual_seed(1)
+    model = build_model(spec["module"], stats, spec["params"])
+    (tmp_path / "weights").mkdir()
+    exec(python.replace('"weights/', f'"{tmp_path}/weights/'), {"model": model})  # the page's lines
+    tok = train_tokenizer(toy_text.texts(toy_text.load_source(200)), spec["params"]["vocab_size"])
+    (tmp_path / "weights" / "tokenizer.json").write_text(tok)
+
+    def sha(name):
+        return hashlib.sha256((tmp_path / "weights" / name).read_bytes()).hexdigest()
+
+    config = (
+        config.replace("weights/", f"{tmp_path}/weights/")
+        .replace("SHA256_OF_THE_WEIGHTS", sha("encoder.safetensors"))
+        .replace("SHA256_OF_THE_TOKENIZER", sha("tokenizer.json"))
+    )
+    p = load_params().train.replace(model=yaml.safe_load(config)["train"]["model"])
+    built = make_model(stats, p)  # seeded with train.seed, then the file laid over it
+    assert built.sluice_pretrained["fresh"] == [] and built.sluice_pretrained["tensors"] == len(model.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), built.state_dict().values()))
+    assert pretrained_tokenizer(p.model.pretrained) == tok

@@ -145,6 +145,59 @@ def test_the_engine_trains_a_transformer_on_two_processes_and_keeps_its_tokenize
     assert ((prob > 0.5) == held["liked"].to_numpy().astype(bool)).mean() > 0.9
 
 
+@pytest.mark.slow
+def test_the_engine_starts_a_transformer_from_pretrained_weights_and_reads_with_their_tokenizer(
+    corpus, text_version, tmp_path, capfd
+):
+    """Weights a test writes (a transformer fitted in process, as safetensors) and the tokenizer they
+    read with, pinned by sha256 in train.model: the engine reads with that tokenizer (never trains
+    one), starts from those weights (after a step at a tiny learning rate they are still there; a run
+    from scratch is far from them), and train_metrics records the file. A token model's weights
+    without their tokenizer are refused."""
+    import hashlib
+
+    from safetensors.torch import save_file
+
+    df, tok = corpus
+    ids, y = Encoder(tok, 16, 200).encode(toy_text.texts(df)), df["liked"].to_numpy()
+    p = load_params().train.replace(model=TRANSFORMER, epochs=2, batch_size=32, checkpoint_every=1000, nproc=1)
+    source, _ = fit_in_memory(torch.from_numpy(ids), torch.tensor(y, dtype=torch.float32), p.replace(seed=p.seed + 1))
+    save_file({k: v.contiguous() for k, v in source.state_dict().items()}, str(tmp_path / "w.safetensors"))
+    (tmp_path / "tokenizer.json").write_text(tok)
+
+    def sha(name):
+        return hashlib.sha256((tmp_path / name).read_bytes()).hexdigest()
+
+    pretrained = {
+        "path": str(tmp_path / "w.safetensors"),
+        "sha256": sha("w.safetensors"),
+        "tokenizer": str(tmp_path / "tokenizer.json"),
+        "tokenizer_sha256": sha("tokenizer.json"),
+    }
+    slow = p.replace(model={**TRANSFORMER, "pretrained": pretrained}, epochs=1, lr=1e-6)
+    run_torchrun(text_version, tmp_path / "a", slow)
+    logged = capfd.readouterr().err
+    assert "tokenizer: the pretrained weights'" in logged and "tokenizer: trained" not in logged, logged
+    assert re.search(r"pretrained: \d+ tensors from .*w.safetensors \(sha256 [0-9a-f]{12}\)", logged), logged
+    started = load_model(tmp_path / "a" / "model.pt")
+    assert started.tokenizer_sha256 == tokenizer_sha256(tok)
+    metrics = json.loads((tmp_path / "a" / "train_metrics.json").read_text())
+    assert metrics["pretrained"]["sha256"] == pretrained["sha256"] and metrics["pretrained"]["fresh"] == []
+
+    def distance(model):
+        return max(
+            float((a - b).abs().max()) for a, b in zip(model.state_dict().values(), source.state_dict().values())
+        )
+
+    run_torchrun(text_version, tmp_path / "b", p.replace(epochs=1, lr=1e-6))
+    assert distance(started) < 1e-3 < 0.1 < distance(load_model(tmp_path / "b" / "model.pt"))
+
+    no_tokenizer = {k: pretrained[k] for k in ("path", "sha256")}
+    with pytest.raises(RuntimeError):
+        run_torchrun(text_version, tmp_path / "c", slow.replace(model={**TRANSFORMER, "pretrained": no_tokenizer}))
+    assert "mean the ids of the tokenizer they were trained with: give it" in capfd.readouterr().err
+
+
 def test_the_compression_search_runs_on_a_text_model_and_names_what_does_not_apply(corpus, tmp_path):
     from tasks.compression.chain import CompressionData
     from tasks.compression.pipeline import GoldSplit, compress_model
