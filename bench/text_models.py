@@ -42,6 +42,12 @@ CHAINS = [
 ]
 
 
+# The student's training: 5 epochs at lr 0.01, chosen among 11 settings on this module's dev split (so its
+# figure there is optimistic). Longer, it learns the teacher's scores on the 2,000 rows the teacher itself
+# trained on, nearly the labels, and falls to 0.92-0.98 of fp32 on the worst length slice.
+DISTIL = {"epochs": 5, "lr": 0.01}
+
+
 def _split(df):
     order = np.random.default_rng(SEED).permutation(len(df))
     return (
@@ -97,7 +103,7 @@ def run() -> list[Record]:
         "module": profiles["bow"].module,
         "params": {k: profiles["bow"].params[k] for k in ("dim", "head_width")},
     }
-    chains = [*CHAINS, [{"kind": "distil", "student": student}, "int8_dynamic"]]
+    chains = [*CHAINS, [{"kind": "distil", "student": student, **DISTIL}, "int8_dynamic"]]
     cfg = params.compress.replace(candidates=chains, latency_budget_ms=None)  # measured, not gated here
     with tempfile.TemporaryDirectory() as tmp:
         out = run_search(

@@ -212,9 +212,9 @@ class PretrainedWeights(Section):
     """The safetensors file (relative: to the repository root), readable by every training process."""
     sha256: Sha256
     """The file's sha256: another file is refused (the error gives the sha256 it found)."""
-    tokenizer: str | None = None
-    """A token plug-in's tokenizer.json (relative: to the repository root); none for a dense plug-in."""
-    tokenizer_sha256: Sha256 | None = None
+    tokenizer: str | None
+    """A token plug-in's tokenizer.json (relative: to the repository root); null for a dense plug-in."""
+    tokenizer_sha256: Sha256 | None
     """The tokenizer file's sha256 (given with `tokenizer`)."""
 
     @model_validator(mode="after")
@@ -230,8 +230,6 @@ class ModelParams(Section):
     params: dict[str, Any]
     """The plug-in's own parameters, validated by the `Params` model its module declares (for the
     MLP: `hidden`, the hidden layers' widths)."""
-    pretrained: PretrainedWeights | None = None
-    """Start from pretrained weights (absent or null: from the plug-in's seeded initialization)."""
 
     @field_validator("params")
     @classmethod
@@ -270,6 +268,8 @@ class TrainParams(Section):
     weight_decay: float = Field(ge=0)
     model: ModelParams
     """The model trained: its plug-in and the plug-in's own parameters."""
+    pretrained: PretrainedWeights | None
+    """The weights `model` starts from (docs/models.md); null: the plug-in's seeded initialization."""
     checkpoint_every: StrictInt = Field(ge=1)
     """Steps between checkpoints (also written on SIGTERM)."""
     balance_every: StrictInt = Field(ge=0)

@@ -153,7 +153,7 @@ class TrainRecord(Record):
     """The checkpoint resumed from: its step, world size and strategy, and this run's (a resize)."""
     warm_start: str | None
     pretrained: dict[str, Any] | None = None
-    """The pretrained weights started from (train.model.pretrained): file, sha256, tensors, fresh weights."""
+    """The pretrained weights started from (train.pretrained): file, sha256, tensors, fresh weights."""
     metrics: dict[str, Any] | None  # None: the run closed no metrics window (fewer steps than train.log_every)
     model: str
     outputs: str

@@ -1,5 +1,5 @@
 """Pretrained weights: a model plug-in's start read from a local safetensors file (params.yaml
-`train.model.pretrained`), checked against the sha256 the params pin, and laid into a freshly built
+`train.pretrained`), checked against the sha256 the params pin, and laid into a freshly built
 model of the plug-in.
 
 Every tensor in the file must be a weight of the model, of its shape and dtype: a file for another
@@ -57,7 +57,7 @@ def load_pretrained(model, spec: PretrainedWeights) -> dict[str, Any]:
         from safetensors.torch import load_file
     except ImportError as exc:
         raise PretrainedError(
-            "train.model.pretrained needs safetensors: pip install 'sluice[pretrained]' (-c constraints.txt)"
+            "train.pretrained needs safetensors: pip install 'sluice[pretrained]' (-c constraints.txt)"
         ) from exc
     file = _pinned(spec.path, spec.sha256, "weights")
     try:

@@ -5,7 +5,7 @@ The tokenizer is decided once per training, on rank 0, and handed to every rank 
 training one on each rank could give ranks different vocabularies). In order: the one this training
 already wrote (`tokenizer.json` in its output folder, fetched back on a pod: a resumed training keeps
 its ids), the warm-start model's (its embedding rows mean those ids), the pretrained weights' (for the
-same reason; `train.model.pretrained.tokenizer`), or a new one trained on the data version's
+same reason; `train.pretrained.tokenizer`), or a new one trained on the data version's
 trainable texts. Tokenizer training is not deterministic in every version of the
 library, so nothing that must reproduce retrains it.
 """
@@ -35,14 +35,14 @@ def decide_tokenizer(
     gives the data version's trainable texts (called on rank 0, only when a new one is trained)."""
     plugin = load_model_plugin(p.model.module)
     if plugin.BATCH_FORMAT != "tokens":
-        if p.model.pretrained and p.model.pretrained.tokenizer is not None:
-            raise ValueError(f"train.model.pretrained: {plugin.NAME} reads dense features; it takes no tokenizer")
+        if p.pretrained and p.pretrained.tokenizer is not None:
+            raise ValueError(f"train.pretrained: {plugin.NAME} reads dense features; it takes no tokenizer")
         return None
     if not hasattr(dataset, "texts"):
         raise ValueError(f"model {plugin.NAME} reads text, and the dataset {dataset.NAME} has no texts(df)")
-    if p.model.pretrained and p.model.pretrained.tokenizer is None:
+    if p.pretrained and p.pretrained.tokenizer is None:
         raise ValueError(
-            f"train.model.pretrained: {plugin.NAME} reads token ids, and its pretrained weights' embedding rows "
+            f"train.pretrained: {plugin.NAME} reads token ids, and its pretrained weights' embedding rows "
             "mean the ids of the tokenizer they were trained with: give it (pretrained.tokenizer, tokenizer_sha256)"
         )
     chosen = [None]
@@ -62,13 +62,13 @@ def _rank0_tokenizer(p: TrainParams, texts, store, init_blob: dict | None) -> st
         found = path.read_text()
         log(f"tokenizer: this training's own {TOKENIZER} (sha256 {tokenizer_sha256(found)[:12]})")
         return found
-    pretrained = pretrained_tokenizer(p.model.pretrained) if p.model.pretrained else None
+    pretrained = pretrained_tokenizer(p.pretrained) if p.pretrained else None
     if init_blob is not None and init_blob.get("plugin") == p.model.module and init_blob.get("tokenizer"):
         found = init_blob["tokenizer"]
         log(f"tokenizer: the warm-start model's (sha256 {tokenizer_sha256(found)[:12]})")
     elif pretrained is not None:
         found = pretrained
-        where = p.model.pretrained.tokenizer  # type: ignore[union-attr]
+        where = p.pretrained.tokenizer  # type: ignore[union-attr]
         log(f"tokenizer: the pretrained weights' {where} (sha256 {tokenizer_sha256(found)[:12]})")
     else:
         corpus = texts()

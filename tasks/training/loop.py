@@ -20,11 +20,11 @@ from tasks.training.data import FeatureStats
 
 def make_model(stats: FeatureStats, p: TrainParams) -> torch.nn.Module:
     """The model plug-in's module (train.model), seeded: every rank builds the same start. With
-    `train.model.pretrained`, the file's weights are laid over it (what was loaded, for lineage:
+    `train.pretrained`, the file's weights are laid over it (what was loaded, for lineage:
     `model.sluice_pretrained`)."""
     torch.manual_seed(p.seed)
     model = build_model(p.model.module, stats, p.model.params)
-    model.sluice_pretrained = load_pretrained(model, p.model.pretrained) if p.model.pretrained else None
+    model.sluice_pretrained = load_pretrained(model, p.pretrained) if p.pretrained else None
     return model
 
 

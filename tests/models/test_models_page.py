@@ -158,8 +158,9 @@ def test_the_pages_pretrained_weights_section_as_written(tmp_path):
         .replace("SHA256_OF_THE_WEIGHTS", sha("encoder.safetensors"))
         .replace("SHA256_OF_THE_TOKENIZER", sha("tokenizer.json"))
     )
-    p = load_params().train.replace(model=yaml.safe_load(config)["train"]["model"])
+    written = yaml.safe_load(config)["train"]
+    p = load_params().train.replace(model=written["model"], pretrained=written["pretrained"])
     built = make_model(stats, p)  # seeded with train.seed, then the file laid over it
     assert built.sluice_pretrained["fresh"] == [] and built.sluice_pretrained["tensors"] == len(model.state_dict())
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), built.state_dict().values()))
-    assert pretrained_tokenizer(p.model.pretrained) == tok
+    assert pretrained_tokenizer(p.pretrained) == tok

@@ -23,7 +23,8 @@ def _mlp(hidden, seed):
 
 def _write(path, tensors) -> PretrainedWeights:
     save_file({k: v.detach().contiguous().clone() for k, v in tensors.items()}, str(path))
-    return PretrainedWeights(path=str(path), sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    sha256 = hashlib.sha256(path.read_bytes()).hexdigest()
+    return PretrainedWeights(path=str(path), sha256=sha256, tokenizer=None, tokenizer_sha256=None)
 
 
 def test_the_files_weights_replace_the_fresh_ones_and_what_it_lacks_stays_fresh(tmp_path):
@@ -55,9 +56,7 @@ def test_the_files_weights_replace_the_fresh_ones_and_what_it_lacks_stays_fresh(
 def test_make_model_starts_from_the_params_pretrained_weights(tmp_path):
     source = _mlp([8, 4], seed=1)
     spec = _write(tmp_path / "w.safetensors", source.state_dict())
-    p = load_params().train.replace(
-        model={"module": MLP, "params": {"hidden": [8, 4]}, "pretrained": spec.model_dump()}
-    )
+    p = load_params().train.replace(model={"module": MLP, "params": {"hidden": [8, 4]}}, pretrained=spec.model_dump())
     model = make_model(STATS, p)
     assert model.sluice_pretrained["sha256"] == spec.sha256
     assert all(torch.equal(a, b) for a, b in zip(source.state_dict().values(), model.state_dict().values()))
@@ -84,9 +83,9 @@ def test_a_file_that_is_not_the_pinned_one_or_does_not_fit_is_refused_by_name(tm
     junk = tmp_path / "junk.safetensors"
     junk.write_bytes(b"not a safetensors file")
     with pytest.raises(PretrainedError, match="cannot be read as safetensors"):
-        load_pretrained(model, PretrainedWeights(path=str(junk), sha256=hashlib.sha256(junk.read_bytes()).hexdigest()))
+        load_pretrained(model, spec.replace(path=str(junk), sha256=hashlib.sha256(junk.read_bytes()).hexdigest()))
     with pytest.raises(ValueError, match="tokenizer and tokenizer_sha256 go together"):
-        PretrainedWeights(path="w.safetensors", sha256=spec.sha256, tokenizer="tokenizer.json")
+        PretrainedWeights(path="w.safetensors", sha256=spec.sha256, tokenizer="tokenizer.json", tokenizer_sha256=None)
 
 
 def test_without_safetensors_installed_the_error_names_the_extra(tmp_path, monkeypatch):

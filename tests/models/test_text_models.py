@@ -150,7 +150,7 @@ def test_the_engine_starts_a_transformer_from_pretrained_weights_and_reads_with_
     corpus, text_version, tmp_path, capfd
 ):
     """Weights a test writes (a transformer fitted in process, as safetensors) and the tokenizer they
-    read with, pinned by sha256 in train.model: the engine reads with that tokenizer (never trains
+    read with, pinned by sha256 in train.pretrained: the engine reads with that tokenizer (never trains
     one), starts from those weights (after a step at a tiny learning rate they are still there; a run
     from scratch is far from them), and train_metrics records the file. A token model's weights
     without their tokenizer are refused."""
@@ -174,7 +174,7 @@ def test_the_engine_starts_a_transformer_from_pretrained_weights_and_reads_with_
         "tokenizer": str(tmp_path / "tokenizer.json"),
         "tokenizer_sha256": sha("tokenizer.json"),
     }
-    slow = p.replace(model={**TRANSFORMER, "pretrained": pretrained}, epochs=1, lr=1e-6)
+    slow = p.replace(pretrained=pretrained, epochs=1, lr=1e-6)
     run_torchrun(text_version, tmp_path / "a", slow)
     logged = capfd.readouterr().err
     assert "tokenizer: the pretrained weights'" in logged and "tokenizer: trained" not in logged, logged
@@ -192,9 +192,9 @@ def test_the_engine_starts_a_transformer_from_pretrained_weights_and_reads_with_
     run_torchrun(text_version, tmp_path / "b", p.replace(epochs=1, lr=1e-6))
     assert distance(started) < 1e-3 < 0.1 < distance(load_model(tmp_path / "b" / "model.pt"))
 
-    no_tokenizer = {k: pretrained[k] for k in ("path", "sha256")}
+    no_tokenizer = {**pretrained, "tokenizer": None, "tokenizer_sha256": None}
     with pytest.raises(RuntimeError):
-        run_torchrun(text_version, tmp_path / "c", slow.replace(model={**TRANSFORMER, "pretrained": no_tokenizer}))
+        run_torchrun(text_version, tmp_path / "c", slow.replace(pretrained=no_tokenizer))
     assert "mean the ids of the tokenizer they were trained with: give it" in capfd.readouterr().err
 
 
