@@ -28,7 +28,10 @@ def distil(teacher, cfg: DistilConfig, X: np.ndarray) -> tuple[Any, dict[str, An
     target = teacher_logits(teacher, X)
     torch.manual_seed(cfg.seed)
     if cfg.student is None:
-        student = plugin_of(teacher).narrower(teacher, list(cfg.hidden or ()))
+        try:
+            student = plugin_of(teacher).narrower(teacher, list(cfg.hidden or ()))
+        except ValueError as exc:
+            raise CompressionError(f"{cfg.label}: {exc}") from exc
     else:
         student = other_plugin_student(teacher, cfg.student, X, target)
     losses = fit_soft_targets(

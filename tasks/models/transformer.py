@@ -64,8 +64,9 @@ def shard_units(model) -> list:
 
 def narrower(model, widths: list[int]):
     """The same transformer with every block's FFN `widths[0]` wide (what structured pruning keeps)."""
-    (ffn,) = widths
-    return from_arch({**model.arch, "ffn": int(ffn)})
+    if len(widths) != 1:
+        raise ValueError(f"a transformer has one width to narrow, its blocks' FFN (e.g. distil(64)); got {widths}")
+    return from_arch({**model.arch, "ffn": int(widths[0])})
 
 
 def prunable(model) -> list[list[tuple[str, str]]]:

@@ -328,6 +328,10 @@ def test_a_transformer_distils_into_a_bag_of_embeddings_that_reads_its_ids(corpu
             CompressionData(ids),
             tmp_path,
         )
+    with pytest.raises(CompressionError, match=r"distil\(32,16\): a transformer has one width to narrow"):
+        apply_chain(teacher, parse_chain(["distil(32,16)"], {"seed": 0}), CompressionData(ids), tmp_path)
+    narrow = apply_chain(teacher, parse_chain(["distil(8)"], {"seed": 0}), CompressionData(ids), tmp_path)
+    assert narrow.torch_model.arch == {**teacher.arch, "ffn": 8}  # distil(N): the teacher's FFN N wide
     with pytest.raises(CompressionError, match=r"give `hidden` .* or `student` .*, not both"):
         parse_chain([{**TO_BOW, "hidden": [8]}], {"seed": 0})
 
