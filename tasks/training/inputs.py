@@ -62,14 +62,12 @@ def _rank0_tokenizer(p: TrainParams, texts, store, init_blob: dict | None) -> st
         found = path.read_text()
         log(f"tokenizer: this training's own {TOKENIZER} (sha256 {tokenizer_sha256(found)[:12]})")
         return found
-    pretrained = pretrained_tokenizer(p.pretrained) if p.pretrained else None
     if init_blob is not None and init_blob.get("plugin") == p.model.module and init_blob.get("tokenizer"):
         found = init_blob["tokenizer"]
         log(f"tokenizer: the warm-start model's (sha256 {tokenizer_sha256(found)[:12]})")
-    elif pretrained is not None:
-        found = pretrained
-        where = p.pretrained.tokenizer  # type: ignore[union-attr]
-        log(f"tokenizer: the pretrained weights' {where} (sha256 {tokenizer_sha256(found)[:12]})")
+    elif p.pretrained is not None and p.pretrained.tokenizer is not None:
+        found = pretrained_tokenizer(p.pretrained)
+        log(f"tokenizer: the pretrained weights' {p.pretrained.tokenizer} (sha256 {tokenizer_sha256(found)[:12]})")
     else:
         corpus = texts()
         found = train_tokenizer(corpus, p.model.params["vocab_size"])
