@@ -57,16 +57,12 @@ def _train(X, y, hidden, epochs, seed=0):
 def _torch_b1_ms(model, X, repeats):
     import torch
 
+    from tasks.compression.finetune import one_thread
     from tasks.compression.search import median_latency_ms
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with one_thread(), torch.no_grad():
         row = torch.from_numpy(X[:1])
-        with torch.no_grad():
-            return median_latency_ms(lambda: torch.sigmoid(model(row)), repeats)
-    finally:
-        torch.set_num_threads(threads)
+        return median_latency_ms(lambda: torch.sigmoid(model(row)), repeats)
 
 
 def _profile(tag, hidden, epochs, candidates, data, dev_X, dev_y, masks, workdir, tune_rows=None):

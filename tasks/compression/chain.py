@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from tasks.compression.export import export_onnx, model_input, open_session, write_metadata
+from tasks.compression.finetune import one_thread
 from tasks.core.compression_config import ONNX_KINDS, TechniqueBase, chain_label, chain_to_dicts, parse_chain
 from tasks.core.errors import CompressionError
 
@@ -98,7 +99,8 @@ def _torch_step(model, cfg: TechniqueBase, data: CompressionData):
     fn = {"distil": distil, "prune_structured": prune_structured, "lowrank": low_rank, "prune": prune_unstructured}[
         cfg.kind
     ]  # type: ignore[attr-defined]
-    return fn(model, cfg, data.X)
+    with one_thread():  # the same file from any process on any machine (a reproduction compares it)
+        return fn(model, cfg, data.X)
 
 
 def _onnx_step(src: Path, dst: Path, cfg: TechniqueBase, data: CompressionData) -> Path:

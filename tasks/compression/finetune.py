@@ -7,9 +7,29 @@ scores needs no labels (the rows may be unlabeled).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import numpy as np
 
 from tasks.compression.export import model_input
+
+
+@contextmanager
+def one_thread() -> Iterator[None]:
+    """Run torch's CPU kernels on one thread, as the engine trains (OMP_NUM_THREADS=1), then restore.
+
+    A sum split over N threads rounds differently for each N: a fine-tune in a process with the
+    machine's default thread count (the compress step in an Airflow task) and one in a process
+    pinned to one (the reproduction's rebuild) end a few ulps apart, and a quantized file further."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 def teacher_logits(model, X: np.ndarray):

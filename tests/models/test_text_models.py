@@ -367,3 +367,32 @@ def test_structured_pruning_drops_the_weakest_ffn_units_of_every_transformer_blo
     with torch.no_grad():
         x = torch.from_numpy(ids)
         torch.testing.assert_close(student.eval()(x), model(x), atol=1e-5, rtol=1e-5)
+
+
+def test_a_fine_tuned_chain_comes_out_the_same_whatever_the_callers_thread_count(corpus, tmp_path):
+    """The compress step runs in an Airflow task with the machine's thread count, a reproduction's
+    rebuild in a process pinned to one: a sum split over threads rounds differently, so the chain's
+    torch side (the fine-tune with dropout) runs on one thread either way and the weights are the same."""
+    from tasks.compression.chain import CompressionData, apply_chain
+    from tasks.models import build_model
+
+    df, tok = corpus
+    stats = type("S", (), {"mean": torch.zeros(1), "std": torch.ones(1), "spam_share": 0.5})()
+    torch.manual_seed(0)
+    model = build_model(TRANSFORMER["module"], stats, {**TRANSFORMER["params"], "dropout": 0.1}).eval()
+    attach_tokenizer(model, tok)
+    data = CompressionData(
+        Encoder(tok, 16, 200).encode(toy_text.texts(df)), df[toy_text.GOLD_COLUMN].to_numpy().astype(int)
+    )
+    chain = [{"kind": "prune_structured", "ratio": 0.5, "fine_tune_epochs": 2, "seed": 0}]
+    threads, weights = torch.get_num_threads(), []
+    try:
+        for n in (1, 4):
+            torch.set_num_threads(n)
+            cand = apply_chain(model, chain, data, tmp_path / str(n))
+            weights.append(cand.torch_model.state_dict())
+            assert torch.get_num_threads() == n  # the caller's setting is restored
+    finally:
+        torch.set_num_threads(threads)
+    for (name, a), b in zip(weights[0].items(), weights[1].values()):
+        assert torch.equal(a, b), name
