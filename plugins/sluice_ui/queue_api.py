@@ -93,7 +93,7 @@ def cross_site_refusal(request: Request) -> str | None:
 
 def add_queue_routes(app: FastAPI, current: Callable[[], Settings], user_dep: Any) -> None:
     """The queue's routes on the Sluice app; `user_dep` is Airflow's `get_user` dependency."""
-    from tasks.datasets import load_dataset
+    from tasks.datasets import class_names, load_dataset
     from tasks.labeling.feedback import trained_through
     from tasks.labeling.queue import QueueError, QueueStore
     from tasks.registry import Registry
@@ -114,8 +114,7 @@ def add_queue_routes(app: FastAPI, current: Callable[[], Settings], user_dep: An
 
     def classes() -> dict[int, str]:
         ds = load_dataset(_dataset_module(current()))
-        names = getattr(ds, "CLASS_NAMES", None) or {c: str(c) for c in getattr(ds, "CLASSES", (0, 1))}
-        return {int(k): str(v) for k, v in names.items()}
+        return dict(enumerate(class_names(ds)))
 
     def test_ids() -> set[str]:
         import pandas as pd

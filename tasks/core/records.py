@@ -13,7 +13,8 @@ from pydantic import BaseModel, ConfigDict
 
 from tasks.core.errors import StepError
 
-Quality = dict[str, float | None]  # classification_metrics: roc_auc, f1, precision, recall, accuracy, ...
+# classification_metrics: roc_auc, f1, precision, recall, accuracy, ...; K classes add per_class {class: {f1, support}}
+Quality = dict[str, float | None | dict[str, dict[str, float]]]
 
 
 class Record(BaseModel):

@@ -4,7 +4,7 @@ A dataset module provides (checked when it is loaded):
 
     NAME              short name; partitions live under data/<NAME>/ in the registry
     ID_COLUMN         unique row id;  TIME_COLUMN: orders the nightly replay
-    GOLD_COLUMN       the gold label (0/1), present only in the source and the gold sets
+    GOLD_COLUMN       the gold label (a class index 0..K-1), present only in the source and the gold sets
     RAW_COLUMNS       the columns of a landing batch
     FEATURE_NAMES     names of the model's input features
     featurize(df)     raw rows -> float32 matrix [n, len(FEATURE_NAMES)]
@@ -15,6 +15,9 @@ A dataset module provides (checked when it is loaded):
 
 Optional:
 
+    CLASS_NAMES       the K classes' names, label k named CLASS_NAMES[k] (K >= 2; the labeling queue's
+                      buttons, reports). Without it the dataset is binary: ("0", "1"). K = 2 keeps
+                      every binary shape (P(class 1) per row); K > 2 gives K probabilities per row
     slices(df)        gold rows -> {slice name: boolean mask over df's rows}; the compress step
                       holds every compressed candidate to its quality floor on each slice as well
                       as overall (without it, only the overall figures are gated)
@@ -51,6 +54,8 @@ REQUIRED = (
     "RAW_CONTRACT",
     "LABELED_CONTRACT",
 )
+
+BINARY = ("0", "1")  # the classes of a dataset that names none
 
 
 class DatasetError(ValueError):
@@ -90,4 +95,34 @@ def _load_plugin(module: str) -> ModuleType:
     missing = [name for name in REQUIRED if not hasattr(ds, name)]
     if missing:
         raise DatasetError(f"dataset module {module!r} lacks {missing} (see tasks/datasets/__init__.py)")
+    names = getattr(ds, "CLASS_NAMES", BINARY)
+    if (
+        isinstance(names, (str, bytes))
+        or not isinstance(names, (tuple, list))
+        or len(names) < 2
+        or not all(isinstance(n, str) and n.strip() for n in names)
+        or len(set(names)) != len(names)
+    ):
+        raise DatasetError(
+            f"dataset module {module!r}: CLASS_NAMES must be a tuple of two or more distinct, non-empty names "
+            f"(label k is named CLASS_NAMES[k]), got {names!r}"
+        )
     return ds
+
+
+def class_names(ds: ModuleType) -> tuple[str, ...]:
+    """The dataset's K classes: label k is named class_names(ds)[k]."""
+    return tuple(getattr(ds, "CLASS_NAMES", BINARY))
+
+
+def check_labels(ds: ModuleType, labels, what: str) -> None:
+    """Raise DatasetError naming the labels of `what` that are not one of the dataset's classes."""
+    import numpy as np
+
+    k = len(class_names(ds))
+    values = np.asarray(labels)
+    bad = sorted({str(v) for v in values.tolist() if not (isinstance(v, (int, np.integer)) and 0 <= v < k)})
+    if bad:
+        raise DatasetError(
+            f"{what}: label(s) {bad[:5]} outside dataset {ds.NAME}'s {k} classes 0..{k - 1} {class_names(ds)}"
+        )

@@ -19,7 +19,7 @@ LABELED_CONTRACT = "labeled"  # data_contracts/labeled.json
 
 ID_COLUMN = "email_id"
 TIME_COLUMN = "time"
-CLASS_NAMES = {0: "ham", 1: "spam"}  # the labeling queue's buttons (one key per class: 0, 1)
+CLASS_NAMES = ("ham", "spam")  # label k is CLASS_NAMES[k] (the labeling queue's buttons, reports)
 GOLD_COLUMN = "spam"  # gold label: only in the gold dev/test sets, never in landing batches
 
 # column -> kind; the raw contract (data_contracts/raw_batch.json) checks the same list.

@@ -41,6 +41,7 @@ LABELED_CONTRACT = "reviews_labeled"  # data_contracts/reviews_labeled.json
 ID_COLUMN = "review_id"
 TIME_COLUMN = None
 GOLD_COLUMN = "great"  # 1: score "great"; only in the source and the gold sets, never in landing batches
+CLASS_NAMES = ("other", "great")  # label k is CLASS_NAMES[k]
 TEXT_COLUMN = "review"  # the raw text (HTML and all); `texts(df)` gives it cleaned
 PRODUCT_COLUMN = "product"  # the product's ASIN (every review in the data is of another product)
 RAW_COLUMNS = [ID_COLUMN, PRODUCT_COLUMN, TEXT_COLUMN]

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterable
 import numpy as np
 import pandas as pd
 
+from tasks.datasets import class_names
 from tasks.registry.gold import FEEDBACK, gold_number
 
 Record = dict[str, Any]
@@ -118,7 +119,7 @@ def feedback_to_gold(
     )
     result = registry.add_gold(
         candidates,
-        classes=getattr(ds, "CLASSES", (0, 1)),
+        classes=range(len(class_names(ds))),
         test_ids=test_ids,
         known=known,
         refused=refused,

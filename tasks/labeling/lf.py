@@ -1,6 +1,6 @@
 """Vectorized labeling functions: each maps a whole DataFrame to a vote per row.
 
-A vote is SPAM, HAM or ABSTAIN (Snorkel's convention: -1 abstains). Working on
+A vote is a class index 0..K-1 (binary: HAM 0, SPAM 1) or ABSTAIN (Snorkel's convention: -1). Working on
 columns rather than rows keeps LF application to numpy speed; the resulting
 label matrix is what Snorkel's LFAnalysis and LabelModel take.
 
@@ -42,13 +42,17 @@ class LabelingFunction:
 
         return SnorkelLF(name=self.name, f=self.row)
 
-    def __call__(self, df: pd.DataFrame) -> np.ndarray:
+    def __call__(self, df: pd.DataFrame, classes: int = 2) -> np.ndarray:
+        """The votes on `df`'s rows, each checked to be ABSTAIN or one of the `classes` classes."""
         votes = np.asarray(self.fn(df))
         if votes.shape != (len(df),):
             raise ValueError(f"LF {self.name} returned shape {votes.shape}, expected ({len(df)},)")
-        bad = ~np.isin(votes, (ABSTAIN, HAM, SPAM))
+        bad = ~np.isin(votes, (ABSTAIN, *range(classes)))
         if bad.any():
-            raise ValueError(f"LF {self.name} returned values outside {{-1, 0, 1}}: {np.unique(votes[bad])[:5]}")
+            raise ValueError(
+                f"LF {self.name} voted {np.unique(votes[bad])[:5].tolist()}: a vote is -1 (abstain) or one of "
+                f"the {classes} classes 0..{classes - 1}"
+            )
         return votes.astype(np.int8)
 
 
@@ -66,21 +70,22 @@ def vote_where(mask: pd.Series | np.ndarray, label: int) -> np.ndarray:
     return np.where(np.asarray(mask, dtype=bool), label, ABSTAIN).astype(np.int8)
 
 
-def apply_lfs_dev(dev: pd.DataFrame, lfs: list[LabelingFunction]) -> np.ndarray:
+def apply_lfs_dev(dev: pd.DataFrame, lfs: list[LabelingFunction], classes: int = 2) -> np.ndarray:
     """Label matrix of the gold dev set: out-of-fold votes where an LF provides them."""
-    L = apply_lfs(dev, lfs)
+    L = apply_lfs(dev, lfs, classes)
     for j, lf in enumerate(lfs):
         if lf.dev_votes is not None:
             L[:, j] = lf.dev_votes
     return L
 
 
-def apply_lfs(df: pd.DataFrame, lfs: list[LabelingFunction]) -> np.ndarray:
-    """Label matrix L [n_rows, n_lfs]; an LF that raises fails loudly with its name."""
+def apply_lfs(df: pd.DataFrame, lfs: list[LabelingFunction], classes: int = 2) -> np.ndarray:
+    """Label matrix L [n_rows, n_lfs] of votes in -1..classes-1; an LF that raises, or votes a class
+    that does not exist, fails loudly with its name."""
     cols, tracker = [], Progress(f"labeling {len(df)} rows", len(lfs), unit="LF", first=False)
     for lf in lfs:
         try:
-            cols.append(lf(df))
+            cols.append(lf(df, classes))
         except Exception as exc:  # noqa: BLE001 - re-raised with the LF named
             raise RuntimeError(f"labeling function {lf.name!r} failed: {type(exc).__name__}: {exc}") from exc
         tracker.update(len(cols))  # 'labeling 500 rows: LF 3/11 (27%), 40 LFs/s, ETA 0 s'

@@ -1,7 +1,9 @@
 """What the end model trains on: the gold labels that exist, the weak labels of the other rows.
 
-Each labeled row carries `label` (0/1, -1 where no LF voted and no gold label exists),
-`label_prob` (the training target: the gold 0/1, or the label model's P(spam)),
+Each labeled row carries `label` (the class, -1 where no LF voted and no gold label exists),
+`label_prob` (the training target: the gold 0/1, or the label model's P(class 1); with K > 2
+classes, `label_prob_0` .. `label_prob_<K-1>` instead: the gold one-hot, or the label model's
+probability of each class: `prob_columns`),
 `label_source` (gold | weak | none) and `label_weight` (the row's weight in the noise-aware
 loss: 1 for gold, `weak_weight` for weak, 0 for rows nothing labels). Gold wins where both
 exist. `mix` picks what trains: weak_plus_gold, weak_only (gold labels ignored, as before
@@ -19,7 +21,17 @@ from tasks.labeling.lf import ABSTAIN
 
 MIXES = ("weak_plus_gold", "weak_only", "gold_only")
 SOURCES = ("gold", "weak", "none")
-LABEL_COLUMNS = ("label", "label_prob", "label_source", "label_weight")
+
+
+def prob_columns(classes: int) -> list[str]:
+    """The training target's columns of a labeled partition: binary `label_prob` (P(class 1)), else
+    one per class."""
+    return ["label_prob"] if classes == 2 else [f"label_prob_{k}" for k in range(classes)]
+
+
+def label_columns(classes: int) -> list[str]:
+    """The columns the labeling adds to a batch's raw columns."""
+    return ["label", *prob_columns(classes), "label_source", "label_weight"]
 
 
 def gold_budget_mask(ids, budget: float, seed: int) -> np.ndarray:
@@ -35,24 +47,34 @@ def gold_budget_mask(ids, budget: float, seed: int) -> np.ndarray:
 
 
 def training_labels(weak_prob: np.ndarray, gold: np.ndarray, mix: str, weak_weight: float) -> pd.DataFrame:
-    """The label columns of a batch from the weak P(spam) (nan where every LF abstained) and the gold
-    label (nan where none exists)."""
+    """The label columns of a batch (`label_columns`) from the weak labels and the gold label (nan where
+    none exists). `weak_prob`: P(class 1) per row when binary, else [n, K] (nan where every LF abstained)."""
     if mix not in MIXES:
         raise ValueError(f"mix must be one of {MIXES}, got {mix!r}")
     if not 0 <= weak_weight <= 1:
         raise ValueError(f"weak weight must be in [0, 1], got {weak_weight}")
     weak_prob, gold = np.asarray(weak_prob, np.float64), np.asarray(gold, np.float64)
-    if weak_prob.shape != gold.shape:
+    if len(weak_prob) != len(gold) or gold.ndim != 1:
         raise ValueError(f"weak and gold labels differ in length: {weak_prob.shape} vs {gold.shape}")
-    covered, has_gold = ~np.isnan(weak_prob), ~np.isnan(gold)
+    multi = weak_prob.ndim == 2
+    covered, has_gold = ~np.isnan(weak_prob).any(axis=1) if multi else ~np.isnan(weak_prob), ~np.isnan(gold)
     if mix == "weak_only":
         has_gold = np.zeros_like(has_gold)
     weak = covered & ~has_gold
     source = np.where(has_gold, "gold", np.where(weak, "weak", "none"))
-    prob = np.where(has_gold, gold, weak_prob)
-    label = np.where(has_gold, gold, np.where(weak, (weak_prob >= 0.5), ABSTAIN)).astype(np.int64)
+    if multi:
+        k = weak_prob.shape[1]
+        hard = np.eye(k)[np.where(has_gold, gold, 0).astype(int)]  # a gold row's one-hot target
+        prob = np.where(has_gold[:, None], hard, weak_prob)
+        weak_label = np.nan_to_num(weak_prob).argmax(axis=1)
+        targets = {f"label_prob_{c}": prob[:, c] for c in range(k)}
+    else:
+        prob = np.where(has_gold, gold, weak_prob)
+        weak_label = weak_prob >= 0.5
+        targets = {"label_prob": prob}
+    label = np.where(has_gold, gold, np.where(weak, weak_label, ABSTAIN)).astype(np.int64)
     weight = np.where(has_gold, 1.0, np.where(weak, 0.0 if mix == "gold_only" else weak_weight, 0.0))
-    return pd.DataFrame({"label": label, "label_prob": prob, "label_source": source, "label_weight": weight})
+    return pd.DataFrame({"label": label, **targets, "label_source": source, "label_weight": weight})
 
 
 def label_counts(labels: pd.DataFrame) -> dict[str, dict[str, float]]:

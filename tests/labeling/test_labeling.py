@@ -70,8 +70,9 @@ def test_lf_returning_bad_values_is_refused():
     def lf_two(df):
         return np.full(len(df), 2)
 
-    with pytest.raises(RuntimeError, match="outside"):
+    with pytest.raises(RuntimeError, match=r"LF lf_two voted \[2\]: a vote is -1 \(abstain\) or one of the 2 classes"):
         apply_lfs(pd.DataFrame([row()]), [lf_two])
+    assert apply_lfs(pd.DataFrame([row()]), [lf_two], classes=3).tolist() == [[2]]  # a class of a 3-class dataset
 
 
 def test_label_batch_on_real_rows(emails):

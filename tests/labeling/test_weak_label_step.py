@@ -4,7 +4,7 @@ import pandas as pd
 
 from tasks.core.context import StepContext
 from tasks.ingest import ingest
-from tasks.labeling.mix import LABEL_COLUMNS
+from tasks.labeling.mix import label_columns
 from tasks.validate_labeled import validate_labeled
 from tasks.weak_label import weak_label
 
@@ -13,7 +13,7 @@ def test_weak_label_mixes_the_batchs_gold_with_weighted_weak_labels(settings):
     ctx = StepContext.create("r1", settings, {"weak_label": {"gold_budget": 0.2, "weak_weight": 0.5}})
     wl = weak_label(ctx, ingest=ingest(ctx))
     labeled = pd.read_parquet(wl.labeled)
-    assert set(LABEL_COLUMNS) <= set(labeled.columns)
+    assert set(label_columns(2)) <= set(labeled.columns)
     gold, weak = labeled["label_source"] == "gold", labeled["label_source"] == "weak"
     assert wl.label_counts["gold"]["rows"] == int(gold.sum()) and 0.1 < gold.mean() < 0.3
     assert (labeled.loc[gold, "label_weight"] == 1).all() and (labeled.loc[weak, "label_weight"] == 0.5).all()
