@@ -64,7 +64,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store_dir: str, out
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, N_FEATURES, generator=g).to(device)
     y = (torch.rand(args.batch, generator=g) < 0.1).float().to(device)
-    stats = FeatureStats(args.batch, torch.zeros(N_FEATURES), torch.ones(N_FEATURES), 0.1)
+    stats = FeatureStats(args.batch, torch.zeros(N_FEATURES), torch.ones(N_FEATURES), (0.9, 0.1))
     model = make_model(stats, p).to(device)
     no_sync = contextlib.nullcontext
     if fsdp:

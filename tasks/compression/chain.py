@@ -27,8 +27,8 @@ from tasks.core.errors import CompressionError
 @dataclass(frozen=True)
 class CompressionData:
     """Training rows for fine-tuning, distillation and calibration: the model's inputs (raw features,
-    float32 [n, f], or token ids, int64 [n, length]). `y` (0/1, may be weak labels) is optional;
-    static int8 needs it to stratify its calibration sample."""
+    float32 [n, f], or token ids, int64 [n, length]). `y` (the class 0..K-1, may be weak labels) is
+    optional; static int8 needs it to stratify its calibration sample."""
 
     X: np.ndarray
     y: np.ndarray | None = None
@@ -47,8 +47,8 @@ class CompressionData:
             y = np.asarray(self.y).reshape(-1)
             if len(y) != len(X):
                 raise CompressionError(f"CompressionData.y has {len(y)} labels for {len(X)} rows")
-            if len(y) and not np.isin(y, (0, 1)).all():
-                raise CompressionError("CompressionData.y must be 0/1")
+            if len(y) and not (np.equal(np.mod(y, 1), 0).all() and y.min() >= 0):
+                raise CompressionError("CompressionData.y must hold class indices 0..K-1")
             object.__setattr__(self, "y", y.astype(np.int64))
 
 

@@ -61,6 +61,7 @@ def other_plugin_student(teacher, spec: StudentSpec, X: np.ndarray, target) -> A
     import torch
 
     from tasks.models import ModelPluginError, attach_tokenizer, build_model, load_model_plugin, plugin_of
+    from tasks.models.losses import class_probabilities
     from tasks.training.data import FeatureStats
 
     mine, theirs = plugin_of(teacher), load_model_plugin(spec.module)
@@ -77,7 +78,8 @@ def other_plugin_student(teacher, spec: StudentSpec, X: np.ndarray, target) -> A
                     f"distil into {spec.module}: {key} {params[key]} is not the teacher's {teacher.arch[key]} "
                     "(the student reads the teacher's token ids; leave it out)"
                 )
-    stats = FeatureStats.of([(torch.from_numpy(X).float(), torch.sigmoid(target))])
+    soft = class_probabilities(target).reshape(len(target), -1)  # the teacher's, as (class targets, weight 1)
+    stats = FeatureStats.of([(torch.from_numpy(X).float(), torch.cat([soft, torch.ones(len(soft), 1)], dim=1))])
     try:
         student = build_model(spec.module, stats, params)
     except (ModelPluginError, ValueError) as exc:

@@ -50,17 +50,20 @@ def fit_soft_targets(
     seed: int,
     temperature: float = 1.0,
 ) -> list[float]:
-    """Train `student` (in place) so sigmoid(student/T) matches sigmoid(target/T); mean loss per epoch.
+    """Train `student` (in place) so its probabilities at temperature T match the target's (sigmoid of
+    one logit, softmax of K); mean loss per epoch.
 
     Everything random is drawn from `seed`: the batch order from a generator of its own, and the
     student's dropout from the global generator, seeded here inside `fork_rng` (so the result does
     not depend on what the process drew before, and the caller's random state is left as it was)."""
     import torch
 
+    from tasks.models.losses import class_probabilities
+
     if epochs == 0 or len(X) == 0:
         return []
     x = torch.from_numpy(model_input(X))
-    soft = torch.sigmoid(target_logits / temperature)
+    soft = class_probabilities(target_logits / temperature)
     params = [p for p in student.parameters() if p.requires_grad]
     opt = torch.optim.Adam(params, lr=lr)
     gen = torch.Generator().manual_seed(seed)
@@ -71,9 +74,17 @@ def fit_soft_targets(
     return losses
 
 
+def soft_target_loss(logits, soft):
+    """Mean cross-entropy of logits against soft targets: binary (one logit a row) or K classes."""
+    import torch.nn.functional as F
+
+    if logits.dim() == 1:
+        return F.binary_cross_entropy_with_logits(logits, soft)
+    return -(soft * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+
+
 def _epochs(student, opt, x, soft, gen, epochs: int, batch_size: int, temperature: float) -> list[float]:
     import torch
-    import torch.nn.functional as F
 
     losses = []
     student.train()
@@ -82,7 +93,7 @@ def _epochs(student, opt, x, soft, gen, epochs: int, batch_size: int, temperatur
         total = 0.0
         for start in range(0, len(x), batch_size):
             idx = order[start : start + batch_size]
-            loss = F.binary_cross_entropy_with_logits(student(x[idx]) / temperature, soft[idx])
+            loss = soft_target_loss(student(x[idx]) / temperature, soft[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

@@ -11,15 +11,17 @@ A model module provides (checked when it is loaded, with an error naming what is
                           Params then have `vocab_size` and `max_len`
     INPUT, OUTPUT         the served tensor names (OIP) of the exported graph
     build(stats, params)  a new module for inputs described by `stats` (`.mean`, `.std` per feature,
-                          `.positive_share`), seeded by the caller; its weights are what training changes
+                          `.classes`: K, `.class_shares`), seeded by the caller; one logit when binary,
+                          K when K > 2 (losses.logit_count); its weights are what training changes
     arch(model) / from_arch(arch)
                           the architecture as plain values, and a module built from it (saved beside
                           the weights, so an artifact rebuilds without params.yaml)
-    loss(positive_share)  the noise-aware loss on soft targets with row weights: targets `[n]`, or
-                          `[n, 2]` (target, row weight; gold rows hard at weight 1, weak rows the label
-                          model's probability at the weak weight); summed over rows
+    loss(class_shares)    the noise-aware loss on soft targets with row weights: binary targets `[n]` or
+                          `[n, 2]` (P(class 1), row weight), K classes `[n, K + 1]` (class probabilities,
+                          row weight); gold rows hard at weight 1, weak rows the label model's
+                          probabilities at the weak weight; summed over rows (losses.noise_aware_loss)
     probabilities(model, x)
-                          the positive-class probability of each row, shape [n]
+                          binary: P(class 1) of each row, shape [n]; K classes: [n, K]
     shard_units(model)    the blocks a sharded strategy wraps one by one (then the root)
     export_wrapper(model) raw inputs -> probabilities, what ONNX export traces
     example_input(model, n)
@@ -191,15 +193,15 @@ def load_model(path: str | Path):
 
 
 def predict_proba(model, X) -> Any:
-    """The positive-class probability of each row of X (the model's input array: features, as
-    float32, or int64 token ids) as float64 [n]."""
+    """The probabilities of each row of X (the model's input array: features, as float32, or int64
+    token ids) as float64: binary, P(class 1) [n]; K classes, [n, K]."""
     import numpy as np
     import torch
 
     X = np.asarray(X)
     with torch.no_grad():
         x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32 if X.dtype.kind == "f" else X.dtype))
-        return plugin_of(model).probabilities(model, x).double().numpy().reshape(-1)
+        return plugin_of(model).probabilities(model, x).double().numpy()
 
 
 def tokenizer_metadata(model) -> dict[str, Any]:

@@ -65,6 +65,8 @@ def open_session(path: Path, threads: int = 0):
 
 
 def predict(session, X: np.ndarray) -> np.ndarray:
-    """P(positive) for rows X (features [n, f] or token ids [n, length]) as float64 [n]."""
+    """The probabilities of rows X (features [n, f] or token ids [n, length]) as float64: binary,
+    P(class 1) [n]; K classes, [n, K]."""
     name = session.get_inputs()[0].name
-    return session.run(None, {name: model_input(X)})[0].reshape(-1).astype(np.float64)
+    out = session.run(None, {name: model_input(X)})[0].astype(np.float64)
+    return out if out.ndim == 2 and out.shape[1] > 1 else out.reshape(-1)

@@ -32,9 +32,10 @@ class Params(TokenParams):
 
 
 def build(stats, params: Params):
+    from tasks.models.losses import logit_count
     from tasks.models.text_net import BagOfEmbeddings
 
-    return BagOfEmbeddings(params.vocab_size, params.max_len, params.dim, params.head_width)
+    return BagOfEmbeddings(params.vocab_size, params.max_len, params.dim, params.head_width, logit_count(stats.classes))
 
 
 def from_arch(spec: dict):

@@ -1,4 +1,4 @@
-"""The MLP plug-in (the default model): a binary classifier over the dataset's `featurize` matrix.
+"""The MLP plug-in (the default model): a classifier (binary, or K classes) over the dataset's `featurize` matrix.
 
 Feature scaling lives inside the model (buffers), so the exported ONNX graph takes raw
 features and the serving side needs no separate scaler. The plug-in interface is described
@@ -34,9 +34,10 @@ class Params(BaseModel):
 
 
 def build(stats, params: Params) -> MLP:
+    from tasks.models.losses import logit_count
     from tasks.models.mlp_net import MLP
 
-    model = MLP(len(stats.mean), params.hidden)
+    model = MLP(len(stats.mean), params.hidden, logit_count(stats.classes))
     model.set_scaling(stats.mean, stats.std)
     return model
 
@@ -51,17 +52,17 @@ def from_arch(arch: dict[str, Any]) -> MLP:
     return MLP(**arch)
 
 
-def loss(positive_share: float) -> nn.Module:
-    """The noise-aware loss on soft targets with row weights (losses.binary_loss)."""
-    from tasks.models.losses import binary_loss
+def loss(class_shares) -> nn.Module:
+    """The noise-aware loss on soft targets with row weights (losses.noise_aware_loss)."""
+    from tasks.models.losses import noise_aware_loss
 
-    return binary_loss(positive_share)
+    return noise_aware_loss(class_shares)
 
 
 def probabilities(model: MLP, x: torch.Tensor) -> torch.Tensor:
-    import torch
+    from tasks.models.losses import class_probabilities
 
-    return torch.sigmoid(model(x))
+    return class_probabilities(model(x))
 
 
 def shard_units(model: MLP) -> list[nn.Module]:
@@ -86,7 +87,7 @@ def narrower(model: MLP, hidden: list[int]) -> MLP:
     """A new MLP with `hidden` widths taking the same raw features (the same input scaling)."""
     from tasks.models.mlp_net import MLP
 
-    student = MLP(model.mean.numel(), hidden)
+    student = MLP(model.mean.numel(), hidden, model.outputs)
     student.set_scaling(model.mean, model.std)
     return student
 

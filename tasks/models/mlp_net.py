@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from tasks.core.errors import CompressionError
+from tasks.models.losses import class_probabilities
 
 CLIP_STD = 5.0
 
@@ -14,9 +15,13 @@ CLIP_STD = 5.0
 class MLP(nn.Module):
     sluice_plugin = "tasks.models.mlp"  # which plug-in built it (tasks.models.plugin_of), for models made directly too
 
-    def __init__(self, n_features: int, hidden: tuple[int, ...] | list[int]):
+    def __init__(self, n_features: int, hidden: tuple[int, ...] | list[int], outputs: int = 1):
+        """`outputs`: logits per row, 1 for a binary model (its arch then omits it, as before K classes)."""
         super().__init__()
         self.arch = {"n_features": int(n_features), "hidden": [int(h) for h in hidden]}
+        if outputs != 1:
+            self.arch["outputs"] = int(outputs)
+        self.outputs = int(outputs)
         self.register_buffer("mean", torch.zeros(n_features))
         self.register_buffer("std", torch.ones(n_features))
         layers: list[nn.Module] = []
@@ -24,7 +29,7 @@ class MLP(nn.Module):
         for h in hidden:
             layers += [nn.Linear(width, h), nn.ReLU()]
             width = h
-        layers.append(nn.Linear(width, 1))
+        layers.append(nn.Linear(width, outputs))
         self.net = nn.Sequential(*layers)
 
     def set_scaling(self, mean: torch.Tensor, std: torch.Tensor) -> None:
@@ -32,23 +37,24 @@ class MLP(nn.Module):
         self.std.copy_(std.clamp_min(1e-3))  # constant features would divide by zero
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Logit of the positive class, shape [n]."""
+        """Logit of the positive class, shape [n]; with K > 2 outputs, the K logits [n, K]."""
         # Clipping the standardized inputs bounds the activation range: rare flags (a feature that
         # is 1 in 3 of 4,000 rows) would otherwise sit 30+ std out, and dynamic int8 quantization,
         # which scales each batch by its extreme value, would crush every other row to zero.
         z = ((x - self.mean) / self.std).clamp(-CLIP_STD, CLIP_STD)
-        return self.net(z).squeeze(-1)
+        out = self.net(z)
+        return out.squeeze(-1) if self.outputs == 1 else out
 
 
 class Probability(nn.Module):
-    """What is exported and served: raw features -> P(positive)."""
+    """What is exported and served: raw features -> P(positive) [n], or the K class probabilities [n, K]."""
 
     def __init__(self, model: MLP):
         super().__init__()
         self.model = model
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.model(features))
+        return class_probabilities(self.model(features))
 
 
 def plain_linears(model) -> list[nn.Linear]:

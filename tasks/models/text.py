@@ -26,16 +26,16 @@ def arch(model) -> dict[str, Any]:
     return dict(model.arch)
 
 
-def loss(positive_share: float):
-    from tasks.models.losses import binary_loss
+def loss(class_shares):
+    from tasks.models.losses import noise_aware_loss
 
-    return binary_loss(positive_share)
+    return noise_aware_loss(class_shares)
 
 
 def probabilities(model, x):
-    import torch
+    from tasks.models.losses import class_probabilities
 
-    return torch.sigmoid(model(x))
+    return class_probabilities(model(x))
 
 
 def export_wrapper(model):

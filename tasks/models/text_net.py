@@ -6,6 +6,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from tasks.models.losses import class_probabilities
+
 
 def masked_mean(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Mean over the sequence of `h` [n, L, d] where `mask` [n, L] is 1 (a row of padding only: zeros)."""
@@ -13,19 +15,32 @@ def masked_mean(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (h * m).sum(1) / m.sum(1).clamp_min(1.0)
 
 
+def with_outputs(arch: dict, outputs: int) -> int:
+    """Record a head of K > 2 logits in `arch` (a binary model's arch omits it, as before K classes)."""
+    if outputs != 1:
+        arch["outputs"] = int(outputs)
+    return int(outputs)
+
+
+def logits(out: torch.Tensor, outputs: int) -> torch.Tensor:
+    """The head's output: [n] for one logit (binary), [n, K] for K."""
+    return out.squeeze(-1) if outputs == 1 else out
+
+
 class BagOfEmbeddings(nn.Module):
     """fastText-style: the mean of the tokens' embeddings, one hidden layer, a logit."""
 
     sluice_plugin = "tasks.models.bow"
 
-    def __init__(self, vocab_size: int, max_len: int, dim: int, head_width: int):
+    def __init__(self, vocab_size: int, max_len: int, dim: int, head_width: int, outputs: int = 1):
         super().__init__()
         self.arch = {"vocab_size": vocab_size, "max_len": max_len, "dim": dim, "head_width": head_width}
+        self.outputs = with_outputs(self.arch, outputs)
         self.embed = nn.Embedding(vocab_size, dim, padding_idx=0)
-        self.head = nn.Sequential(nn.Linear(dim, head_width), nn.ReLU(), nn.Linear(head_width, 1))
+        self.head = nn.Sequential(nn.Linear(dim, head_width), nn.ReLU(), nn.Linear(head_width, outputs))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return self.head(masked_mean(self.embed(ids), ids != 0)).squeeze(-1)
+        return logits(self.head(masked_mean(self.embed(ids), ids != 0)), self.outputs)
 
 
 class Block(nn.Module):
@@ -50,7 +65,17 @@ class TransformerClassifier(nn.Module):
 
     sluice_plugin = "tasks.models.transformer"
 
-    def __init__(self, vocab_size: int, max_len: int, width: int, depth: int, heads: int, ffn: int, dropout: float):
+    def __init__(
+        self,
+        vocab_size: int,
+        max_len: int,
+        width: int,
+        depth: int,
+        heads: int,
+        ffn: int,
+        dropout: float,
+        outputs: int = 1,
+    ):
         super().__init__()
         self.arch = {
             "vocab_size": vocab_size,
@@ -61,11 +86,12 @@ class TransformerClassifier(nn.Module):
             "ffn": ffn,
             "dropout": dropout,
         }
+        self.outputs = with_outputs(self.arch, outputs)
         self.embed = nn.Embedding(vocab_size, width, padding_idx=0)
         self.position = nn.Embedding(max_len, width)
         self.blocks = nn.ModuleList(Block(width, heads, ffn, dropout) for _ in range(depth))
         self.norm = nn.LayerNorm(width)
-        self.head = nn.Linear(width, 1)
+        self.head = nn.Linear(width, outputs)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         keep = ids != 0
@@ -76,15 +102,15 @@ class TransformerClassifier(nn.Module):
         h = self.embed(ids) + self.position(positions)
         for block in self.blocks:
             h = block(h, pad)
-        return self.head(masked_mean(self.norm(h), keep)).squeeze(-1)
+        return logits(self.head(masked_mean(self.norm(h), keep)), self.outputs)
 
 
 class Probability(nn.Module):
-    """What is exported and served: token ids -> P(positive)."""
+    """What is exported and served: token ids -> P(positive) [n], or the K class probabilities [n, K]."""
 
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
 
     def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
-        return torch.sigmoid(self.model(input_ids))
+        return class_probabilities(self.model(input_ids))

@@ -30,32 +30,54 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FeatureStats:
-    """Row count, per-feature mean and standard deviation, and mean soft label (weighted by the rows'
-    loss weights when targets are `[n, 2]`: target, weight), of the trainable rows, accumulated one
-    chunk at a time (float64 sums, so the order of chunks hardly matters)."""
+    """Row count, per-feature mean and standard deviation, and each class's share of the soft labels
+    (weighted by the rows' loss weights), of the trainable rows, accumulated one chunk at a time
+    (float64 sums, so the order of chunks hardly matters). Targets: `[n]` (P(class 1)), `[n, 2]`
+    (P(class 1), weight), or `[n, K + 1]` (K class probabilities, weight): see `training_targets`."""
 
     rows: int
     mean: torch.Tensor
     std: torch.Tensor
-    spam_share: float
+    class_shares: tuple[float, ...]
+
+    @property
+    def classes(self) -> int:
+        return len(self.class_shares)
+
+    @property
+    def positive_share(self) -> float:
+        """Binary: the share of class 1."""
+        return self.class_shares[1]
 
     @staticmethod
     def of(chunks) -> "FeatureStats":
-        n, s, sq, ysum, wsum = 0, None, None, 0.0, 0.0
+        n, s, sq, ysum, wsum = 0, None, None, None, 0.0
         for x, y in chunks:
-            y64 = y.to(torch.float64)
-            target, weight = (y64[:, 0], y64[:, 1]) if y64.dim() == 2 else (y64, torch.ones_like(y64))
+            target, weight = split_targets(y.to(torch.float64))
             x64 = x.to(torch.float64)
             s = x64.sum(0) if s is None else s + x64.sum(0)
             sq = x64.pow(2).sum(0) if sq is None else sq + x64.pow(2).sum(0)
             n += len(x)
-            ysum += float((target * weight).sum())
+            part = (target * weight.unsqueeze(-1)).sum(0)
+            ysum = part if ysum is None else ysum + part
             wsum += float(weight.sum())
         if not n:
             raise ValueError("no trainable rows")
         mean = s / n
         var = (sq - n * mean.pow(2)) / max(n - 1, 1)  # unbiased, like torch.std
-        return FeatureStats(n, mean.float(), var.clamp_min(0).sqrt().float(), ysum / wsum if wsum > 0 else 0.0)
+        shares = (ysum / wsum).tolist() if wsum > 0 else [0.0] * len(ysum)
+        if len(shares) == 1:  # binary: P(class 1)
+            shares = [1.0 - shares[0], shares[0]]
+        return FeatureStats(n, mean.float(), var.clamp_min(0).sqrt().float(), tuple(shares))
+
+
+def split_targets(y: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Targets -> (class targets [n, 1] (binary P(class 1)) or [n, K], row weights [n])."""
+    if y.dim() == 1:
+        return y.unsqueeze(-1), torch.ones_like(y)
+    if y.shape[1] == 3:
+        raise ValueError("targets [n, 3] are neither binary (P(class 1), weight) nor K >= 3 classes plus a weight")
+    return y[:, :-1], y[:, -1]
 
 
 class PartitionCache:
@@ -113,14 +135,23 @@ class EpochOrder:
 
 
 def training_targets(df) -> np.ndarray:
-    """The loss's targets of labeled rows: `[n, 2]` float32 of (soft label, row weight).
+    """The loss's targets of labeled rows, float32: `[n, 2]` (soft label, row weight) when binary,
+    `[n, K + 1]` (the K class probabilities, row weight) for K > 2 classes.
 
-    `label_prob` is P(spam): the gold 0/1 on gold rows, the label model's probability on weak
-    ones; `label_weight` the row's weight in the noise-aware loss (partitions written before it
-    existed train every row at weight 1)."""
-    prob = df["label_prob"].to_numpy(np.float32)
+    Binary `label_prob` is P(class 1): the gold 0/1 on gold rows, the label model's probability on weak
+    ones; K classes have `label_prob_0` .. `label_prob_<K-1>` (tasks/labeling/mix.py). `label_weight`
+    is the row's weight in the noise-aware loss (partitions written before it existed train every
+    row at weight 1)."""
+    columns = (
+        ["label_prob"]
+        if "label_prob" in df
+        else sorted((c for c in df.columns if c.startswith("label_prob_")), key=lambda c: int(c.rsplit("_", 1)[1]))
+    )
+    if not columns:
+        raise ValueError("labeled rows carry no training target (label_prob, or label_prob_0 .. label_prob_<K-1>)")
+    prob = df[columns].to_numpy(np.float32)
     weight = df["label_weight"].to_numpy(np.float32) if "label_weight" in df else np.ones(len(df), np.float32)
-    return np.stack([prob, weight], axis=1) if len(df) else np.zeros((0, 2), np.float32)
+    return np.concatenate([prob, weight[:, None]], axis=1) if len(df) else np.zeros((0, len(columns) + 1), np.float32)
 
 
 def trainable_rows(fs, path: str):

@@ -34,8 +34,8 @@ def make_optimizer(model: torch.nn.Module, p: TrainParams) -> torch.optim.Optimi
 
 def make_loss(stats: FeatureStats, p: TrainParams, device: torch.device | None = None):
     """The model plug-in's noise-aware loss on soft targets with row weights, for labels whose
-    (row-weighted) positive share is the stats'; a loss that is a module is moved to `device`."""
-    loss = load_model_plugin(p.model.module).loss(stats.spam_share)
+    (row-weighted) class shares are the stats'; a loss that is a module is moved to `device`."""
+    loss = load_model_plugin(p.model.module).loss(stats.class_shares)
     return loss.to(device) if device is not None and isinstance(loss, torch.nn.Module) else loss
 
 

@@ -78,7 +78,7 @@ def test_gold_is_replayed_from_the_source_never_for_the_test_set(emails, params)
 
 def test_noise_aware_loss_weights_rows_and_equals_plain_bce_at_weight_one():
     logits, target = torch.tensor([2.0, -1.0, 0.5]), torch.tensor([1.0, 0.2, 0.0])
-    loss = mlp.loss(0.25)
+    loss = mlp.loss((0.75, 0.25))
     plain = torch.nn.BCEWithLogitsLoss(reduction="sum", pos_weight=torch.tensor(3.0))(logits, target)
     assert torch.equal(loss(logits, target), plain)
     assert torch.equal(loss(logits, torch.stack([target, torch.ones(3)], 1)), plain)
@@ -87,6 +87,21 @@ def test_noise_aware_loss_weights_rows_and_equals_plain_bce_at_weight_one():
         logits, target, reduction="none", pos_weight=torch.tensor(3.0)
     )
     torch.testing.assert_close(weighted, per_row[0] + 0.5 * per_row[1])
+
+
+def test_the_k_class_loss_is_soft_cross_entropy_weighted_by_row_and_by_class_balance():
+    """Three classes at shares (0.5, 0.3, 0.2): each class weighs 1 / (3 * share); a row's loss is the
+    cross-entropy of its (soft) targets, times its row weight; a target without its weight is refused."""
+    logits = torch.tensor([[2.0, 0.0, -1.0], [0.1, 0.2, 0.3]])
+    target = torch.tensor([[1.0, 0.0, 0.0], [0.2, 0.5, 0.3]])
+    loss = mlp.loss((0.5, 0.3, 0.2))
+    class_weight = torch.tensor([1 / 1.5, 1 / 0.9, 1 / 0.6])
+    per_row = -(target * torch.log_softmax(logits, -1) * class_weight).sum(-1)
+    torch.testing.assert_close(
+        loss(logits, torch.cat([target, torch.tensor([[1.0], [0.25]])], 1)), per_row[0] + 0.25 * per_row[1]
+    )
+    with pytest.raises(ValueError, match=r"targets of 3 classes are \[n, 4\]"):
+        loss(logits, target)
 
 
 def test_a_zero_weight_row_teaches_nothing():

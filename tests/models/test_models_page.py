@@ -15,6 +15,7 @@ from tasks.core.context import parse_overrides
 from tasks.core.errors import CompressionError
 from tasks.core.params import ParamsError, repo_params
 from tasks.models import ModelPluginError, build_model, load_model_plugin, model_blob, model_from_blob
+from tasks.training.data import FeatureStats
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "models.md"
 
@@ -110,7 +111,7 @@ def test_a_plugin_lacking_pieces_is_refused_naming_them(tmp_path, monkeypatch):
 
 
 def test_weights_that_do_not_fit_the_architecture_are_a_clear_error():
-    stats = type("S", (), {"mean": torch.zeros(4), "std": torch.ones(4), "spam_share": 0.5})()
+    stats = FeatureStats(1, torch.zeros(4), torch.ones(4), (0.5, 0.5))
     blob = model_blob(build_model("tasks.models.mlp", stats, {"hidden": [8]}))
     blob["arch"] = {"n_features": 4, "hidden": [9]}
     with pytest.raises(ModelPluginError, match=r"do not fit tasks\.models\.mlp's architecture"):
@@ -118,7 +119,7 @@ def test_weights_that_do_not_fit_the_architecture_are_a_clear_error():
 
 
 def test_a_model_saved_before_plugins_is_read_as_the_mlp():
-    stats = type("S", (), {"mean": torch.zeros(4), "std": torch.ones(4), "spam_share": 0.5})()
+    stats = FeatureStats(1, torch.zeros(4), torch.ones(4), (0.5, 0.5))
     blob = model_blob(build_model("tasks.models.mlp", stats, {"hidden": [8]}))
     del blob["plugin"]
     assert model_from_blob(blob).sluice_plugin == "tasks.models.mlp"
@@ -142,7 +143,7 @@ def test_the_pages_pretrained_weights_section_as_written(tmp_path):
     section = PAGE.read_text().split("## Starting from pretrained weights", 1)[1].split("\n## ", 1)[0]
     python, config = (re.search(rf"```{kind}\n(.*?)```", section, re.S).group(1) for kind in ("python", "yaml"))
     spec = yaml.safe_load(config)["train"]["model"]
-    stats = type("S", (), {"mean": torch.zeros(1), "std": torch.ones(1), "spam_share": 0.5})()
+    stats = FeatureStats(1, torch.zeros(1), torch.ones(1), (0.5, 0.5))
     torch.manual_seed(1)
     model = build_model(spec["module"], stats, spec["params"])
     (tmp_path / "weights").mkdir()

@@ -10,10 +10,11 @@ from safetensors.torch import save_file
 from tasks.core.params import PretrainedWeights, load_params
 from tasks.models import build_model
 from tasks.models.pretrained import PretrainedError, load_pretrained
+from tasks.training.data import FeatureStats
 from tasks.training.loop import make_model
 
 MLP = "tasks.models.mlp"
-STATS = type("S", (), {"mean": torch.zeros(6), "std": torch.ones(6), "spam_share": 0.3})()
+STATS = FeatureStats(1, torch.zeros(6), torch.ones(6), (0.7, 0.3))
 
 
 def _mlp(hidden, seed):

@@ -20,6 +20,7 @@ from tasks.models import (
 )
 from tasks.models.tokens import Encoder, TokenizerError, tokenizer_sha256, train_tokenizer
 from tasks.registry import Registry
+from tasks.training.data import FeatureStats
 from tasks.training.local import run_torchrun
 from tasks.training.loop import fit_in_memory
 from tests.conftest import write_params
@@ -94,7 +95,7 @@ def test_a_tokenizer_that_does_not_match_the_model_is_refused(corpus):
 def _tiny_trained(tok):
     from tasks.models import build_model
 
-    stats = type("S", (), {"mean": torch.zeros(1), "std": torch.ones(1), "spam_share": 0.5})()
+    stats = FeatureStats(1, torch.zeros(1), torch.ones(1), (0.5, 0.5))
     model = build_model(BOW["module"], stats, BOW["params"])
     attach_tokenizer(model, tok)
     return model
@@ -347,7 +348,7 @@ def test_structured_pruning_drops_the_weakest_ffn_units_of_every_transformer_blo
     from tasks.models import build_model
 
     df, tok = corpus
-    stats = type("S", (), {"mean": torch.zeros(1), "std": torch.ones(1), "spam_share": 0.5})()
+    stats = FeatureStats(1, torch.zeros(1), torch.ones(1), (0.5, 0.5))
     torch.manual_seed(0)
     model = build_model(TRANSFORMER["module"], stats, TRANSFORMER["params"]).eval()
     dead = torch.arange(0, 64, 2)
@@ -377,7 +378,7 @@ def test_a_fine_tuned_chain_comes_out_the_same_whatever_the_callers_thread_count
     from tasks.models import build_model
 
     df, tok = corpus
-    stats = type("S", (), {"mean": torch.zeros(1), "std": torch.ones(1), "spam_share": 0.5})()
+    stats = FeatureStats(1, torch.zeros(1), torch.ones(1), (0.5, 0.5))
     torch.manual_seed(0)
     model = build_model(TRANSFORMER["module"], stats, {**TRANSFORMER["params"], "dropout": 0.1}).eval()
     attach_tokenizer(model, tok)

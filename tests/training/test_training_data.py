@@ -50,7 +50,7 @@ def test_feature_stats_over_chunks_equal_the_whole():
     assert stats.rows == 1000
     torch.testing.assert_close(stats.mean, x.double().mean(0).float())
     torch.testing.assert_close(stats.std, x.double().std(0).float())
-    assert stats.spam_share == pytest.approx(float(y.double().mean()))
+    assert stats.positive_share == pytest.approx(float(y.double().mean()))
     with pytest.raises(ValueError, match="no trainable rows"):
         FeatureStats.of([])
 
@@ -161,4 +161,4 @@ def test_streamed_targets_carry_each_rows_loss_weight(settings, emails, tmp_path
             weights=np.r_[labels["label_weight"][trains], np.ones(45)],
         )
     )
-    assert data.stats.spam_share == pytest.approx(expected, rel=1e-6)
+    assert data.stats.positive_share == pytest.approx(expected, rel=1e-6)
