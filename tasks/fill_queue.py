@@ -20,7 +20,7 @@ from tasks.core.context import StepContext
 from tasks.core.log import log
 from tasks.core.records import FillQueueRecord, IngestRecord, WeakLabelRecord
 from tasks.datasets import load_dataset
-from tasks.labeling.lf import LABEL_MODEL_PROB, ROW_ID
+from tasks.labeling.lf import ROW_ID, votes_probabilities
 from tasks.labeling.queue import QueueStore, build_items
 from tasks.registry import Registry, served_artifact
 from tasks.runner import step
@@ -35,7 +35,7 @@ def fill_queue(ctx: StepContext, ingest: IngestRecord, weak_label: WeakLabelReco
     if votes is None or list(votes[ROW_ID]) != list(batch[ds.ID_COLUMN].astype(str)):
         raise ValueError(f"{weak_label.lf_votes}: the LF votes are not this batch's rows (re-run weak_label)")
     names = [c for c in votes.columns if not c.startswith("_")]
-    L, prob = votes[names].to_numpy(), votes[LABEL_MODEL_PROB].to_numpy(np.float64)
+    L, prob = votes[names].to_numpy(), votes_probabilities(votes)
     registry = Registry(ctx.settings)
     store = QueueStore.open(ctx.settings.layout)
     gold_sets = set()  # rows the gold dev and test sets hold: a label there is never used
@@ -76,7 +76,7 @@ def fill_queue(ctx: StepContext, ingest: IngestRecord, weak_label: WeakLabelReco
 
 
 def prod_scores(registry: Registry, batch: pd.DataFrame) -> tuple[str | None, np.ndarray | None]:
-    """(the prod model version, its served ONNX's P(positive) per batch row), or (None, None)."""
+    """(the prod model version, its served ONNX's P(positive) per batch row, or [n, K]), or (None, None)."""
     prod = registry.state()["prod_model"]
     if not prod:
         return None, None

@@ -5,9 +5,10 @@ First the prediction log's new feedback becomes a gold version in the registry (
 report runs/<run_id>/feedback_gold.json); with weak_label.feedback_gold its rows then grow the gold dev
 set and train as extra gold rows.
 
-Writes runs/<run_id>/labeled.parquet (raw columns + label, label_prob, label_source, label_weight:
-tasks/labeling/mix.py) and an LF analysis table; the gold dev set scores both label sources every
-run and, out of fold, chooses how much the weak rows weigh (tasks/labeling/weak_weight.py).
+Writes runs/<run_id>/labeled.parquet (raw columns + label, label_prob (K classes: label_prob_<k>),
+label_source, label_weight: tasks/labeling/mix.py) and an LF analysis table; the gold dev set scores
+both label sources every run and, out of fold, chooses how much the weak rows weigh
+(tasks/labeling/weak_weight.py).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from tasks.core.context import StepContext
 from tasks.core.files import atomic_write_json, atomic_write_parquet
 from tasks.core.log import log
 from tasks.core.records import IngestRecord, WeakLabelRecord
-from tasks.datasets import load_dataset
+from tasks.datasets import check_labels, class_names, load_dataset
 from tasks.labeling.drift import drift_flags, labeling_stats
 from tasks.labeling.feedback import NightlyFeedback, describe, grow_dev, mix_in, nightly_feedback, trained_through
 from tasks.labeling.label_model import label_batch
@@ -55,13 +56,15 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     prev_info = registry.data_version_info(previous) if previous else {}
     fb = feedback_gold(ctx, ds, registry, batch, dev, test_ids, trained_through(registry))
     dev = grow_dev(dev, fb)
+    classes = len(class_names(ds))
+    check_labels(ds, dev[ds.GOLD_COLUMN], "the gold dev set")
     y_dev = dev[ds.GOLD_COLUMN].to_numpy().astype(int)
     lfs = module.make_lfs(dev, y_dev)
 
-    L, L_dev = apply_lfs(batch, lfs), apply_lfs_dev(dev, lfs)
-    log(f"applied {len(lfs)} LFs to {len(batch)} batch rows and {len(dev)} gold dev rows")
-    out = label_batch(L, L_dev, y_dev, lfs, p)
-    stats = labeling_stats(L, out.label)
+    L, L_dev = apply_lfs(batch, lfs, classes), apply_lfs_dev(dev, lfs, classes)
+    log(f"applied {len(lfs)} LFs to {len(batch)} batch rows and {len(dev)} gold dev rows ({classes} classes)")
+    out = label_batch(L, L_dev, y_dev, lfs, p, classes)
+    stats = labeling_stats(L, out.label, classes)
     before = prev_info.get("labeling_stats")
     drift = drift_flags(stats, before, p)
     for flag in drift:
@@ -77,7 +80,9 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     # earlier version are held out; its new rows are gold here, or appended when not in the batch
     rows, gold, prob, held_out = mix_in(fb, batch, gold, out.prob, held_out, ds)
     lm_auc = out.quality["label_model"]["roc_auc"]  # the label model's dev quality: which way the choice leans
-    choice = nightly_weak_weight(rows[~held_out], gold[~held_out], dev, y_dev, module.make_lfs, ds.featurize, p, lm_auc)
+    choice = nightly_weak_weight(
+        rows[~held_out], gold[~held_out], dev, y_dev, module.make_lfs, ds.featurize, p, lm_auc, classes
+    )
     labels = hold_out(training_labels(prob, gold, p.mix, choice.weight), held_out)
     counts = label_counts(labels)
     log(

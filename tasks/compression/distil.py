@@ -3,7 +3,8 @@
 The student is the teacher's plug-in at other widths (its `narrower`, which keeps the teacher's
 input handling: the MLP's scaling buffers), or a model of another plug-in that reads the same
 inputs (`DistilConfig.student`: a transformer's ids read by a bag-of-embeddings, with the
-teacher's tokenizer). It learns sigmoid(teacher logit / T) with a soft binary cross-entropy.
+teacher's tokenizer). It learns the teacher's probabilities at temperature T (sigmoid of its logit,
+or softmax of its K logits) with a soft cross-entropy (finetune.soft_target_loss).
 """
 
 from __future__ import annotations

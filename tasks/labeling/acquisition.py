@@ -32,36 +32,51 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from tasks.labeling.lf import ABSTAIN
-
 SIGNALS = ("conflict", "entropy", "uncertainty")
 CHOSEN, RANDOM = "chosen", "random"
 
 
-def lf_conflict(L: np.ndarray) -> np.ndarray:
-    """Per row: 2 * min(positive votes, negative votes) / votes, 0 with fewer than two votes."""
+def lf_conflict(L: np.ndarray, classes: int = 2) -> np.ndarray:
+    """Per row: how split its votes are, (1 - votes for the most voted class / votes) / (1 - 1/K), 1 when
+    they spread evenly over the K classes (binary: 2 * min(positive, negative) / votes); 0 with fewer
+    than two votes."""
     L = np.asarray(L)
     if L.ndim != 2:
         raise ValueError(f"the label matrix must be 2-D, got shape {L.shape}")
-    pos = (L == 1).sum(axis=1).astype(np.float64)
-    neg = ((L != ABSTAIN) & (L != 1)).sum(axis=1).astype(np.float64)
-    votes = pos + neg
+    counts = np.stack([(L == c).sum(axis=1) for c in range(classes)], axis=1).astype(np.float64)
+    votes, top = counts.sum(axis=1), counts.max(axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        out = np.where(votes >= 2, 2.0 * np.minimum(pos, neg) / votes, 0.0)
+        out = np.where(votes >= 2, (1.0 - top / votes) / (1.0 - 1.0 / classes), 0.0)
     return out
 
 
 def entropy(prob: np.ndarray) -> np.ndarray:
-    """Binary entropy in bits of P(positive); nan (no LF voted) -> 1."""
-    p = np.clip(np.asarray(prob, np.float64), 1e-12, 1 - 1e-12)
+    """Entropy of the label model's probabilities, in [0, 1]: of P(positive) [n] in bits, of [n, K] over
+    log2 K; a row with no vote (nan) -> 1."""
+    prob = np.asarray(prob, np.float64)
+    if prob.ndim == 2:
+        p = np.clip(prob, 1e-12, 1.0)
+        h = -(p * np.log2(p)).sum(axis=1) / np.log2(prob.shape[1])
+        return np.where(np.isnan(prob).any(axis=1), 1.0, np.clip(h, 0.0, 1.0))
+    p = np.clip(prob, 1e-12, 1 - 1e-12)
     h = -(p * np.log2(p) + (1 - p) * np.log2(1 - p))
     return np.where(np.isnan(prob), 1.0, h)
 
 
 def uncertainty(score: np.ndarray) -> np.ndarray:
-    """1 - |2 s - 1| of a model's P(positive): 1 at 0.5, 0 at 0 or 1 (nan -> 1)."""
+    """1 - the margin of a model's top class over the next: of P(positive), 1 - |2 s - 1| (1 at 0.5, 0 at
+    0 or 1); of [n, K] probabilities, 1 - (top - second). nan -> 1."""
     s = np.asarray(score, np.float64)
+    if s.ndim == 2:
+        top2 = np.sort(np.nan_to_num(s), axis=1)[:, -2:]
+        return np.where(np.isnan(s).any(axis=1), 1.0, 1.0 - (top2[:, 1] - top2[:, 0]))
     return np.where(np.isnan(s), 1.0, 1.0 - np.abs(2.0 * np.clip(s, 0, 1) - 1.0))
+
+
+def summary_probability(prob: np.ndarray) -> np.ndarray:
+    """One figure a row for the queue's display: P(positive) as it is, or the top class's probability."""
+    prob = np.asarray(prob, np.float64)
+    return prob if prob.ndim == 1 else prob.max(axis=1)
 
 
 def acquisition_score(
@@ -76,7 +91,9 @@ def acquisition_score(
         raise ValueError(f"acquisition weights lack {missing} (need {list(SIGNALS)})")
     if any(float(weights[s]) < 0 for s in SIGNALS):
         raise ValueError(f"acquisition weights must be >= 0, got {weights}")
-    parts = {"conflict": lf_conflict(L), "entropy": entropy(prob)}
+    prob = np.asarray(prob, np.float64)
+    classes = prob.shape[1] if prob.ndim == 2 else 2
+    parts = {"conflict": lf_conflict(L, classes), "entropy": entropy(prob)}
     if model_score is not None:
         if len(model_score) != len(prob):
             raise ValueError(f"{len(model_score)} model scores for {len(prob)} rows")

@@ -307,15 +307,16 @@ def grow_dev(dev: pd.DataFrame, fb: NightlyFeedback) -> pd.DataFrame:
 def mix_in(
     fb: NightlyFeedback, batch: pd.DataFrame, gold: np.ndarray, prob: np.ndarray, held_out: np.ndarray, ds: Any
 ) -> tuple[pd.DataFrame, np.ndarray, np.ndarray, np.ndarray]:
-    """(rows, gold, weak P(spam), held out) of the night with the feedback gold mixed in: its new labels
-    win over the batch's gold, its dev rows and the rows that trained already are held out, and its new
-    rows that are not in the batch come after the batch's (no weak label: every LF is left unasked)."""
+    """(rows, gold, weak probabilities ([n], or [n, K]), held out) of the night with the feedback gold
+    mixed in: its new labels win over the batch's gold, its dev rows and the rows that trained already
+    are held out, and its new rows that are not in the batch come after the batch's (no weak label:
+    every LF is left unasked)."""
     extra = fb.extra
     rows = pd.concat([batch, extra[ds.RAW_COLUMNS].astype(batch.dtypes.to_dict())], ignore_index=True)
     gold = np.concatenate(
         [np.where(np.isnan(fb.batch_gold), gold, fb.batch_gold), extra[ds.GOLD_COLUMN].to_numpy(np.float64)]
     )
-    prob = np.concatenate([prob, np.full(len(extra), np.nan)])
+    prob = np.concatenate([prob, np.full((len(extra), *prob.shape[1:]), np.nan)])
     held_out = np.concatenate([np.asarray(held_out, bool) | fb.batch_hold, np.zeros(len(extra), bool)])
     return rows, gold, prob, held_out
 

@@ -98,8 +98,22 @@ LABEL_MODEL_PROB = "_label_model_prob"
 
 
 def votes_frame(ids: pd.Series, L: np.ndarray, names: list[str], prob: np.ndarray) -> pd.DataFrame:
-    """Per batch row: its id, each LF's vote and the label model's P(positive) (nan: no LF voted)."""
+    """Per batch row: its id, each LF's vote and the label model's P(positive) (nan: no LF voted); with
+    K classes, its probability of each class k (`_label_model_prob_<k>`)."""
     frame = pd.DataFrame(np.asarray(L, np.int8), columns=names)
     frame.insert(0, ROW_ID, ids.astype(str).to_numpy())
-    frame[LABEL_MODEL_PROB] = np.asarray(prob, np.float64)
+    prob = np.asarray(prob, np.float64)
+    if prob.ndim == 1:
+        frame[LABEL_MODEL_PROB] = prob
+    else:
+        for k in range(prob.shape[1]):
+            frame[f"{LABEL_MODEL_PROB}_{k}"] = prob[:, k]
     return frame
+
+
+def votes_probabilities(votes: pd.DataFrame) -> np.ndarray:
+    """The label model's probabilities a `votes_frame` holds: [n] (binary) or [n, K]."""
+    if LABEL_MODEL_PROB in votes:
+        return votes[LABEL_MODEL_PROB].to_numpy(np.float64)
+    k = sum(1 for c in votes.columns if c.startswith(f"{LABEL_MODEL_PROB}_"))
+    return votes[[f"{LABEL_MODEL_PROB}_{c}" for c in range(k)]].to_numpy(np.float64)

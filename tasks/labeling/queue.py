@@ -429,10 +429,12 @@ def build_items(
     order a person sees them (the random rows spread evenly among the chosen), and an account."""
     import numpy as np
 
-    from tasks.labeling.acquisition import acquisition_score, select
+    from tasks.labeling.acquisition import acquisition_score, select, summary_probability
 
     weights = params.weights.model_dump() if hasattr(params.weights, "model_dump") else dict(params.weights)
     score, parts = acquisition_score(L, prob, model_score, weights)
+    shown_prob = summary_probability(prob)
+    shown_score = None if model_score is None else summary_probability(model_score)
     sel = select(
         score, features, k=params.k, random_share=params.random_share, diversity=params.diversity, seed=seed,
         eligible=eligible,
@@ -451,8 +453,8 @@ def build_items(
                 "row_id": str(batch[id_column].iloc[i]),
                 "raw": {k: (v.item() if hasattr(v, "item") else v) for k, v in raw.items()},
                 "lf_votes": {name: int(L[i, n]) for n, name in enumerate(lf_names)},
-                "label_prob": float(prob[i]),
-                "model_score": None if model_score is None else float(model_score[i]),
+                "label_prob": float(shown_prob[i]),  # K classes: the top class's probability
+                "model_score": None if model_score is None else float(shown_score[i]),
                 "score": float(sel.score[j]),
                 "kind": str(sel.kind[j]),
                 "inclusion": float(sel.inclusion[j]),

@@ -61,58 +61,93 @@ class WeightChoice:
 
 
 def fit_and_predict(x: np.ndarray, targets: np.ndarray, x_judge: np.ndarray, tp: TrainParams) -> np.ndarray:
-    """Train the end model (the engine's model and noise-aware loss, in memory) on (soft target,
-    weight) rows (weight-0 rows left out) and return its P(spam) on the judging rows."""
+    """Train the end model (the engine's model and noise-aware loss, in memory) on (soft target(s),
+    weight) rows (weight-0 rows left out) and return its probabilities on the judging rows."""
     import torch
 
+    from tasks.models import predict_proba
     from tasks.training.loop import fit_in_memory
 
-    keep = targets[:, 1] > 0
+    keep = targets[:, -1] > 0
     model, _ = fit_in_memory(torch.from_numpy(x[keep]), torch.from_numpy(targets[keep].astype(np.float32)), tp)
-    with torch.no_grad():
-        return torch.sigmoid(model(torch.from_numpy(x_judge))).numpy()
+    return predict_proba(model, x_judge)
 
 
 def proxy_fit_predict(x: np.ndarray, targets: np.ndarray, x_judge: np.ndarray) -> np.ndarray:
-    """The judge model: a standardized logistic regression trained on (soft target, weight) rows, a
-    soft target p of weight w being a positive of weight w*p and a negative of weight w*(1-p)."""
+    """The judge model: a standardized logistic regression trained on (soft target(s), weight) rows, a
+    row of weight w copied once per class, class c at weight w * P(c) (binary: a positive of weight
+    w*p and a negative of weight w*(1-p)). Returns P(class 1) [n] when binary, else [n, K]."""
     from sklearn.linear_model import LogisticRegression
     from sklearn.preprocessing import StandardScaler
 
-    keep = targets[:, 1] > 0
-    x, t, w = x[keep], targets[keep, 0].astype(np.float64), targets[keep, 1].astype(np.float64)
-    xx, yy, ww = np.concatenate([x, x]), np.r_[np.ones(len(x)), np.zeros(len(x))], np.r_[w * t, w * (1 - t)]
+    keep = targets[:, -1] > 0
+    x, w = x[keep], targets[keep, -1].astype(np.float64)
+    probs = targets[keep, :-1].astype(np.float64)
+    if probs.shape[1] == 1:  # binary: P(class 1)
+        probs = np.concatenate([1 - probs, probs], axis=1)
+    k = probs.shape[1]
+    order = np.arange(k)[::-1]  # the last class's copies first (binary: positives, then negatives)
+    xx, yy = np.tile(x, (k, 1)), np.repeat(order, len(x))
+    ww = (w[:, None] * probs[:, order]).T.reshape(-1)
     nz = ww > 0
-    if len(np.unique(yy[nz])) < 2:
-        return np.full(len(x_judge), 0.5)  # one class to learn from: no ranking
-    spam = float((ww * yy)[nz].sum() / ww[nz].sum())
-    ww = np.where(yy == 1, ww * (1 - spam) / spam, ww)  # the end model's class balancing
+    if len(np.unique(yy[nz])) < k:
+        return no_ranking(len(x_judge), k)  # a class with nothing to learn from
+    share = np.bincount(yy[nz], weights=ww[nz], minlength=k) / ww[nz].sum()
+    ww = ww * share[0] / share[yy]  # the end model's class balancing (binary: the positive side by (1-s)/s)
     scaler = StandardScaler().fit(x)
     clf = LogisticRegression(max_iter=1000).fit(scaler.transform(xx[nz]), yy[nz], sample_weight=ww[nz])
-    return clf.predict_proba(scaler.transform(x_judge))[:, 1]
+    out = clf.predict_proba(scaler.transform(x_judge))
+    return out[:, 1] if k == 2 else out
+
+
+def no_ranking(n: int, classes: int) -> np.ndarray:
+    """Scores that rank nothing: 0.5 (binary), or 1/K for every class."""
+    return np.full(n, 0.5) if classes == 2 else np.full((n, classes), 1.0 / classes)
+
+
+def roc_auc(y: np.ndarray, scores: np.ndarray) -> float:
+    """ROC AUC of P(class 1) [n], or the macro one-vs-rest ROC AUC of [n, K] probabilities."""
+    from sklearn.metrics import roc_auc_score
+
+    if scores.ndim == 1:
+        return float(roc_auc_score(y, scores))
+    return float(roc_auc_score(y, scores, multi_class="ovr", labels=list(range(scores.shape[1]))))
 
 
 def fit_and_score(
     x: np.ndarray, targets: np.ndarray, x_judge: np.ndarray, y_judge: np.ndarray, tp: TrainParams
 ) -> float:
     """`fit_and_predict`'s ROC AUC on the judging rows."""
-    from sklearn.metrics import roc_auc_score
-
-    return float(roc_auc_score(y_judge, fit_and_predict(x, targets, x_judge, tp)))
+    return roc_auc(y_judge, fit_and_predict(x, targets, x_judge, tp))
 
 
-def gold_targets(y: np.ndarray) -> np.ndarray:
-    return np.stack([np.asarray(y, np.float32), np.ones(len(y), np.float32)], axis=1)
+def gold_targets(y: np.ndarray, classes: int = 2) -> np.ndarray:
+    """Gold rows' targets at weight 1: (0/1, 1) when binary, (one-hot, 1) for K classes."""
+    y = np.asarray(y)
+    hard = y.astype(np.float32)[:, None] if classes == 2 else np.eye(classes, dtype=np.float32)[y.astype(int)]
+    return np.concatenate([hard, np.ones((len(y), 1), np.float32)], axis=1)
 
 
 def weak_targets(prob: np.ndarray, weight: float) -> np.ndarray:
-    """Covered rows only (prob not nan): the label model's P(spam) at `weight`."""
-    prob = prob[~np.isnan(prob)]
-    return np.stack([prob.astype(np.float32), np.full(len(prob), weight, np.float32)], axis=1)
+    """Covered rows only (prob not nan): the label model's P(class 1) [n], or [n, K], at `weight`."""
+    prob = prob[~covered_nan(prob)]
+    prob = prob.reshape(len(prob), -1).astype(np.float32)
+    return np.concatenate([prob, np.full((len(prob), 1), weight, np.float32)], axis=1)
+
+
+def covered_nan(prob: np.ndarray) -> np.ndarray:
+    """Rows every LF abstained on (their weak probabilities nan), of [n] or [n, K]."""
+    return np.isnan(prob) if prob.ndim == 1 else np.isnan(prob).any(axis=1)
 
 
 def gold_folds(
-    judge: pd.DataFrame, y_judge: np.ndarray, pool: pd.DataFrame, make_lfs: Callable, wp: WeakLabelParams, folds: int
+    judge: pd.DataFrame,
+    y_judge: np.ndarray,
+    pool: pd.DataFrame,
+    make_lfs: Callable,
+    wp: WeakLabelParams,
+    folds: int,
+    classes: int = 2,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """(in-fold rows, out-of-fold rows, the pool's weak P(spam)) for each of `folds` stratified folds of
     the judging gold rows, the labeling (LFs that learn from gold, the label model) rebuilt from the
@@ -124,7 +159,8 @@ def gold_folds(
     for in_fold, out_fold in split:
         dev, y_dev = judge.iloc[in_fold], y_judge[in_fold]
         lfs = make_lfs(dev, y_dev)
-        yield in_fold, out_fold, label_batch(apply_lfs(pool, lfs), apply_lfs_dev(dev, lfs), y_dev, lfs, wp).prob
+        L, L_dev = apply_lfs(pool, lfs, classes), apply_lfs_dev(dev, lfs, classes)
+        yield in_fold, out_fold, label_batch(L, L_dev, y_dev, lfs, wp, classes).prob
 
 
 def fold_training_set(
@@ -139,11 +175,11 @@ def fold_training_set(
     weight (none at 0), and the in-fold gold rows when they train too."""
     parts_x, parts_t = [base_x], [base_t]
     if weak_weight > 0:
-        parts_x.append(x_pool[~np.isnan(weak)])
+        parts_x.append(x_pool[~covered_nan(weak)])
         parts_t.append(weak_targets(weak, weak_weight))
     if gold is not None:
         parts_x.append(gold[0])
-        parts_t.append(gold_targets(gold[1]))
+        parts_t.append(gold_targets(gold[1], base_t.shape[1] - 1 if base_t.shape[1] > 2 else 2))
     return np.concatenate(parts_x), np.concatenate(parts_t)
 
 
@@ -160,27 +196,27 @@ def choose_weak_weight(
     candidates: tuple[float, ...] = CANDIDATES,
     folds: int = FOLDS,
     label_model_auc: float | None = None,
+    classes: int = 2,
 ) -> WeightChoice:
     """The candidate weight by the one-standard-error rule (`one_se_choice`) over the ROC AUCs of the
     pooled out-of-fold scores on `folds` stratified folds of `judge`. `pool`: the rows that get weak
     labels; `fixed_gold`: gold rows the end model always trains on; `train_on_judge_folds`: the
     in-fold judging rows train it too (the benchmark, where the k% gold rows are the only gold);
-    `label_model_auc`: the label model's dev ROC AUC (which way the rule leans)."""
-    from sklearn.metrics import roc_auc_score
-
+    `label_model_auc`: the label model's dev ROC AUC (which way the rule leans); `classes`: K (ROC AUC is
+    then the macro one-vs-rest one)."""
     y_judge = np.asarray(y_judge).astype(int)
-    smallest = int(np.bincount(y_judge, minlength=2).min())
+    smallest = int(np.bincount(y_judge, minlength=classes).min())
     if smallest < MIN_GOLD_PER_CLASS:
         return WeightChoice(
             max(candidates), reason=f"{smallest} gold row(s) of a class: too few to judge, weak labels kept"
         )
     oof = mean_scores(
         out_of_fold_scores(
-            judge, y_judge, pool, make_lfs, featurize, wp, train_on_judge_folds, fixed_gold, candidates, folds
+            judge, y_judge, pool, make_lfs, featurize, wp, train_on_judge_folds, fixed_gold, candidates, folds, classes
         )
     )
     # One ROC AUC over the pooled out-of-fold scores: steadier than a mean of small folds' AUCs.
-    auc = {w: float(roc_auc_score(y_judge, oof[w])) for w in candidates}
+    auc = {w: roc_auc(y_judge, oof[w]) for w in candidates}
     return one_se_choice(y_judge, oof, auc, wp, label_model_auc, folds)
 
 
@@ -195,6 +231,7 @@ def out_of_fold_scores(
     fixed_gold: tuple[pd.DataFrame, np.ndarray] | None,
     candidates: tuple[float, ...],
     folds: int,
+    classes: int = 2,
 ) -> list[dict[float, np.ndarray]]:
     """Each candidate weight's out-of-fold P(spam) on every judging row (the judge model's), once per
     repeat of the cross-validation (wp.weak_weight_repeats, the folds reshuffled and the label model
@@ -202,15 +239,17 @@ def out_of_fold_scores(
     ROC AUC by more than the weights' difference; the mean over repeats holds still."""
     x_judge, x_pool = featurize(judge), featurize(pool)
     fixed_x = featurize(fixed_gold[0]) if fixed_gold is not None else np.zeros((0, x_pool.shape[1]), np.float32)
-    fixed_t = gold_targets(fixed_gold[1]) if fixed_gold is not None else np.zeros((0, 2), np.float32)
+    width = 2 if classes == 2 else classes + 1  # (P(class 1), weight) or (K probabilities, weight)
+    fixed_t = gold_targets(fixed_gold[1], classes) if fixed_gold is not None else np.zeros((0, width), np.float32)
     repeats = []
     for r in range(wp.weak_weight_repeats):
-        oof = {w: np.full(len(judge), 0.5) for w in candidates}
-        for in_fold, out_fold, weak in gold_folds(judge, y_judge, pool, make_lfs, wp.replace(seed=wp.seed + r), folds):
+        oof = {w: no_ranking(len(judge), classes) for w in candidates}
+        reseeded = wp.replace(seed=wp.seed + r)
+        for in_fold, out_fold, weak in gold_folds(judge, y_judge, pool, make_lfs, reseeded, folds, classes):
             gold_in = (x_judge[in_fold], y_judge[in_fold]) if train_on_judge_folds else None
             for w in candidates:
                 x, t = fold_training_set(fixed_x, fixed_t, x_pool, weak, w, gold_in)
-                if (t[:, 1] > 0).any():  # else nothing to train on: a coin (0.5)
+                if (t[:, -1] > 0).any():  # else nothing to train on: a coin (0.5)
                     oof[w][out_fold] = proxy_fit_predict(x, t, x_judge[out_fold])
         repeats.append(oof)
     return repeats
@@ -224,17 +263,16 @@ def mean_scores(repeats: list[dict[float, np.ndarray]]) -> dict[float, np.ndarra
 def paired_se(y: np.ndarray, oof: dict[float, np.ndarray], best: float, rounds: int, seed: int) -> dict[float, float]:
     """Bootstrap standard error of ROC AUC(best) - ROC AUC(w) for each candidate w, resampling the
     judging rows (the same rows for both: a paired difference)."""
-    from sklearn.metrics import roc_auc_score
-
     rng = np.random.default_rng(seed)
     diffs: dict[float, list[float]] = {w: [] for w in oof}
+    classes = 2 if oof[best].ndim == 1 else oof[best].shape[1]
     while len(diffs[best]) < rounds:
         idx = rng.integers(0, len(y), len(y))
-        if len(np.unique(y[idx])) < 2:
-            continue  # a resample with one class has no ROC AUC
-        top = roc_auc_score(y[idx], oof[best][idx])
+        if len(np.unique(y[idx])) < classes:
+            continue  # a resample without every class has no ROC AUC
+        top = roc_auc(y[idx], oof[best][idx])
         for w, scores in oof.items():
-            diffs[w].append(top - roc_auc_score(y[idx], scores[idx]))
+            diffs[w].append(top - roc_auc(y[idx], scores[idx]))
     return {w: float(np.std(d, ddof=1)) for w, d in diffs.items()}
 
 
@@ -280,6 +318,7 @@ def nightly_weak_weight(
     featurize: Callable,
     p: WeakLabelParams,
     label_model_auc: float,
+    classes: int = 2,
 ) -> WeightChoice:
     """weak_label.weak_weight, or with `auto` the weight chosen on gold dev folds: the labeling rebuilt
     from the other folds, the end model trained on the batch's gold rows plus its weak rows, judged
@@ -302,6 +341,7 @@ def nightly_weak_weight(
         train_on_judge_folds=False,
         fixed_gold=fixed,
         label_model_auc=label_model_auc,
+        classes=classes,
     )
     log(
         f"weak weight {choice.weight:g} on {choice.folds} gold dev folds: ROC AUC by weight {choice.fold_auc}, "

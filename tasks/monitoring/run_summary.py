@@ -315,13 +315,15 @@ def render_text(s: dict[str, Any]) -> str:
             f"label model {fmt_quality(q['label_model'])} | majority vote {fmt_quality(q['majority_vote'])}"
             f" -> using {lab['chosen']}"
         )
-        lines.append(f"  {'LF':<22}{'votes':>6}{'coverage':>10}{'overlaps':>10}{'conflicts':>10}{'dev acc':>9}")
-        for r in lab["lf_table"] or []:
+        names = s.get("classes") or ["ham", "spam"]  # label k's name (summaries before K classes: the emails')
+        table = lab["lf_table"] or []
+        votes = ["/".join(names[v] if v < len(names) else str(v) for v in r["polarity"]) or "-" for r in table]
+        width = max([6, *(len(v) + 1 for v in votes)])
+        lines.append(f"  {'LF':<22}{'votes':>{width}}{'coverage':>10}{'overlaps':>10}{'conflicts':>10}{'dev acc':>9}")
+        for r, v in zip(table, votes):
             acc = "n/a" if r["dev_accuracy"] is None else f"{r['dev_accuracy']:.3f}"
-            votes = "/".join({0: "ham", 1: "spam"}[v] for v in r["polarity"]) or "-"
-            lines.append(
-                f"  {r['lf']:<22}{votes:>6}{r['coverage']:>10.3f}{r['overlaps']:>10.3f}{r['conflicts']:>10.3f}{acc:>9}"
-            )
+            shares = f"{r['coverage']:>10.3f}{r['overlaps']:>10.3f}{r['conflicts']:>10.3f}"
+            lines.append(f"  {r['lf']:<22}{v:>{width}}{shares}{acc:>9}")
         lines += training_label_lines(lab)
         if lab["drift"]:
             lines += [f"  DRIFT vs {lab['drift_compared_with']}: {flag}" for flag in lab["drift"]]

@@ -37,13 +37,15 @@ class EpochReporter:
             return False
         import optuna
         import torch
-        from sklearn.metrics import roc_auc_score
+
+        from tasks.evaluation.quality import classification_metrics
+        from tasks.models.losses import class_probabilities
 
         model.eval()
         with torch.no_grad():
-            prob = torch.sigmoid(model(self.x)).numpy()
+            prob = class_probabilities(model(self.x)).numpy()  # P(class 1), or [n, K]
         model.train()
-        auc = float(roc_auc_score(self.y, prob))
+        auc = classification_metrics(self.y, prob)["roc_auc"]  # K classes: the macro one-vs-rest one
         seconds = time.time() - self.t0
         self.epochs.append({"epoch": epoch, "dev_roc_auc": auc, "seconds": seconds})
         try:

@@ -39,3 +39,22 @@ def test_nightly_pipeline_on_another_dataset(settings, tmp_path, monkeypatch):
         "toy_labeled": info["contracts"]["toy_labeled"],
     }
     assert summary["test"]["challenger"]["roc_auc"] > 0.9  # the toy faults are easy to see
+
+
+@pytest.mark.slow
+def test_nightly_pipeline_on_a_three_class_dataset(settings, tmp_path, monkeypatch):
+    """K = 3 (tests/toy/three.py): LFs vote one of three classes, the label model labels at cardinality 3,
+    the model learns three logits, and every gate reads macro figures; the served model gives a
+    probability per class."""
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    params["dataset"]["module"] = "tests.toy.three"
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    monkeypatch.setenv("SLUICE_PARAMS", str(tmp_path / "params.yaml"))
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))  # so Airflow's task processes find tests.toy
+    migrate(settings)
+    run_id, state, proc = dags_test(settings, {"epochs": 10})
+    assert state == "success", proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((settings.layout.run_dir(run_id) / "summary.json").read_text())
+    assert summary["outcome"] == "deployed model-v1", summary
+    test = summary["test"]["challenger"]
+    assert test["roc_auc"] > 0.9 and set(test["per_class"]) == {"0", "1", "2"}, test
