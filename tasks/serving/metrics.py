@@ -41,7 +41,7 @@ class ServerMetrics:
         )
         self.score = Histogram(
             "sluice_prediction_score",
-            "Scores served (probability of the positive class)",
+            "Scores served (P(class 1); with K classes, the top class's probability)",
             ["variant"],
             buckets=SCORE_BUCKETS,
             registry=r,
@@ -70,8 +70,16 @@ class ServerMetrics:
         self.requests.labels(endpoint, variant).inc()
         self.latency.labels(endpoint, variant).observe(seconds)
         hist = self.score.labels(variant)
-        for s in scores:
-            hist.observe(float(s))
+        for s in top_scores(scores):
+            hist.observe(s)
 
     def exposition(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
+
+
+def top_scores(scores) -> list[float]:
+    """The score histogram's value per row: P(class 1) (binary), or the top class's probability (K)."""
+    import numpy as np
+
+    scores = np.asarray(scores, dtype=np.float64)
+    return (scores if scores.ndim == 1 else scores.max(axis=1)).tolist()

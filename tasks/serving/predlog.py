@@ -38,6 +38,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Optional
 
+import numpy as np
+
 from tasks.core.log import log
 
 Record = dict[str, Any]
@@ -53,7 +55,7 @@ def now_fields() -> dict[str, Any]:
 
 def prediction_records(
     request_id: str,
-    scores: Iterable[float],
+    scores: Iterable[Any],
     variant: str,
     model_version: str,
     latency_ms: float,
@@ -73,7 +75,7 @@ def prediction_records(
             "variant": variant,
             "model_version": model_version,
             "latency_ms": round(latency_ms, 3),
-            "score": float(s),
+            "score": float(s) if np.ndim(s) == 0 else [float(v) for v in s],  # K classes: one per class
             "shadow": shadow,
             "endpoint": endpoint,
         }

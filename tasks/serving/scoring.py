@@ -19,6 +19,7 @@ from tasks.core.log import log
 from tasks.registry.serving import CHALLENGER, CHAMPION
 from tasks.serving.context import ServingContext
 from tasks.serving.errors import ApiError
+from tasks.serving.metrics import top_scores
 from tasks.serving.predlog import error_record, prediction_records
 from tasks.serving.split import choose_variant
 from tasks.serving.variants import LoadedModel, ScoreError, Snapshot
@@ -118,8 +119,8 @@ def shadow_worker(ctx: ServingContext, stop: threading.Event) -> None:
             scores = model.predict(x)
             seconds = time.perf_counter() - t0
             ctx.metrics.shadow.inc()
-            for s in scores:
-                ctx.metrics.score.labels(CHALLENGER).observe(float(s))
+            for s in top_scores(scores):
+                ctx.metrics.score.labels(CHALLENGER).observe(s)
             ctx.predlog.append(
                 prediction_records(request_id, scores, CHALLENGER, version, seconds * 1000, True, endpoint)
             )

@@ -177,12 +177,12 @@ def wants_binary(req: InferenceRequest) -> bool:
 def infer_response(
     req: InferenceRequest, scores: np.ndarray, output_name: str, head: dict[str, Any], headers: dict[str, str]
 ) -> Response:
-    """The scores as the request asked: JSON `data`, or Triton's binary extension (the JSON part,
-    `Inference-Header-Content-Length` bytes, then the raw FP32 scores). `head`: the response's
-    model_name, model_version, id, parameters."""
-    out = ResponseOutput(name=output_name, datatype="FP32", shape=[len(scores)])
+    """The scores ([n], or [n, K] class probabilities) as the request asked: JSON `data`, or Triton's
+    binary extension (the JSON part, `Inference-Header-Content-Length` bytes, then the raw FP32
+    scores). `head`: the response's model_name, model_version, id, parameters."""
+    out = ResponseOutput(name=output_name, datatype="FP32", shape=list(scores.shape))  # [n], or [n, K]
     if not wants_binary(req):
-        out.data = [float(s) for s in scores.astype(np.float32)]
+        out.data = [float(s) for s in scores.astype(np.float32).reshape(-1)]  # row-major, as OIP lays a tensor
         body = InferenceResponse(**head, outputs=[out]).model_dump(exclude_none=True)
         return JSONResponse(body, headers=headers)
     raw = scores.astype("<f4").tobytes()

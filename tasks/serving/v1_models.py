@@ -12,7 +12,7 @@ required and non-null, unknown columns are refused, floats must be finite.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, create_model
 
@@ -123,7 +123,9 @@ class FeedbackRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
     request_id: Annotated[StrictStr, Field(min_length=1, max_length=128)]
-    label: Union[Literal[0, 1], Annotated[list[Literal[0, 1]], Field(min_length=1)]]
+    label: Union[StrictInt, Annotated[list[StrictInt], Field(min_length=1)]] = Field(
+        description="the class of each row (0..K-1; binary: 0 or 1), one label or one per row"
+    )
     who: Union[Annotated[StrictStr, Field(min_length=1, max_length=128)], None] = Field(
         None, description="who sends the label (recorded with the gold label it becomes)"
     )
@@ -136,8 +138,9 @@ def load_row_model(dataset: Any) -> type[BaseModel]:
 
 
 class Prediction(BaseModel):
-    score: float
-    label: Literal[0, 1] = Field(description="score >= 0.5")
+    score: float = Field(description="binary: P(class 1); K classes: the probability of `label`")
+    label: Annotated[int, Field(ge=0)] = Field(description="binary: score >= 0.5; K classes: the most probable class")
+    probabilities: Optional[list[float]] = Field(None, description="K > 2 classes: each class's probability")
     model_version: str
     variant: str
     request_id: str

@@ -15,6 +15,7 @@ import numpy as np
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
 
+from tasks.datasets import class_names
 from tasks.serving.context import Context, ServingContext
 from tasks.serving.errors import ApiError, ErrorBody
 from tasks.serving.predlog import feedback_records
@@ -68,12 +69,21 @@ def predict_rows(ctx: ServingContext, rows: list[Any], key: Optional[str]) -> JS
     body = PredictResponse(
         model_name=ctx.model_name,
         **common,
-        predictions=[Prediction(score=float(s), label=int(s >= 0.5), **common) for s in scores],
+        predictions=[prediction(s, common) for s in scores],
     )
     return JSONResponse(
         body.model_dump(),
         headers={"X-Request-Id": request_id, "X-Sluice-Variant": variant, "X-Sluice-Replica": ctx.replica},
     )
+
+
+def prediction(s: np.ndarray, common: dict) -> Prediction:
+    """One row's answer: binary, P(class 1) and the label at 0.5; K classes, the most probable class,
+    its probability, and every class's."""
+    if np.ndim(s) == 0:
+        return Prediction(score=float(s), label=int(s >= 0.5), **common)
+    top = int(np.argmax(s))
+    return Prediction(score=float(s[top]), label=top, probabilities=[float(v) for v in s], **common)
 
 
 def v1_router(predict_request: Any) -> APIRouter:
@@ -108,6 +118,10 @@ async def feedback(body: FeedbackRequest, ctx: Context) -> FeedbackResponse:
     except BadRequestId as exc:
         raise ApiError(404, str(exc)) from None
     labels = body.label if isinstance(body.label, list) else [body.label]
+    k = len(class_names(ctx.dataset))
+    outside = sorted({lab for lab in labels if not 0 <= lab < k})
+    if outside:
+        raise ApiError(422, f"label(s) {outside} outside the {k} classes 0..{k - 1} {class_names(ctx.dataset)}")
     if len(labels) != rows:
         raise ApiError(
             422,

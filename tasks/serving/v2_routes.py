@@ -121,7 +121,11 @@ def _metadata(ctx: ServingContext, snap: Snapshot, versions: list[str]) -> Model
             if model.takes_tokens  # or BYTES text as `text`, one per row (tensors.TEXT_INPUT)
             else TensorMetadata(name=model.input_name, datatype="FP32", shape=[-1, model.n_features])
         ],
-        outputs=[TensorMetadata(name=model.output_name, datatype="FP32", shape=[-1])],
+        outputs=[
+            TensorMetadata(
+                name=model.output_name, datatype="FP32", shape=[-1] if model.classes == 2 else [-1, model.classes]
+            )
+        ],
     )
 
 

@@ -59,16 +59,22 @@ class LoadedModel:
             return np.ascontiguousarray(dataset.featurize(df), dtype=np.float32)
         return self.encoder.encode(dataset.texts(df))
 
+    @property
+    def classes(self) -> int:
+        """K: a binary model's output is P(class 1) [batch], a K-class model's [batch, K]."""
+        shape = self.session.get_outputs()[0].shape
+        return shape[1] if len(shape) == 2 and isinstance(shape[1], int) and shape[1] > 1 else 2
+
     def predict(self, x: np.ndarray) -> np.ndarray:
-        """float32 [n, n_features] (or int64 ids [n, max_len]) -> scores float64 [n]; ScoreError if any
-        score is NaN or infinite."""
-        out = self.session.run([self.output_name], {self.input_name: x})[0]
-        scores = np.asarray(out, dtype=np.float64).reshape(len(x))
-        bad = ~np.isfinite(scores)
+        """float32 [n, n_features] (or int64 ids [n, max_len]) -> scores float64: P(class 1) [n] (binary),
+        or the K class probabilities [n, K]; ScoreError if any score is NaN or infinite."""
+        out = np.asarray(self.session.run([self.output_name], {self.input_name: x})[0], dtype=np.float64)
+        scores = out if out.ndim == 2 and out.shape[1] > 1 else out.reshape(len(x))
+        bad = ~np.isfinite(scores) if scores.ndim == 1 else ~np.isfinite(scores).all(axis=1)
         if bad.any():
             first = int(np.argmax(bad))
             raise ScoreError(
-                f"{self.spec.model_version} gave a non-finite score ({scores[first]}) for "
+                f"{self.spec.model_version} gave a non-finite score ({scores[first].tolist()}) for "
                 f"{int(bad.sum())} of {len(scores)} rows (first: row {first})"
             )
         return scores
