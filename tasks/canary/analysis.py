@@ -124,15 +124,16 @@ def select_window(
 
 
 def labels_by_row(records: Iterable[Record]) -> dict[str, int]:
-    """row_key -> 0/1 from feedback records (the last one wins; unreadable labels are ignored)."""
+    """row_key -> the class (0/1; 0..K-1) from feedback records (the last one wins; unreadable labels
+    are ignored)."""
     out: dict[str, int] = {}
     for rec in records:
         if not is_feedback(rec):
             continue
         label = rec.get("label")
-        if isinstance(label, str) and label.strip() in ("0", "1"):
+        if isinstance(label, str) and label.strip().isdigit():
             label = int(label)
-        if isinstance(label, bool) or label not in (0, 1):
+        if isinstance(label, bool) or not isinstance(label, int) or label < 0:
             continue
         out[row_key(rec)] = int(label)
     return out
@@ -167,8 +168,17 @@ def psi(
     instead gave 0.39 (80% above 0.25) at 50 vs 250.
 
     With `cuts` (sorted, any values: a feature's, tasks/monitoring/serving_drift.py) the bins are
-    (-inf, c1], (c1, c2], ..., (ck, inf) instead, nothing clipped."""
-    if cuts is not None:
+    (-inf, c1], (c1, c2], ..., (ck, inf) instead, nothing clipped. Scores of K classes ([n, K], a
+    probability per class) are binned by their most probable class: the PSI of the predicted class
+    mix."""
+    e2, a2 = np.asarray(expected, dtype=np.float64), np.asarray(actual, dtype=np.float64)
+    if e2.ndim == 2 or a2.ndim == 2:
+        if not e2.size or not a2.size:
+            return float("nan")
+        bins = max(e2.shape[-1], a2.shape[-1])
+        e, a = e2.argmax(axis=-1), a2.argmax(axis=-1)
+        ce, ca = np.bincount(e, minlength=bins), np.bincount(a, minlength=bins)
+    elif cuts is not None:
         e, a = np.asarray(expected, dtype=np.float64), np.asarray(actual, dtype=np.float64)
         if not e.size or not a.size:
             return float("nan")
@@ -189,7 +199,13 @@ def psi(
 
 
 def _weighted_auc(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """ROC AUC (ties count one half) for each row of `weights` [B, n]; NaN where a class is absent."""
+    """ROC AUC (ties count one half) for each row of `weights` [B, n]; NaN where a class is absent.
+    K classes (`scores` [n, K]): the macro one-vs-rest ROC AUC."""
+    if scores.ndim == 2:
+        per_class = [
+            _weighted_auc(scores[:, c], (labels == c).astype(np.float64), weights) for c in range(scores.shape[1])
+        ]
+        return np.mean(per_class, axis=0) if per_class else np.full(weights.shape[0], np.nan)
     if scores.size == 0:
         return np.full(weights.shape[0], np.nan)
     order = np.argsort(scores, kind="stable")
@@ -205,7 +221,15 @@ def _weighted_auc(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -
 
 
 def _weighted_f1(scores: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    """F1 of the positive class at F1_THRESHOLD for each row of `weights`; NaN with no positives at all."""
+    """F1 of the positive class at F1_THRESHOLD for each row of `weights`; NaN with no positives at all.
+    K classes (`scores` [n, K]): the macro F1 of the most probable class (NaN when a class has none)."""
+    if scores.ndim == 2:
+        pred = scores.argmax(axis=1) if scores.size else np.zeros(0, int)
+        per_class = [
+            _weighted_f1((pred == c).astype(np.float64), (labels == c).astype(np.float64), weights)
+            for c in range(scores.shape[1])
+        ]
+        return np.mean(per_class, axis=0) if per_class else np.full(weights.shape[0], np.nan)
     pred = (scores >= F1_THRESHOLD).astype(np.float64)
     tp = weights @ (pred * labels)
     fp = weights @ (pred * (1 - labels))
@@ -227,7 +251,8 @@ def f1(scores: Sequence[float], labels: Sequence[int]) -> float:
 
 @dataclass(frozen=True)
 class Arm:
-    """One variant's labeled predictions: unit index (into the shared request-id list), score, label."""
+    """One variant's labeled predictions: unit index (into the shared request-id list), score ([m]; K
+    classes [m, K]), label."""
 
     units: np.ndarray
     scores: np.ndarray
@@ -239,20 +264,23 @@ def labeled_arms(window: Iterable[Record]) -> tuple[list[str], dict[str, Arm]]:
     window = list(window)
     labels = labels_by_row(window)
     ids: dict[str, int] = {}
-    rows: dict[str, list[tuple[int, float, int]]] = {v: [] for v in VARIANTS}
+    rows: dict[str, list[tuple[int, Any, int]]] = {v: [] for v in VARIANTS}
     for rec in window:
         if not is_prediction(rec) or is_error(rec):
             continue
         rid = row_key(rec)
-        score = _number(rec.get("score"))
+        score = _score(rec.get("score"))
         if rid not in labels or score is None:
             continue
         unit = ids.setdefault(rid, len(ids))
         rows[rec["variant"]].append((unit, score, labels[rid]))
     arms = {}
     for v, r in rows.items():
-        a = np.asarray(r, dtype=np.float64).reshape(-1, 3)
-        arms[v] = Arm(a[:, 0].astype(np.int64), a[:, 1], a[:, 2])
+        arms[v] = Arm(
+            np.asarray([u for u, _, _ in r], dtype=np.int64),
+            np.asarray([s for _, s, _ in r], dtype=np.float64),
+            np.asarray([y for _, _, y in r], dtype=np.float64),
+        )
     return list(ids), arms
 
 
@@ -275,7 +303,7 @@ def bootstrap_difference(
         per_arm_obs, per_arm_boot = {}, {}
         for v in VARIANTS:
             arm = arms[v]
-            per_arm_obs[v] = float(fn(arm.scores, arm.labels, np.ones((1, arm.scores.size)))[0])
+            per_arm_obs[v] = float(fn(arm.scores, arm.labels, np.ones((1, len(arm.scores))))[0])
             per_arm_boot[v] = fn(arm.scores, arm.labels, counts[:, arm.units])
         diffs = per_arm_boot[CHALLENGER] - per_arm_boot[CHAMPION]
         ok = diffs[np.isfinite(diffs)]
@@ -301,11 +329,19 @@ def _number(v: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
+def _score(v: Any) -> float | list[float] | None:
+    """A logged score: P(class 1), or a K-class model's list of K probabilities; None if unreadable."""
+    if isinstance(v, list):
+        values = [_number(x) for x in v]
+        return values if len(values) >= 2 and all(x is not None for x in values) else None  # type: ignore[return-value]
+    return _number(v)
+
+
 def variant_stats(window: Iterable[Record]) -> dict[str, dict[str, Any]]:
     """Per variant: requests (distinct request ids), rows, errors (requests with an error record),
     error_rate, p50_ms and p99_ms (one latency per successful request), model_versions, scores."""
     reqs: dict[str, dict[str, dict[str, Any]]] = {v: {} for v in VARIANTS}
-    scores: dict[str, list[float]] = {v: [] for v in VARIANTS}
+    scores: dict[str, list[Any]] = {v: [] for v in VARIANTS}
     rows = {v: 0 for v in VARIANTS}
     versions: dict[str, set[str]] = {v: set() for v in VARIANTS}
     for rec in window:
@@ -319,7 +355,7 @@ def variant_stats(window: Iterable[Record]) -> dict[str, dict[str, Any]]:
         if is_error(rec):
             req["error"] = True
             continue
-        lat, score = _number(rec.get("latency_ms")), _number(rec.get("score"))
+        lat, score = _number(rec.get("latency_ms")), _score(rec.get("score"))
         if lat is not None and req["latency"] is None:
             req["latency"] = lat
         if score is not None:
@@ -451,7 +487,7 @@ def _quality(
 ) -> tuple[dict[str, int], dict[str, Any] | None, list[str], list[str]]:
     """Online quality from feedback: (labeled per variant, the bootstrap comparison or None, reasons, notes)."""
     ids, arms = labeled_arms(window)
-    labeled = {v: int(arms[v].scores.size) for v in VARIANTS}
+    labeled = {v: len(arms[v].scores) for v in VARIANTS}
     if min(labeled.values()) < p.min_labeled:
         why = (
             f"labeled predictions champion {labeled[CHAMPION]}, challenger {labeled[CHALLENGER]}: "

@@ -482,3 +482,58 @@ def test_one_error_in_two_hundred_is_not_significant():
     v = judge(window, FEW_LABELS)
     assert v.metrics["error_rate_test"]["p_value"] > 0.05
     assert not any("error rate" in r for r in v.reasons)
+
+
+# ---- K classes ------------------------------------------------------------------------------
+
+
+def _k_window(n: int, challenger, seed: int = 0, k: int = 3) -> list[dict]:
+    """n shadow requests of a 3-class model: the champion's probabilities favour the true class,
+    the challenger's are `challenger(champion, y, rng)`; every row labeled."""
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, k, n)
+    logits = rng.normal(0, 1.0, (n, k)) + 2.5 * np.eye(k)[y]
+    champ = np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+    chall = challenger(champ, y, rng)
+    records = []
+    for i in range(n):
+        rid, t = f"k-{seed}-{i}", 1_700_000_000.0 + i * 0.01
+        for v, probs in ((CHAMPION, champ[i]), (CHALLENGER, chall[i])):
+            records.append(
+                {
+                    "kind": "prediction", "request_id": rid, "row": 0, "ts": t, "variant": v,
+                    "model_version": "model-v1" if v == CHAMPION else "model-v2", "shadow": v == CHALLENGER,
+                    "endpoint": "predict", "latency_ms": float(rng.uniform(5, 60)), "score": probs.tolist(),
+                }
+            )  # fmt: skip
+        records.append({"kind": "feedback", "request_id": rid, "row": 0, "ts": t + 5, "label": int(y[i])})
+    return records
+
+
+def test_a_k_class_challenger_is_judged_on_macro_auc_macro_f1_and_the_predicted_class_mix():
+    same = judge(_k_window(400, lambda c, y, rng: c), PARAMS)
+    assert same.passed, _reasons(same)
+    assert same.metrics[CHALLENGER]["labeled"] == 400  # rows, not probabilities
+    q = same.metrics["quality"]
+    y = np.array([r["label"] for r in _k_window(400, lambda c, y, rng: c) if r["kind"] == "feedback"])
+    champ = np.array([r["score"] for r in _k_window(400, lambda c, y, rng: c) if r.get("variant") == CHAMPION])
+    assert q["roc_auc"][CHAMPION] == pytest.approx(roc_auc_score(y, champ, multi_class="ovr"), abs=1e-12)
+    assert q["f1"][CHAMPION] == pytest.approx(f1_score(y, champ.argmax(1), average="macro"), abs=1e-12)
+    assert same.metrics["psi"] == pytest.approx(0.0, abs=1e-12)
+
+    # a challenger that swaps classes 1 and 2: its online quality drops and its class mix moves
+    swapped = judge(_k_window(400, lambda c, y, rng: c[:, [0, 2, 1]]), PARAMS)
+    assert not swapped.passed
+    text = _reasons(swapped)
+    assert "online ROC AUC" in text, text
+    assert swapped.metrics["quality"]["roc_auc"][CHALLENGER] < 0.7 < swapped.metrics["quality"]["roc_auc"][CHAMPION]
+    # a challenger that says class 0 for everything: the predicted class mix moves past max_psi
+    zero = judge(_k_window(400, lambda c, y, rng: np.tile([0.9, 0.05, 0.05], (len(c), 1))), PARAMS)
+    assert zero.metrics["psi"] > PARAMS.max_psi and "PSI" in _reasons(zero)
+
+
+def test_labels_of_any_class_are_read_and_k_probabilities_are_a_score():
+    recs = [{"request_id": "a", "label": 2}, {"request_id": "b", "label": "3"}, {"request_id": "c", "label": -1}]
+    assert canary.labels_by_row(recs) == {"a#0": 2, "b#0": 3}
+    assert canary._score([0.2, 0.5, 0.3]) == [0.2, 0.5, 0.3]
+    assert canary._score([0.2, None]) is None and canary._score([0.5]) is None and canary._score(0.4) == 0.4
