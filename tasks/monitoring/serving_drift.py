@@ -58,6 +58,14 @@ def served_rows(records: Iterable[dict[str, Any]], start: float, end: float) -> 
     return {v: pd.DataFrame(rows) for v, rows in by_version.items()}
 
 
+def predicted(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the predicted class, the score compared within it) per row: binary, score >= CLASS_THRESHOLD and
+    the score itself; K classes ([n, K]), the most probable class and its probability."""
+    if scores.ndim == 1:
+        return (scores >= CLASS_THRESHOLD).astype(int), scores
+    return scores.argmax(axis=1), scores.max(axis=1)
+
+
 def psi_quantile(expected: np.ndarray, actual: np.ndarray, bins: int) -> float:
     """PSI of `actual` against `expected` over bins cut at the expected's deciles (merged where a
     discrete feature repeats a value; a last bin over its maximum), with the canary's pseudo-count
@@ -109,9 +117,9 @@ class VersionVerdict:
         return bool(self.drifted) or self.skew
 
 
-def tests_per_run(p: DriftParams, features: int) -> int:
-    """Every feature and the score in each of the 2 classes, on the window and each of its tails."""
-    return (features + 2) * len(p.tails)
+def tests_per_run(p: DriftParams, features: int, classes: int = 2) -> int:
+    """Every feature and the score in each of the classes, on the window and each of its tails."""
+    return (features + classes) * len(p.tails)
 
 
 def alpha_per_test(p: DriftParams, tests: int) -> float:
@@ -150,27 +158,27 @@ def judge(
         raise ValueError(
             f"featurize gave {xs.shape[1]} / {xr.shape[1]} columns, FEATURE_NAMES has {len(feature_names)}"
         )
-    ref_scores = np.asarray(scorer(reference), dtype=np.float64).reshape(-1)
-    offline = np.asarray(scorer(served), dtype=np.float64).reshape(-1)
-    scores = served["__score"].to_numpy(dtype=np.float64)
+    ref_scores = np.asarray(scorer(reference), dtype=np.float64)
+    offline = np.asarray(scorer(served), dtype=np.float64)
+    scores = np.asarray(served["__score"].tolist(), dtype=np.float64)  # [n], or K probabilities a row [n, K]
     ts = served["__ts"].to_numpy(dtype=np.float64)
     end = float(ts.max()) if end is None else end
-    tests = tests_per_run(p, len(feature_names))
+    tests = tests_per_run(p, len(feature_names), 2 if scores.ndim == 1 else scores.shape[1])
     alpha = alpha_per_test(p, tests)
     out = VersionVerdict(model_version, data_version, len(served), tests, alpha)
-    ref_class = [ref_scores[(ref_scores >= CLASS_THRESHOLD) == c] for c in (0, 1)]
+    ref_class, ref_value = predicted(ref_scores)
+    served_class, served_value = predicted(scores)
+    classes = range(2 if scores.ndim == 1 else scores.shape[1])
     for tail in p.tails:
         keep = ts >= end - tail * p.window_h * 3600.0
         if tail < 1.0 and keep.sum() < p.min_rows:
             continue  # too few rows in this tail to judge it (the whole window was judged)
-        x, sc = xs[keep], scores[keep]
+        x, cls, value = xs[keep], served_class[keep], served_value[keep]
         for j, name in enumerate(feature_names):
             out.findings.append(compare(name, tail, xr[:, j], x[:, j], p, alpha))
-        for c in (0, 1):
-            out.findings.append(
-                compare(f"score|class={c}", tail, ref_class[c], sc[(sc >= CLASS_THRESHOLD) == c], p, alpha)
-            )
-    diff = np.abs(offline - scores)
+        for c in classes:
+            out.findings.append(compare(f"score|class={c}", tail, ref_value[ref_class == c], value[cls == c], p, alpha))
+    diff = np.abs(offline - scores).reshape(len(scores), -1).max(axis=1) if len(scores) else np.zeros(0)
     out.skewed_rows = int(np.sum(diff > p.skew_tolerance))
     out.max_skew = float(diff.max()) if diff.size else 0.0
     out.skew = out.skewed_rows > p.skew_max_share * len(served)

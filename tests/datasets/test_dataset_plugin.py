@@ -41,20 +41,57 @@ def test_nightly_pipeline_on_another_dataset(settings, tmp_path, monkeypatch):
     assert summary["test"]["challenger"]["roc_auc"] > 0.9  # the toy faults are easy to see
 
 
-@pytest.mark.slow
-def test_nightly_pipeline_on_a_three_class_dataset(settings, tmp_path, monkeypatch):
-    """K = 3 (tests/toy/three.py): LFs vote one of three classes, the label model labels at cardinality 3,
-    the model learns three logits, and every gate reads macro figures; the served model gives a
-    probability per class."""
+def _three_class_params(tmp_path, monkeypatch):
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
     params["dataset"]["module"] = "tests.toy.three"
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
     monkeypatch.setenv("SLUICE_PARAMS", str(tmp_path / "params.yaml"))
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))  # so Airflow's task processes find tests.toy
+    return tmp_path / "params.yaml"
+
+
+def _first_three_class_night(settings) -> dict:
     migrate(settings)
     run_id, state, proc = dags_test(settings, {"epochs": 10})
     assert state == "success", proc.stdout[-3000:] + proc.stderr[-3000:]
     summary = json.loads((settings.layout.run_dir(run_id) / "summary.json").read_text())
     assert summary["outcome"] == "deployed model-v1", summary
+    return summary
+
+
+@pytest.mark.slow
+def test_nightly_pipeline_on_a_three_class_dataset(settings, tmp_path, monkeypatch):
+    """K = 3 (tests/toy/three.py): LFs vote one of three classes, the label model labels at cardinality 3,
+    the model learns three logits, and every gate reads macro figures."""
+    _three_class_params(tmp_path, monkeypatch)
+    summary = _first_three_class_night(settings)
+    assert summary["classes"] == ["ok", "overheating", "loose"]
     test = summary["test"]["challenger"]
     assert test["roc_auc"] > 0.9 and set(test["per_class"]) == {"0", "1", "2"}, test
+    lf_votes = {r["lf"]: r["polarity"] for r in summary["labeling"]["lf_table"]}
+    assert lf_votes == {"lf_hot": [1], "lf_shaking": [2], "lf_cool_and_calm": [0], "lf_calm": [0]}
+    labeled = Registry(settings).read_data_version("data-v1")
+    assert {"label_prob_0", "label_prob_1", "label_prob_2"} <= set(labeled.columns) and "label_prob" not in labeled
+    assert set(labeled["label"]) <= {-1, 0, 1, 2} and {0, 1, 2} <= set(labeled["label"])
+
+
+@pytest.mark.extended
+@pytest.mark.slow
+def test_a_second_three_class_night_runs_the_canary_on_replicas_and_promotes(settings, tmp_path, monkeypatch):
+    """The second night's challenger is judged by the canary on the served K probabilities: online macro
+    ROC AUC and F1 from the replayed feedback, PSI over the predicted class mix."""
+    import httpx
+
+    from tests.serving.server import ServerProcess
+
+    params = _three_class_params(tmp_path, monkeypatch)
+    _first_three_class_night(settings)
+    with ServerProcess(settings.home, params).start() as server:  # the canary needs a server (make run starts one)
+        run_id, state, proc = dags_test(settings, {"epochs": 10})
+        served = httpx.get(server.url + "/v1/serving").json()
+    assert state == "success", proc.stdout[-3000:] + proc.stderr[-3000:]
+    summary = json.loads((settings.layout.run_dir(run_id) / "summary.json").read_text())
+    assert summary["outcome"] == "deployed model-v2", summary
+    assert served["variants"]["champion"]["model_version"] == "model-v2"
+    verdict = json.loads((settings.layout.run_dir(run_id) / "steps" / "canary_analysis.json").read_text())
+    assert verdict["passed"], verdict

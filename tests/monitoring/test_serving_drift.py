@@ -198,6 +198,32 @@ def test_a_shift_late_in_the_window_is_caught_on_its_tail_and_many_tests_are_cor
     assert v.flagged and not v.skew
 
 
+def test_a_k_class_models_scores_are_compared_within_each_predicted_class_and_checked_for_skew(params):
+    """K = 3: the served probabilities (a list a row in the log) are compared with the reference's within
+    each predicted class (the top probability), and a served row whose probabilities differ from the
+    file's offline ones counts as skewed."""
+    from tasks.monitoring.serving_drift import judge
+
+    p = params.monitoring.drift
+    rng = np.random.default_rng(2)
+
+    def probs(df):
+        logits = np.stack([df["x"].to_numpy(), -df["x"].to_numpy(), np.zeros(len(df))], axis=1)
+        return np.exp(logits) / np.exp(logits).sum(1, keepdims=True)
+
+    reference = pd.DataFrame({"x": rng.normal(0, 1, 3000)})
+    ts = np.sort(rng.uniform(0, 3600, 900))
+    served = pd.DataFrame({"x": rng.normal(0, 1, ts.size), "__ts": ts})
+    served["__score"] = probs(served).tolist()
+    featurize = lambda df: df[["x"]].to_numpy(dtype=np.float32)  # noqa: E731
+    v = judge(served, reference, featurize, ["x"], p, "model-v1", "data-v1", probs, end=3600.0)
+    names = {f.test for f in v.findings}
+    assert {"score|class=0", "score|class=1", "score|class=2"} <= names and v.tests == 4 * len(p.tails)
+    assert not v.flagged and not v.skew and v.skewed_rows == 0
+    served["__score"] = [row[::-1] for row in served["__score"]]  # what the server answered is not the file's
+    assert judge(served, reference, featurize, ["x"], p, "model-v1", "data-v1", probs, end=3600.0).skew
+
+
 def test_the_drift_cause_and_the_retrain_reach_the_summary():
     """An Asset-triggered run has no conf: the events' extras are the cause the summary shows."""
     from tasks.core.records import DriftRetrainRecord, IngestRecord
