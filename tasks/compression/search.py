@@ -94,10 +94,13 @@ def pareto_front(rows: list[dict], keys: tuple[str, ...] = ("size_bytes", "laten
 
 
 def quality_shortfalls(row: dict, reference: dict, floor_ratio: float) -> list[str]:
-    """Where `row` keeps less than floor_ratio x the reference's ROC AUC (overall, each slice). Pure.
-    A slice whose reference AUC is undefined (one class in it) cannot be checked and is skipped."""
+    """Where `row` keeps less than floor_ratio x the reference's ROC AUC (overall, each slice, and with K
+    classes each class's one-vs-rest ROC AUC overall). Pure. A slice or class whose reference AUC is
+    undefined (one class in it) cannot be checked and is skipped."""
     out = []
     pairs = [("overall", row["overall"], reference["overall"])]
+    per_class = row["overall"].get("per_class") or {}
+    pairs += [(f"class {c}", per_class.get(c), m) for c, m in (reference["overall"].get("per_class") or {}).items()]
     pairs += [(f"slice {k}", row["slices"].get(k), m) for k, m in reference.get("slices", {}).items()]
     for where, got, ref in pairs:
         ref_auc = ref["roc_auc"]

@@ -15,8 +15,9 @@ def classification_metrics(y_true: np.ndarray, prob: np.ndarray, threshold: floa
     Binary (`prob` [n], P(class 1)): of the positive class, at `threshold`. K classes (`prob` [n, K],
     one probability per class): the prediction is the most probable class; F1, precision and recall
     are macro averages over the K classes, ROC AUC the macro one-vs-rest average (nan unless every
-    class occurs in `y_true`), and `per_class` holds each class's F1 and support. The keys are the
-    same either way, so every gate reads one figure."""
+    class occurs in `y_true`), and `per_class` holds each class's F1, one-vs-rest ROC AUC and support.
+    The keys are the same either way, so every gate reads one figure; the compress gate also holds
+    each class's ROC AUC to its floor."""
     from sklearn.metrics import accuracy_score, precision_recall_fscore_support, roc_auc_score
 
     y_true = np.asarray(y_true).astype(int)
@@ -65,8 +66,22 @@ def _multiclass_metrics(y_true: np.ndarray, prob: np.ndarray) -> dict:
         "recall": float(recall.mean()),
         "accuracy": float(accuracy_score(y_true, pred)),
         "n": int(n),
-        "per_class": {str(c): {"f1": float(f1[c]), "support": int(support[c])} for c in classes},
+        "per_class": {
+            str(c): {
+                "f1": float(f1[c]),
+                "roc_auc": _one_vs_rest_auc(y_true == c, prob[:, c]),
+                "support": int(support[c]),
+            }
+            for c in classes
+        },
     }
+
+
+def _one_vs_rest_auc(is_class: np.ndarray, score: np.ndarray) -> float:
+    """ROC AUC of one class against the rest; nan when the rows hold only one side."""
+    from sklearn.metrics import roc_auc_score
+
+    return float(roc_auc_score(is_class, score)) if 0 < is_class.sum() < len(is_class) else float("nan")
 
 
 def _fmt(v: float | None) -> str:

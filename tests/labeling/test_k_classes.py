@@ -88,7 +88,7 @@ def test_k_class_metrics_are_macro_averages_and_name_a_label_outside_the_classes
     perfect = np.eye(K)[y] * 0.8 + 0.2 / K
     m = classification_metrics(y, perfect)
     assert (m["roc_auc"], m["f1"], m["accuracy"], m["n"]) == (1.0, 1.0, 1.0, 6)
-    assert m["per_class"]["2"] == {"f1": 1.0, "support": 2}
+    assert m["per_class"]["2"] == {"f1": 1.0, "roc_auc": 1.0, "support": 2}
     # class 2 predicted as 1 everywhere: its F1 is 0, class 1's precision halves
     swapped = perfect.copy()
     swapped[y == 2] = [0.1, 0.8, 0.1]
@@ -115,3 +115,21 @@ def test_a_dataset_names_its_classes_and_a_gold_label_outside_them_is_refused(mo
     monkeypatch.setitem(__import__("sys").modules, "sluice_bad_classes", bad)
     with pytest.raises(DatasetError, match="CLASS_NAMES must be a tuple of two or more distinct"):
         _load_plugin("sluice_bad_classes")
+
+
+def test_the_compress_gate_holds_each_class_to_its_floor():
+    """A candidate whose macro ROC AUC keeps the floor but whose class 2 falls below it is refused, naming
+    the class."""
+    from tasks.compression.search import quality_shortfalls
+
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, K, 600)
+    base = np.eye(K)[y] * 0.6 + rng.random((600, K)) * 0.4
+    worse = base.copy()
+    worse[:, 2] = rng.random(600)  # class 2's score now says nothing
+    base, worse = base / base.sum(1, keepdims=True), worse / worse.sum(1, keepdims=True)
+    ref = {"overall": classification_metrics(y, base), "slices": {}}
+    row = {"overall": classification_metrics(y, worse), "slices": {}}
+    out = quality_shortfalls(row, ref, 0.85)  # macro 0.90 keeps it; class 2, 0.78, does not
+    assert [w.split(":")[0] for w in out] == ["class 2"], out
+    assert quality_shortfalls(ref, ref, 0.99) == []
