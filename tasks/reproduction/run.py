@@ -208,7 +208,7 @@ def compare_weights(recorded: Path, reproduced: Path) -> dict[str, Any]:
 def predict_file(path: Path, X: np.ndarray) -> np.ndarray:
     from tasks.compression.export import open_session, predict
 
-    return np.asarray(predict(open_session(path), X), dtype=np.float64).reshape(-1)
+    return np.asarray(predict(open_session(path), X), dtype=np.float64)  # [n], or [n, K]
 
 
 def predict_pt(path: Path, X: np.ndarray) -> np.ndarray:
