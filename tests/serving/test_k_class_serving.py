@@ -1,7 +1,9 @@
-"""A model of K = 3 classes served (tests/toy/three.py): /v1/predict answers each row's most probable
+"""Models of K = 3 classes served: an MLP on the 3-class toy readings (tests/toy/three.py) and a
+transformer on 3-class toy reviews (tests/toy/text3.py). /v1/predict answers each row's most probable
 class with every class's probability, OIP declares and returns FP32 [-1, 3] (JSON and Triton's binary
-extension, through tritonclient), the prediction log keeps the three probabilities, and feedback
-takes a label of any of the three classes and refuses one outside them, naming them."""
+extension, through tritonclient; BYTES text for the transformer), the prediction log keeps the three
+probabilities, and feedback takes a label of any of the three classes and refuses one outside them,
+naming them."""
 
 import numpy as np
 import pytest
@@ -116,3 +118,69 @@ def test_the_prediction_log_keeps_each_rows_k_probabilities(served):
     np.testing.assert_allclose(
         [r["score"] for r in sorted(preds, key=lambda r: r["row"])], served["expected"][:4], atol=1e-6
     )
+
+
+@pytest.fixture(scope="module")
+def served_text(tmp_path_factory):
+    """A 3-class transformer trained on 600 toy reviews, exported with its tokenizer (as the compress step
+    writes it), registered and promoted; the server following it."""
+    from tasks.compression.export import write_metadata
+    from tasks.models import attach_tokenizer, tokenizer_metadata
+    from tasks.models.artifact import read_metadata
+    from tasks.models.tokens import Encoder, train_tokenizer
+    from tests.toy import text3
+
+    source = text3.load_source()
+    train, held = source.iloc[:600], source.iloc[600:630]
+    tok = train_tokenizer(text3.texts(train), 200)
+    ids = Encoder(tok, 16, 200).encode(text3.texts(train))
+    spec = {
+        "module": "tasks.models.transformer",
+        "params": {"vocab_size": 200, "max_len": 16, "width": 32, "depth": 1, "heads": 4, "ffn": 64, "dropout": 0.0},
+    }
+    p = load_params().train.replace(model=spec, epochs=8, batch_size=32, lr=0.005)
+    targets = np.concatenate([np.eye(K)[train[text3.GOLD_COLUMN]], np.ones((len(train), 1))], 1)
+    model, _ = fit_in_memory(torch.from_numpy(ids), torch.from_numpy(targets.astype(np.float32)), p)
+    attach_tokenizer(model, tok)
+    tmp = tmp_path_factory.mktemp("k-class-text-serving")
+    onnx_path = export_onnx(model, tmp / "model.served.onnx")
+    write_metadata(onnx_path, {**read_metadata(onnx_path), **tokenizer_metadata(model)})
+    home = tmp / "home"
+    reg = Registry(Settings.from_env({"SLUICE_HOME": str(home)}))
+    reg.register_model("run-1", {"model.served.onnx": onnx_path}, {"data_version": "data-v1"})
+    reg.promote("model-v1", "test")
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    params["dataset"] = {"module": "tests.toy.text3", "params": {}}
+    params["serving"].update({"poll_s": 0.1, "log_flush_s": 0.1, "drain_s": 0.2})
+    (tmp / "params.yaml").write_text(yaml.safe_dump(params))
+    server = ServerProcess(home, tmp / "params.yaml")
+    try:
+        server.start(timeout_s=90)
+        expected = predict(open_session(onnx_path), Encoder(tok, 16, 200).encode(text3.texts(held)))
+        yield {"server": server, "held": held, "expected": expected, "texts": text3.texts(held)}
+    finally:
+        server.stop()
+
+
+def test_tritonclient_gets_k_probabilities_for_text(served_text):
+    import httpx
+    import tritonclient.http as triton
+
+    expected = served_text["expected"]
+    assert expected.shape == (30, K) and len(set(expected.argmax(1).tolist())) == K  # it tells the three apart
+    client = triton.InferenceServerClient(served_text["server"].url.removeprefix("http://"))
+    meta = client.get_model_metadata("toy_text3")
+    assert meta["outputs"] == [{"name": "p_positive", "datatype": "FP32", "shape": [-1, K]}]
+    texts = np.array([t.encode() for t in served_text["texts"]], dtype=np.object_)
+    for binary in (True, False):
+        inp = triton.InferInput("text", [len(texts)], "BYTES")
+        inp.set_data_from_numpy(texts, binary_data=binary)
+        result = client.infer(
+            "toy_text3", [inp], outputs=[triton.InferRequestedOutput("p_positive", binary_data=binary)]
+        )
+        np.testing.assert_allclose(result.as_numpy("p_positive"), expected, rtol=1e-5, atol=1e-6)
+    client.close()
+    rows = served_text["held"][["review_id", "text"]].to_dict("records")
+    r = httpx.post(served_text["server"].url + "/v1/predict", json={"rows": rows}, timeout=30)
+    assert r.status_code == 200, r.text
+    assert [p["label"] for p in r.json()["predictions"]] == expected.argmax(1).tolist()
