@@ -51,6 +51,25 @@ def write_onnx(path: Path, n_features: int, seed: int) -> Path:
     return path
 
 
+def promoted_server(tmp: Path, onnx_path: Path, dataset_module: str) -> "ServerProcess":
+    """`onnx_path` registered as model-v1 of a fresh registry under tmp/home and promoted, a params file
+    naming `dataset_module` (quick polls and flushes), and a server for them (not started)."""
+    import yaml
+
+    from tasks.core.settings import Settings
+    from tasks.registry import Registry
+
+    home = tmp / "home"
+    reg = Registry(Settings.from_env({"SLUICE_HOME": str(home)}))
+    reg.register_model("run-1", {"model.served.onnx": onnx_path}, {"data_version": "data-v1"})
+    reg.promote("model-v1", "test")
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    params["dataset"] = {"module": dataset_module, "params": {}}
+    params["serving"].update({"poll_s": 0.1, "log_flush_s": 0.1, "drain_s": 0.2})
+    (tmp / "params.yaml").write_text(yaml.safe_dump(params))
+    return ServerProcess(home, tmp / "params.yaml")
+
+
 def server_env(home: Path, params: Path | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
     env.update({"SLUICE_HOME": str(home), "DVC_NO_ANALYTICS": "1", "PYTHONUNBUFFERED": "1"})

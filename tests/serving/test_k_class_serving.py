@@ -8,14 +8,12 @@ naming them."""
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from tasks.compression.export import export_onnx, open_session, predict
 from tasks.core.params import load_params
-from tasks.core.settings import REPO_ROOT, Settings
-from tasks.registry import Registry
+from tasks.core.settings import Settings
 from tasks.training.loop import fit_in_memory
-from tests.serving.server import ServerProcess
+from tests.serving.server import promoted_server
 from tests.toy import three
 
 pytestmark = pytest.mark.slow
@@ -34,20 +32,12 @@ def served(tmp_path_factory):
     model, _ = fit_in_memory(torch.from_numpy(three.featurize(train)), torch.from_numpy(targets.astype(np.float32)), p)
     tmp = tmp_path_factory.mktemp("k-class-serving")
     onnx_path = export_onnx(model, tmp / "model.served.onnx")
-    home = tmp / "home"
-    reg = Registry(Settings.from_env({"SLUICE_HOME": str(home)}))
-    reg.register_model("run-1", {"model.served.onnx": onnx_path}, {"data_version": "data-v1"})
-    reg.promote("model-v1", "test")
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    params["dataset"] = {"module": "tests.toy.three", "params": {}}
-    params["serving"].update({"poll_s": 0.1, "log_flush_s": 0.1, "drain_s": 0.2})
-    (tmp / "params.yaml").write_text(yaml.safe_dump(params))
-    server = ServerProcess(home, tmp / "params.yaml")
+    server = promoted_server(tmp, onnx_path, "tests.toy.three")
     try:
         server.start(timeout_s=90)
         yield {
             "server": server,
-            "home": home,
+            "home": server.home,
             "held": held,
             "expected": predict(open_session(onnx_path), three.featurize(held)),
         }
@@ -145,15 +135,7 @@ def served_text(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("k-class-text-serving")
     onnx_path = export_onnx(model, tmp / "model.served.onnx")
     write_metadata(onnx_path, {**read_metadata(onnx_path), **tokenizer_metadata(model)})
-    home = tmp / "home"
-    reg = Registry(Settings.from_env({"SLUICE_HOME": str(home)}))
-    reg.register_model("run-1", {"model.served.onnx": onnx_path}, {"data_version": "data-v1"})
-    reg.promote("model-v1", "test")
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    params["dataset"] = {"module": "tests.toy.text3", "params": {}}
-    params["serving"].update({"poll_s": 0.1, "log_flush_s": 0.1, "drain_s": 0.2})
-    (tmp / "params.yaml").write_text(yaml.safe_dump(params))
-    server = ServerProcess(home, tmp / "params.yaml")
+    server = promoted_server(tmp, onnx_path, "tests.toy.text3")
     try:
         server.start(timeout_s=90)
         expected = predict(open_session(onnx_path), Encoder(tok, 16, 200).encode(text3.texts(held)))

@@ -4,17 +4,14 @@ tokenizer, and OIP with BYTES text or INT64 ids, through tritonclient; bad text 
 import numpy as np
 import pytest
 import torch
-import yaml
 
 from tasks.compression.export import export_onnx, open_session, predict, write_metadata
 from tasks.core.params import load_params
-from tasks.core.settings import REPO_ROOT, Settings
 from tasks.models import attach_tokenizer, metadata_input_encoder, tokenizer_metadata
 from tasks.models.artifact import read_metadata
 from tasks.models.tokens import Encoder, train_tokenizer
-from tasks.registry import Registry
 from tasks.training.loop import fit_in_memory
-from tests.serving.server import ServerProcess
+from tests.serving.server import promoted_server
 
 pytestmark = pytest.mark.slow
 TRANSFORMER = {
@@ -42,15 +39,7 @@ def served(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("text-serving")
     onnx_path = export_onnx(model, tmp / "model.served.onnx")
     write_metadata(onnx_path, {**read_metadata(onnx_path), **tokenizer_metadata(model)})
-    home = tmp / "home"
-    reg = Registry(Settings.from_env({"SLUICE_HOME": str(home)}))
-    reg.register_model("run-1", {"model.served.onnx": onnx_path}, {"data_version": "data-v1"})
-    reg.promote("model-v1", "test")
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    params["dataset"] = {"module": "tasks.datasets.reviews", "params": {}}
-    params["serving"].update({"poll_s": 0.1, "log_flush_s": 0.1, "drain_s": 0.2})
-    (tmp / "params.yaml").write_text(yaml.safe_dump(params))
-    server = ServerProcess(home, tmp / "params.yaml")
+    server = promoted_server(tmp, onnx_path, "tasks.datasets.reviews")
     try:
         server.start(timeout_s=90)
         encode = metadata_input_encoder(read_metadata(onnx_path), ds)
