@@ -131,7 +131,7 @@ def gold_targets(y: np.ndarray, classes: int = 2) -> np.ndarray:
 def weak_targets(prob: np.ndarray, weight: float) -> np.ndarray:
     """Covered rows only (prob not nan): the label model's P(class 1) [n], or [n, K], at `weight`."""
     prob = prob[~covered_nan(prob)]
-    prob = prob.reshape(len(prob), -1).astype(np.float32)
+    prob = (prob[:, None] if prob.ndim == 1 else prob).astype(np.float32)  # [n, 1] or [n, K]
     return np.concatenate([prob, np.full((len(prob), 1), weight, np.float32)], axis=1)
 
 

@@ -113,15 +113,15 @@ def v1_router(predict_request: Any) -> APIRouter:
 
 
 async def feedback(body: FeedbackRequest, ctx: Context) -> FeedbackResponse:
+    labels = body.label if isinstance(body.label, list) else [body.label]
+    k = len(class_names(ctx.dataset))
+    outside = sorted({lab for lab in labels if not 0 <= lab < k})
+    if outside:  # a body the caller must fix, whatever the request id
+        raise ApiError(422, f"label(s) {outside} outside the {k} classes 0..{k - 1} {class_names(ctx.dataset)}")
     try:
         rows = ctx.request_ids.verify(body.request_id)
     except BadRequestId as exc:
         raise ApiError(404, str(exc)) from None
-    labels = body.label if isinstance(body.label, list) else [body.label]
-    k = len(class_names(ctx.dataset))
-    outside = sorted({lab for lab in labels if not 0 <= lab < k})
-    if outside:
-        raise ApiError(422, f"label(s) {outside} outside the {k} classes 0..{k - 1} {class_names(ctx.dataset)}")
     if len(labels) != rows:
         raise ApiError(
             422,
