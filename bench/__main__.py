@@ -15,6 +15,7 @@ import sys
 from datetime import datetime, timezone
 
 from bench import readme
+from bench.active_labels import names as active_labels_names
 from bench.record import RESULTS_FILE, load_results, merge_records, write_results
 from bench.weak_vs_gold import names as weak_vs_gold_names
 
@@ -38,7 +39,8 @@ BENCHMARKS = {
     "bench.weak_weight_flip": ["weak_weight_flip_rate", "weak_weight_flip_rate_before"],
     "bench.feedback_gold": ["feedback_gold_gain", "feedback_gold_gain_equal"],
     # weak plus gold the labeling queue's acquisition rule chose, vs gold at random (label_savings_at_95's)
-    "bench.active_labels": ["label_savings_at_95_active", "active_vs_random_k5"],
+    "bench.active_labels": active_labels_names(),
+    "bench.active_labels_reviews": active_labels_names("_reviews"),
     "bench.lf_applier": ["lf_applier_speedup"],
     "bench.hier_allreduce": ["hier_internode_bytes_ratio"],
     "bench.multinode": [

@@ -103,18 +103,20 @@ def reproduce_inputs(ctx: StepContext, train: TrainRecord, compress: CompressRec
     """Everything `python -m tasks.reproduce` needs to rebuild this model, not only hashes: the full
     resolved params (after overrides), the code, dataset plug-in and LF module, the data contracts'
     hashes (from the data version's record), the warm start, the library versions, device, world size."""
-    from tasks.datasets import load_dataset
+    from tasks.datasets import class_names, load_dataset
 
     data = Registry(ctx.settings).data_version_info(train.data_version)
     dataset = ctx.params.dataset.module
-    lf_module = data.get("lf_module") or ctx.params.weak_label.lf_module or load_dataset(dataset).LF_MODULE
+    ds = load_dataset(dataset)
+    lf_module = data.get("lf_module") or ctx.params.weak_label.lf_module or ds.LF_MODULE
     return {
         "params": trained_params(ctx, train).to_dict(),
         "params_digest": trained_params(ctx, train).digest(),
         "code_commit": commit,
         "dataset": {
             "module": dataset,
-            "name": load_dataset(dataset).NAME,
+            "name": ds.NAME,
+            "classes": list(class_names(ds)),
             "code_commit": commit,
             "source_sha256": _source_sha256(dataset),
         },

@@ -52,16 +52,30 @@ def _quality_rows(named: dict[str, dict[str, Any] | None]) -> list[list[str]]:
     return [[name, *(_v((q or {}).get(k)) for k in QUALITY_KEYS)] for name, q in named.items() if q]
 
 
+def _class_names(info: dict[str, Any]) -> list[str] | None:
+    """The dataset's class names as registered (reproduce.dataset.classes); None for a record before them."""
+    return ((info.get("reproduce") or {}).get("dataset") or {}).get("classes")
+
+
+def _description(info: dict[str, Any]) -> str:
+    """What the model is, from its record: the dataset plug-in, its classes and the model plug-in."""
+    reproduce = info.get("reproduce") or {}
+    dataset = (reproduce.get("dataset") or {}).get("name") or "?"
+    model = ((((reproduce.get("params") or {}).get("train") or {}).get("model")) or {}).get("module") or "?"
+    classes = _class_names(info)
+    what = f"A {len(classes)}-class classifier ({', '.join(classes)})" if classes else "A classifier"
+    return (
+        f"{what} on the {dataset} dataset (model plug-in {model}), trained by Sluice's nightly pipeline on "
+        "weakly labeled data; the served artifact is the compressed ONNX file below."
+    )
+
+
 def _details(info: dict[str, Any], stage: str | None) -> list[Block]:
     version, comp = info.get("version", "?"), info.get("compression") or {}
     sha = ((info.get("artifacts") or {}).get(comp.get("artifact") or "") or {}).get("sha256", "-")
     return [
         ("h1", f"Model card: {version}"),
-        (
-            "p",
-            "A spam classifier (MLP on the emails dataset's features) trained by Sluice's nightly pipeline on "
-            "weakly labeled data; the served artifact is the compressed ONNX file below.",
-        ),
+        ("p", _description(info)),
         ("h2", "Model details"),
         (
             "table",
@@ -113,8 +127,9 @@ def _training_data(info: dict[str, Any], data: dict[str, Any]) -> list[Block]:
     ]
 
 
-def _labeling(data: dict[str, Any]) -> list[Block]:
-    votes = lambda r: "/".join({0: "ham", 1: "spam"}.get(p, str(p)) for p in r.get("polarity") or []) or "-"  # noqa: E731
+def _labeling(data: dict[str, Any], classes: list[str] | None) -> list[Block]:
+    name = lambda c: classes[c] if classes and 0 <= c < len(classes) else str(c)  # noqa: E731
+    votes = lambda r: "/".join(name(p) for p in r.get("polarity") or []) or "-"  # noqa: E731
     return [
         ("h2", "Labeling functions"),
         (
@@ -197,7 +212,7 @@ def card_blocks(info: dict[str, Any], data: dict[str, Any] | None, stage: str | 
     return [
         *_details(info, stage),
         *_training_data(info, data),
-        *_labeling(data),
+        *_labeling(data, _class_names(info)),
         *_metrics(info),
         *_compression(info),
         *_closing(info.get("version", "?")),

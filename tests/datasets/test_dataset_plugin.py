@@ -7,6 +7,7 @@ import yaml
 
 from tasks.core.settings import REPO_ROOT
 from tasks.datasets import DatasetError, load_dataset
+from tasks.monitoring.model_card import card_paths
 from tasks.registry import Registry
 from tests.airflow_helpers import dags_test, migrate
 
@@ -73,6 +74,9 @@ def test_nightly_pipeline_on_a_three_class_dataset(settings, tmp_path, monkeypat
     labeled = Registry(settings).read_data_version("data-v1")
     assert {"label_prob_0", "label_prob_1", "label_prob_2"} <= set(labeled.columns) and "label_prob" not in labeled
     assert set(labeled["label"]) <= {-1, 0, 1, 2} and {0, 1, 2} <= set(labeled["label"])
+    card = card_paths(settings, "model-v1")["md"].read_text()  # the register step's model card
+    assert "A 3-class classifier (ok, overheating, loose) on the toy3 dataset" in card
+    assert "| lf_hot | overheating |" in card
 
 
 @pytest.mark.extended

@@ -7,7 +7,7 @@ import pytest
 
 from tasks.registry import Registry
 from tests.airflow_helpers import dags_test, migrate, task_states
-from tests.serving.server import ServerProcess, server_env
+from tests.serving.server import server_env
 
 pytestmark = pytest.mark.slow
 FAST = {"epochs": 8}
@@ -23,15 +23,33 @@ def summary(settings, run_id):
     return json.loads((settings.layout.run_dir(run_id) / "summary.json").read_text())
 
 
-def test_two_nightly_batches_accumulate_versions(airflow_home):
+def test_two_nightly_batches_accumulate_versions_and_the_canary_promotes_through_two_replicas(airflow_home):
+    """Two nights: the second accumulates data-v2 and model-v2, and its canary goes through HAProxy to
+    two replicas: its replayed predictions and their feedback land on either, the shared log joins them
+    (feedback taken by a replica other than the one that served), and the challenger is promoted on both.
+    (One server instead of replicas: tests/serving/test_rollout.py, tests/e2e/test_rest_api_e2e.py.)"""
+    from ops.replicas import ReplicaSet
+    from tasks.core.params import load_params
+    from tasks.serving.paths import prediction_log
+    from tasks.serving.predlog import read_log
+
     settings = airflow_home
     run1, state1, proc1 = dags_test(settings, FAST)
     assert state1 == "success", proc1.stdout[-3000:]
-    with ServerProcess(settings.home).start() as server:  # the canary needs a server (make run starts one)
+    with ReplicaSet(settings.home, load_params(settings=settings), server_env(settings.home)) as rs:
+        rs.start(2)
         run2, state2, proc2 = dags_test(settings, FAST)
-        served = httpx.get(server.url + "/v1/serving").json()
+        served = {name: httpx.get(r.url + "/v1/serving").json() for name, r in rs.replicas.items()}
     assert state2 == "success", proc2.stdout[-3000:]
-    assert served["variants"]["champion"]["model_version"] == "model-v2" and "challenger" not in served["variants"]
+    for v in served.values():
+        assert v["variants"]["champion"]["model_version"] == "model-v2" and "challenger" not in v["variants"], served
+    log = read_log(prediction_log(settings))
+    server_of = {r["request_id"]: r["replica"] for r in log if r["kind"] == "prediction" and not r["shadow"]}
+    assert set(server_of.values()) == {"r1", "r2"}
+    feedback = [r for r in log if r["kind"] == "feedback"]
+    assert feedback and all(r["request_id"] in server_of for r in feedback)  # every label joins its prediction
+    assert any(r["replica"] != server_of[r["request_id"]] for r in feedback)  # labelled at the other replica
+    assert all("input" in r for r in log if r["kind"] == "prediction" and not r["shadow"] and "error" not in r)
 
     reg = Registry(settings)
     assert reg.tags("data") == ["data-v1", "data-v2"]
@@ -142,32 +160,3 @@ def test_unknown_batch_param_fails_the_run_but_reports(airflow_home):
     assert state == "failed"
     assert states["ingest"] == "failed" and states["report"] == "success" and states["run_failed"] == "failed"
     assert summary(settings, run_id)["outcome"] == "FAILED at ingest"
-
-
-def test_a_nightly_canary_through_two_replicas_promotes_from_the_shared_log(airflow_home):
-    """The second night's canary goes through HAProxy to two replicas: its replayed predictions and their
-    feedback land on either, the shared log joins them (feedback taken by a replica other than the one
-    that served), and the challenger is promoted on both."""
-    from ops.replicas import ReplicaSet
-    from tasks.core.params import load_params
-    from tasks.serving.paths import prediction_log
-    from tasks.serving.predlog import read_log
-
-    settings = airflow_home
-    run1, state1, proc1 = dags_test(settings, FAST)
-    assert state1 == "success", proc1.stdout[-3000:]
-    with ReplicaSet(settings.home, load_params(settings=settings), server_env(settings.home)) as rs:
-        rs.start(2)
-        run2, state2, proc2 = dags_test(settings, FAST)
-        served = {name: httpx.get(r.url + "/v1/serving").json() for name, r in rs.replicas.items()}
-    assert state2 == "success", proc2.stdout[-3000:]
-    assert task_states(settings, run2)["promote"] == "success"
-    assert summary(settings, run2)["canary"]["passed"]
-    assert all(v["variants"]["champion"]["model_version"] == "model-v2" for v in served.values()), served
-    log = read_log(prediction_log(settings))
-    server_of = {r["request_id"]: r["replica"] for r in log if r["kind"] == "prediction" and not r["shadow"]}
-    assert set(server_of.values()) == {"r1", "r2"}
-    feedback = [r for r in log if r["kind"] == "feedback"]
-    assert feedback and all(r["request_id"] in server_of for r in feedback)  # every label joins its prediction
-    assert any(r["replica"] != server_of[r["request_id"]] for r in feedback)  # labelled at the other replica
-    assert all("input" in r for r in log if r["kind"] == "prediction" and not r["shadow"] and "error" not in r)

@@ -50,6 +50,10 @@ def lineage(data_version: str, parent: str | None) -> dict:
             "dev": QUALITY,
             "dev_slices": {"format=plain": {**QUALITY, "roc_auc": 0.83}, "format=html": QUALITY},
         },
+        "reproduce": {  # the part of the register step's `reproduce` record the card reads
+            "dataset": {"module": "tasks.datasets.emails", "name": "emails", "classes": ["ham", "spam"]},
+            "params": {"train": {"model": {"module": "tasks.models.mlp", "params": {"hidden": [32, 16]}}}},
+        },
     }
 
 
@@ -97,6 +101,7 @@ def test_card_holds_data_contracts_lfs_metrics_slices_chain_and_commit(registry)
         "| 1 | prune | sparsity=0.5 |",
         "| 2 | fp16 | - |",
         "python -m tasks.reproduce model-v2",
+        "A 2-class classifier (ham, spam) on the emails dataset (model plug-in tasks.models.mlp)",
     ):
         assert expected in md, expected
     # A '|' in data cannot break the markdown table; HTML gets every string escaped.
@@ -124,3 +129,22 @@ def test_card_path_refuses_a_malformed_version(settings):
 
     with pytest.raises(RegistryError):
         card_paths(settings, "../../etc/passwd")
+
+
+def test_a_k_class_card_names_the_datasets_classes_and_an_old_record_its_indices():
+    """The description and the LF table's votes come from the registered dataset's class names; a record
+    registered before class names were kept shows the class numbers."""
+    info = {**lineage("data-v1", None), "version": "model-v1"}
+    info["reproduce"] = {
+        "dataset": {"name": "three", "classes": ["neg", "neutral", "pos"]},
+        "params": {"train": {"model": {"module": "tasks.models.transformer"}}},
+    }
+    data = {"lf_analysis": [{"lf": "lf_stars", "polarity": [0, 2], "coverage": 0.5}]}
+    md = render_markdown(card_blocks(info, data, "candidate"))
+    assert "A 3-class classifier (neg, neutral, pos) on the three dataset (model plug-in tasks.models.transformer)" in (
+        md
+    )
+    assert "| lf_stars | neg/pos | 0.5 |" in md
+    del info["reproduce"]
+    md = render_markdown(card_blocks(info, data, "candidate"))
+    assert "A classifier on the ? dataset (model plug-in ?)" in md and "| lf_stars | 0/2 | 0.5 |" in md
