@@ -112,6 +112,8 @@ def weak_label(rec: WeakLabelRecord, info: RunInfo) -> Fed:
         _m("data", info, "abstained_rows", rec.abstained_rows),
         _m("data", info, "labels_produced", rec.rows - rec.abstained_rows),
         _m("data", info, "n_lfs", rec.n_lfs),
+        # K classes: each class's share of the labeled rows, the class number as the subject
+        *(_m("data", info, "class_share", v, subject=str(c)) for c, v in enumerate(stats.get("class_shares") or [])),
     )
     for row in rec.lf_table:
         for key, name in (

@@ -119,6 +119,21 @@ def section_labeling(inp: ReportInputs) -> dict[str, Any]:
     }
 
 
+def class_share_series(stats: list[dict[str, Any]], classes: list[str] | None) -> dict[str, list]:
+    """The label balance of each version's batch as chart series: binary, the share of class 1
+    (`spam_share`); K classes, one series a class (`class_shares`). Named by the run's class names when
+    the summary has them (summaries before K classes: the emails' ham and spam)."""
+    k = max((len(s.get("class_shares") or []) for s in stats), default=0)
+    names = classes or (["ham", "spam"] if k == 0 else [str(c) for c in range(k)])
+    if k == 0:
+        return {f"{names[1]} share of the labeled batch": [s.get("spam_share") for s in stats]}
+    shares = [s.get("class_shares") or [None] * k for s in stats]
+    return {
+        f"{names[c] if c < len(names) else c} share": [sh[c] if c < len(sh) else None for sh in shares]
+        for c in range(k)
+    }
+
+
 def section_label_balance(inp: ReportInputs) -> dict[str, Any]:
     versions = [d for d in inp.data_versions if d.get("labeling_stats")]
     if not versions:
@@ -127,7 +142,7 @@ def section_label_balance(inp: ReportInputs) -> dict[str, Any]:
     chart = plots.bar_chart(
         [d["version"] for d in versions],
         {
-            "spam share of the labeled batch": [s.get("spam_share") for s in stats],
+            **class_share_series(stats, inp.summary.get("classes")),
             "LF coverage": [s.get("coverage") for s in stats],
             "conflict rate": [s.get("conflict_rate") for s in stats],
         },

@@ -158,6 +158,7 @@ def data_versions(reg: Any, state: dict[str, Any], limit: int = LIMIT) -> list[d
                 "parent": info.get("parent"),
                 "created_at": info.get("created_at"),
                 "spam_share": stats.get("spam_share"),
+                "class_shares": stats.get("class_shares"),  # K classes (spam_share is binary's class 1)
                 "label_source": info.get("label_source"),
                 "batches": [p["batch_id"] for p in info.get("partitions", [])],
                 "reentered": info.get("reentered") or [],

@@ -127,3 +127,27 @@ def test_compress_feed_lists_candidates_and_slices(tmp_path):
     assert [(m.subject, m.value) for m in ms if m.name == "dev_roc_auc" and m.subject.startswith("slice:")] == [
         ("slice:format=plain", 0.83)
     ]
+
+
+@pytest.mark.parametrize(
+    "stats, expected",
+    [
+        ({"coverage": 0.8, "conflict_rate": 0.1, "spam_share": 0.2}, {("spam_share", ""): 0.2}),
+        (
+            {"coverage": 0.8, "conflict_rate": 0.1, "class_shares": [0.5, 0.3, 0.2]},
+            {("class_share", "0"): 0.5, ("class_share", "1"): 0.3, ("class_share", "2"): 0.2},
+        ),
+    ],
+    ids=["binary", "three classes"],
+)
+def test_weak_label_feed_keeps_the_label_balance_of_any_number_of_classes(tmp_path, stats, expected):
+    from tasks.core.records import WeakLabelRecord
+
+    rec = WeakLabelRecord(
+        labeled="l.parquet", rows=100, lf_module="m", lf_module_hash="h", labeling_stats=stats, drift=[],
+        drift_compared_with=None, n_lfs=3, coverage=0.8, abstained_rows=20, chosen="label_model",
+        quality_dev={}, lf_table=[],
+    )  # fmt: skip
+    fed = feed.weak_label(rec, info(tmp_path))
+    balance = {(m.name, m.subject): m.value for m in fed.metrics if m.name in ("spam_share", "class_share")}
+    assert balance == pytest.approx(expected)

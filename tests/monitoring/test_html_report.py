@@ -13,6 +13,7 @@ from tasks.monitoring.html_report import (
     SECTIONS,
     ReportInputs,
     branch_of,
+    class_share_series,
     gather,
     render_report,
     write_report,
@@ -214,3 +215,14 @@ def test_report_step_writes_and_logs_the_report(settings, capsys):
 )
 def test_branch_of(outcome, failed, branch):
     assert branch_of(outcome, failed) == branch
+
+
+def test_the_label_balance_is_named_by_the_runs_classes_one_series_a_class():
+    binary = [{"spam_share": 0.18}, {"spam_share": 0.09}]
+    assert class_share_series(binary, None) == {"spam share of the labeled batch": [0.18, 0.09]}  # before K classes
+    assert class_share_series(binary, ["other", "great"]) == {"great share of the labeled batch": [0.18, 0.09]}
+    three = [{"class_shares": [0.5, 0.3, 0.2]}, {"class_shares": [0.4, 0.4, 0.2]}]
+    assert class_share_series(three, ["ok", "hot", "loose"]) == {
+        "ok share": [0.5, 0.4], "hot share": [0.3, 0.4], "loose share": [0.2, 0.2]
+    }  # fmt: skip
+    assert list(class_share_series(three, None)) == ["0 share", "1 share", "2 share"]
