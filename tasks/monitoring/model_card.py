@@ -60,13 +60,15 @@ def _class_names(info: dict[str, Any]) -> list[str] | None:
 def _description(info: dict[str, Any]) -> str:
     """What the model is, from its record: the dataset plug-in, its classes and the model plug-in."""
     reproduce = info.get("reproduce") or {}
-    dataset = (reproduce.get("dataset") or {}).get("name") or "?"
-    model = ((((reproduce.get("params") or {}).get("train") or {}).get("model")) or {}).get("module") or "?"
+    dataset = (reproduce.get("dataset") or {}).get("name")
+    model = ((((reproduce.get("params") or {}).get("train") or {}).get("model")) or {}).get("module")
     classes = _class_names(info)
     what = f"A {len(classes)}-class classifier ({', '.join(classes)})" if classes else "A classifier"
+    what += f" on the {dataset} dataset" if dataset else ""
+    what += f" (model plug-in {model})" if model else ""
     return (
-        f"{what} on the {dataset} dataset (model plug-in {model}), trained by Sluice's nightly pipeline on "
-        "weakly labeled data; the served artifact is the compressed ONNX file below."
+        f"{what}, trained by Sluice's nightly pipeline on weakly labeled data; the served artifact is the "
+        "compressed ONNX file below."
     )
 
 

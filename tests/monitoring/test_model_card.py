@@ -147,4 +147,4 @@ def test_a_k_class_card_names_the_datasets_classes_and_an_old_record_its_indices
     assert "| lf_stars | neg/pos | 0.5 |" in md
     del info["reproduce"]
     md = render_markdown(card_blocks(info, data, "candidate"))
-    assert "A classifier on the ? dataset (model plug-in ?)" in md and "| lf_stars | 0/2 | 0.5 |" in md
+    assert "A classifier, trained by Sluice's nightly pipeline" in md and "| lf_stars | 0/2 | 0.5 |" in md
