@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from ops.airflow_env import ADMIN_USER, ensure_secrets
-from ops.services import AirflowServices, ApiClient, RunWatch
+from ops.services import AirflowServices, ApiClient, RunWatch, params_mismatch
 from tasks.core.processes import ProcessGroupError
 from tasks.core.settings import HOME_MARKER, Settings
 
@@ -56,6 +56,10 @@ def _recorded(settings: Settings) -> AirflowServices | None:
 def cmd_up(settings: Settings) -> int:
     recorded = _recorded(settings)
     if recorded and any(p.leader() == "alive" for p in recorded.parts.values()):
+        mismatch = params_mismatch(settings, AirflowServices.recorded(settings) or {})
+        if mismatch:  # a part restarted now would read the caller's file beside parts reading theirs
+            print(f"[sluice] already running, and {mismatch}", file=sys.stderr)
+            return 2
         restarted = recorded.heal()
         problems = recorded.check()
         head = ("restarted " + ", ".join(restarted)) if restarted else "already running"
@@ -202,8 +206,13 @@ def run_pipeline(
 
 def cmd_run(settings: Settings, conf: dict, timeout_s: float, hung_after_s: float | None = 60) -> int:
     recorded = _recorded(settings)
+    alive = recorded is not None and any(p.leader() == "alive" for p in recorded.parts.values())
+    mismatch = params_mismatch(settings, AirflowServices.recorded(settings) or {}) if alive else None
+    if mismatch:
+        print(f"[sluice] refusing to run: {mismatch}", file=sys.stderr)
+        return 2
     try:
-        if recorded and any(p.leader() == "alive" for p in recorded.parts.values()):
+        if alive:
             recorded.heal(say=lambda line: print(line, flush=True))  # restarts a part that died, saying so
             run_id, state = run_pipeline(recorded.client(), settings, conf, timeout_s, recorded, hung_after_s)
         else:

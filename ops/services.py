@@ -144,6 +144,30 @@ def stop_parts(parts: list[Part], grace_s: float = 15.0) -> list[str]:
     return found
 
 
+def params_file(settings: Settings) -> Path:
+    """The params file a process with `settings` reads (SLUICE_PARAMS, else the checkout's params.yaml)."""
+    from tasks.core.settings import REPO_ROOT
+
+    return Path(settings.params or REPO_ROOT / "params.yaml").resolve()
+
+
+def params_mismatch(settings: Settings, state: dict) -> str | None:
+    """Why a command with `settings` must not use the services `state` (services.json) records: they read
+    another params file (each task loads its params from the services' environment, so the caller's
+    SLUICE_PARAMS would be silently ignored). None when they read the same file."""
+    from tasks.core.settings import REPO_ROOT
+
+    theirs = Path(state.get("params") or REPO_ROOT / "params.yaml")
+    mine = params_file(settings)
+    if theirs == mine:
+        return None
+    return (
+        f"the running services read {theirs}, and this command was given {mine} (SLUICE_PARAMS): a run "
+        f"through them would ignore it. Stop them first (make down), then run again with your params; or "
+        f"unset SLUICE_PARAMS to run with theirs"
+    )
+
+
 class AirflowServices:
     def __init__(self, settings: Settings, port: int | None = None, nightly_schedule: bool = True):
         """`nightly_schedule=False`: the scheduler runs triggered runs only (no cron runs), as for
@@ -239,6 +263,7 @@ class AirflowServices:
             "port": self.port,
             "serve_port": self.serve_port,
             "nightly_schedule": self.nightly_schedule,
+            "params": str(params_file(self.settings)),  # what every task of these services reads
             "pgids": self.pgids,
             "parts": {n: p.to_json() for n, p in self.parts.items()},
             "retired": [{"name": p.name, **p.to_json()} for p in self.retired],

@@ -30,6 +30,8 @@ def canary_analysis(ctx: StepContext, deploy_canary: CanaryRecord) -> CanaryAnal
         model_version=d.model_version,
         champion=d.champion,
         steps=[s.to_dict() for s in rollout.steps],
+        outcome=rollout.outcome,
+        champion_failing=rollout.champion_failing,
     )
 
 

@@ -46,6 +46,8 @@ from tasks.serving.predlog import Record
 PSI_BINS = 10  # equal-width bins over [0, 1]
 PSI_PSEUDO_COUNT = 0.5  # added to every bin's count: the floor of an empty bin (see psi)
 F1_THRESHOLD = 0.5  # score >= this is a positive prediction (as tasks.evaluation.quality)
+MAX_CAUSES = 3  # distinct error messages kept per variant
+PASS, CHALLENGER_WORSE, CANNOT_JUDGE = "pass", "challenger_worse", "cannot_judge"
 
 
 # ---- records ------------------------------------------------------------------------------
@@ -339,8 +341,10 @@ def _score(v: Any) -> float | list[float] | None:
 
 def variant_stats(window: Iterable[Record]) -> dict[str, dict[str, Any]]:
     """Per variant: requests (distinct request ids), rows, errors (requests with an error record),
-    error_rate, p50_ms and p99_ms (one latency per successful request), model_versions, scores."""
+    error_rate, p50_ms and p99_ms (one latency per successful request), model_versions, causes (the
+    first MAX_CAUSES distinct error messages, each with its request count), scores."""
     reqs: dict[str, dict[str, dict[str, Any]]] = {v: {} for v in VARIANTS}
+    causes: dict[str, dict[str, int]] = {v: {} for v in VARIANTS}  # error message -> requests, first seen first
     scores: dict[str, list[Any]] = {v: [] for v in VARIANTS}
     rows = {v: 0 for v in VARIANTS}
     versions: dict[str, set[str]] = {v: set() for v in VARIANTS}
@@ -353,6 +357,9 @@ def variant_stats(window: Iterable[Record]) -> dict[str, dict[str, Any]]:
             versions[v].add(str(rec["model_version"]))
         req = reqs[v].setdefault(str(rec.get("request_id")), {"error": False, "latency": None})
         if is_error(rec):
+            if not req["error"]:
+                cause = str(rec["error"])
+                causes[v][cause] = causes[v].get(cause, 0) + 1
             req["error"] = True
             continue
         lat, score = _number(rec.get("latency_ms")), _score(rec.get("score"))
@@ -373,6 +380,7 @@ def variant_stats(window: Iterable[Record]) -> dict[str, dict[str, Any]]:
             "p50_ms": percentile(latency, 50),
             "p99_ms": percentile(latency, 99),
             "model_versions": sorted(versions[v]),
+            "causes": [{"error": e, "requests": c} for e, c in list(causes[v].items())[:MAX_CAUSES]],
             "scores": scores[v],
             "latencies": latency,
         }
@@ -389,22 +397,49 @@ class Verdict:
     """Why it failed: each names the metric, the observed value and the threshold."""
     metrics: dict[str, Any] = field(default_factory=dict)
     """What was compared (JSON-able: NaN is None)."""
+    outcome: str = PASS
+    """PASS; CHALLENGER_WORSE (the challenger measured and found worse); CANNOT_JUDGE (too few
+    answers, or a champion that fails its own requests: nothing fair to compare with)."""
+    champion_failing: bool = False
+    """The champion failed more than `error_rate_margin` of its requests: production itself is broken
+    (a critical alert), whatever the challenger did."""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "reasons": list(self.reasons), "metrics": self.metrics}
+        return {
+            "passed": self.passed,
+            "outcome": self.outcome,
+            "champion_failing": self.champion_failing,
+            "reasons": list(self.reasons),
+            "metrics": self.metrics,
+        }
 
 
 def _fmt(v: float, unit: str = "", digits: int = 3) -> str:
     return "n/a" if v is None or not math.isfinite(v) else f"{v:.{digits}f}{unit}"
 
 
+def failures(variant: str, stats: dict[str, Any]) -> str:
+    """'champion: 215 of 390 requests failed: <first cause> (215); ...' for a variant's errors."""
+    causes = "; ".join(f"{c['error']} ({c['requests']})" for c in stats.get("causes", []))
+    return f"{variant}: {stats['errors']} of {stats['requests']} requests failed" + (f": {causes}" if causes else "")
+
+
 def _sample_reasons(stats: dict[str, dict[str, Any]], p: CanaryParams) -> list[str]:
-    """Too few requests cannot be judged (fail closed)."""
+    """Too few requests cannot be judged (fail closed). (A variant's failed requests count: a challenger
+    failing every request is worse, not unjudged; a failing champion is _champion_reasons'.)"""
     return [
         f"{v} requests {stats[v]['requests']} are below the minimum sample {p.min_samples}: cannot judge"
         for v in VARIANTS
         if stats[v]["requests"] < p.min_samples
     ]
+
+
+def _champion_reasons(champ: dict[str, Any], p: CanaryParams) -> list[str]:
+    """A champion failing more than `error_rate_margin` of its requests: production is broken, and the
+    challenger cannot be judged against it."""
+    if not champ["requests"] or champ["errors"] / champ["requests"] <= p.error_rate_margin:
+        return []
+    return [f"{failures(CHAMPION, champ)}: the champion itself is failing (cannot judge the challenger against it)"]
 
 
 def _error_reasons(champ: dict[str, Any], chall: dict[str, Any], p: CanaryParams) -> tuple[dict[str, Any], list[str]]:
@@ -423,7 +458,7 @@ def _error_reasons(champ: dict[str, Any], chall: dict[str, Any], p: CanaryParams
         return test, [
             f"challenger error rate {_fmt(r1, digits=4)} ({e1}/{n1}) is significantly above the champion's "
             f"{_fmt(r2, digits=4)} ({e2}/{n2}; one-sided two-proportion test p={p_value:.2g} < "
-            f"{1 - p.confidence:.2g}) by more than {p.error_rate_margin:g}"
+            f"{1 - p.confidence:.2g}) by more than {p.error_rate_margin:g}; {failures(CHALLENGER, chall)}"
         ]
     return test, []
 
@@ -546,10 +581,13 @@ def judge(
     bounds, latency = _latency_reasons(champ, chall, p)
     errors_test, errors = _error_reasons(champ, chall, p)
     score_psi = psi(champ["scores"], chall["scores"])
+    cannot = _sample_reasons(stats, p) + _champion_reasons(champ, p)
     drift = [f"score PSI (challenger vs champion) {_fmt(score_psi)} exceeds {p.max_psi:.3f}"]
-    drift = [] if score_psi <= p.max_psi else drift
+    # (no scores on a side: already a sample reason; a NaN is not a drift)
+    drift = [] if score_psi <= p.max_psi or (math.isnan(score_psi) and cannot) else drift
     labeled, quality, online, notes = _quality(window, p, require_feedback)
-    reasons = _sample_reasons(stats, p) + errors + latency + drift + online
+    worse = errors + latency + drift + online
+    reasons = cannot + worse
     per_variant = {
         v: {k: val for k, val in stats[v].items() if k not in ("scores", "latencies")}
         | {"labeled": labeled[v], "p99_low_ms": bounds[f"{v}_low"]}
@@ -566,19 +604,11 @@ def judge(
         "thresholds": {k: getattr(p, k) for k in THRESHOLDS},
         "notes": notes,
     }
-    return Verdict(passed=not reasons, reasons=reasons, metrics=json_safe(metrics))
-
-
-def fmt_verdict(v: Verdict) -> str:
-    """One line for logs and reports."""
-    m = v.metrics
-    c, k = m.get(CHAMPION, {}), m.get(CHALLENGER, {})
-    head = (
-        f"champion n={c.get('requests')} p99={c.get('p99_ms')} | challenger n={k.get('requests')} "
-        f"err={k.get('error_rate')} p99={k.get('p99_ms')} | psi={m.get('psi')}"
+    outcome = CANNOT_JUDGE if cannot else CHALLENGER_WORSE if worse else PASS
+    return Verdict(
+        passed=not reasons,
+        reasons=reasons,
+        metrics=json_safe(metrics),
+        outcome=outcome,
+        champion_failing=bool(_champion_reasons(champ, p)),
     )
-    q = m.get("quality")
-    if q:
-        a = q["roc_auc"]
-        head += f" | auc diff {a['difference']} CI [{a['ci_low']}, {a['ci_high']}]"
-    return f"{'PASS' if v.passed else 'FAIL'}: {head}" + ("" if v.passed else " -- " + "; ".join(v.reasons))

@@ -25,9 +25,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from tasks.core.files import json_safe
 from tasks.core.log import Progress
 from tasks.serving.paths import server_url
+from tasks.serving.selftest import json_rows
 
 MAX_ERRORS_KEPT = 10
 
@@ -39,7 +39,11 @@ class ReplayResult:
     ok: int = 0
     """Answered 200 with a request id."""
     failed: int = 0
-    """Refused, failed, timed out or unreadable."""
+    """Refused, failed, timed out or unreadable: every request that did not return a usable score,
+    whatever its status code."""
+    failed_by_variant: dict[str, int] = field(default_factory=dict)
+    """Failed requests by the variant the server named (X-Sluice-Variant), "none" where none did (refused
+    before a variant was chosen, or never answered)."""
     feedback_sent: int = 0
     """Feedback requests answered 2xx."""
     feedback_failed: int = 0
@@ -56,6 +60,11 @@ class ReplayResult:
         if len(self.errors) < MAX_ERRORS_KEPT:
             self.errors.append(message)
 
+    def _fail(self, variant: str, message: str) -> None:
+        self.failed += 1
+        self.failed_by_variant[variant] = self.failed_by_variant.get(variant, 0) + 1
+        self._error(f"{message} [{variant}]" if variant != "none" else message)
+
 
 def load_replay_rows(
     gold_dir: Path | str | None = None, dataset: Any = None
@@ -71,11 +80,7 @@ def load_replay_rows(
         gold_dir = Settings.from_env().layout.gold
     ds = dataset if dataset is not None else load_dataset()
     df = pd.read_parquet(Path(gold_dir) / "test.parquet")
-    raw = df[list(ds.RAW_COLUMNS)]
-    for col in raw.columns:
-        if pd.api.types.is_datetime64_any_dtype(raw[col]):
-            raw = raw.assign(**{col: raw[col].dt.strftime("%Y-%m-%dT%H:%M:%SZ")})
-    rows = json_safe(raw.to_dict("records"))
+    rows = json_rows(df, ds)
     keys = [str(v) for v in df[ds.ID_COLUMN].tolist()]
     labels = [int(v) for v in df[ds.GOLD_COLUMN].tolist()]
     return rows, keys, labels
@@ -91,6 +96,24 @@ def _request_id(body: Any) -> str | None:
             rid = preds[0].get("request_id")
             return rid if isinstance(rid, str) else None
     return None
+
+
+def _scored(body: Any) -> bool:
+    """A /v1/predict answer with a finite score for every prediction (a usable answer)."""
+    import math
+
+    preds = body.get("predictions") if isinstance(body, dict) else None
+    return (
+        isinstance(preds, list)
+        and bool(preds)
+        and all(
+            isinstance(p, dict)
+            and isinstance(p.get("score"), (int, float))
+            and not isinstance(p.get("score"), bool)
+            and math.isfinite(p["score"])
+            for p in preds
+        )
+    )
 
 
 def _variant(body: Any) -> str:
@@ -152,15 +175,12 @@ class _Replay:
                 resp = await self.client.post(f"{self.url}/v1/predict", json=body)
             answer = resp.json() if resp.is_success else None
         except (httpx.HTTPError, ValueError) as exc:
-            result.failed += 1
-            result._error(f"predict row {name}: {type(exc).__name__}: {exc}")
+            result._fail("none", f"predict row {name}: {type(exc).__name__}: {exc}")
             return
         request_id = _request_id(answer)
-        if request_id is None:
-            result.failed += 1
-            result._error(
-                f"predict row {name}: " + (_explain(resp) if not resp.is_success else "no request_id in the answer")
-            )
+        if request_id is None or not _scored(answer):
+            why = _explain(resp) if not resp.is_success else "no request_id or no finite score in the answer"
+            result._fail(resp.headers.get("x-sluice-variant") or "none", f"predict row {name}: {why}")
             return
         result.ok += 1
         variant = _variant(answer)
@@ -243,7 +263,8 @@ async def replay_async(
         tasks = await run.send(count, rate, offset, t0, deadline)
         # (awaited first: `x += await ...` would read x before the requests still running add to it)
         given_up = await _settle(tasks, max(deadline - time.monotonic(), 0) + timeout_s)
-        run.result.failed += given_up
+        for _ in range(given_up):
+            run.result._fail("none", "predict: no answer within the replay's time")
         feedback_given_up = await _settle(run.feedback_tasks, feedback_delay_s + timeout_s)
         run.result.feedback_failed += feedback_given_up
     run.result.seconds = round(time.monotonic() - t0, 3)

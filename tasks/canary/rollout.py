@@ -54,12 +54,17 @@ class StepOutcome:
     traffic: dict[str, Any]
     seconds: float
     attempt: int = 1  # a failing step is measured again (canary.failures_before_rollback)
+    outcome: str = "pass"
+    """analysis.PASS, CHALLENGER_WORSE or CANNOT_JUDGE."""
+    champion_failing: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "weight": self.weight,
             "attempt": self.attempt,
             "passed": self.passed,
+            "outcome": self.outcome,
+            "champion_failing": self.champion_failing,
             "reasons": self.reasons,
             "metrics": self.metrics,
             "traffic": self.traffic,
@@ -73,6 +78,18 @@ class Rollout:
     steps: list[StepOutcome] = field(default_factory=list)
     refused: str | None = None
     """Why the canary could not be judged at all (no server, or one that does not follow)."""
+
+    @property
+    def outcome(self) -> str:
+        """The verdict: pass, challenger_worse, or cannot_judge (no server, too few answers, or a champion
+        failing its own requests): the last step's, which decided."""
+        if self.refused is not None:
+            return "cannot_judge"
+        return self.steps[-1].outcome if self.steps else ("pass" if self.passed else "cannot_judge")
+
+    @property
+    def champion_failing(self) -> bool:
+        return any(s.champion_failing for s in self.steps)
 
     @property
     def reasons(self) -> list[str]:
@@ -248,10 +265,12 @@ def run_canary(settings: Settings, params: Params, champion: str, challenger: st
             outcome = _measure(settings, params, (champion, challenger), url, dataset, weight, sent, started)
             outcome.attempt, sent = attempt, sent + outcome.traffic.get("sent", c.requests_per_step)
             rollout.steps.append(outcome)
+            failed = outcome.traffic.get("failed_by_variant") or {}
             log(
                 f"canary step {i + 1}/{len(c.steps)} at {weight}% (attempt {attempt}/{c.failures_before_rollback}): "
-                f"{outcome.traffic.get('sent')} requests ({outcome.traffic.get('failed')} failed), "
-                f"{'PASS' if outcome.passed else 'FAIL: ' + '; '.join(outcome.reasons)}"
+                f"{outcome.traffic.get('sent')} requests ({outcome.traffic.get('failed')} failed"
+                + "".join(f", {n} {v}" for v, n in sorted(failed.items()))
+                + f"), {'PASS' if outcome.passed else outcome.outcome.upper() + ': ' + '; '.join(outcome.reasons)}"
             )
             if outcome.passed:
                 break
@@ -274,7 +293,7 @@ def _measure(
 ) -> StepOutcome:
     """One attempt at one weight: replay traffic, then judge everything the canary sent so far (the
     champion's earlier traffic is the comparison at 100%, and online quality needs every label there is)."""
-    from tasks.canary.analysis import judge, select_window
+    from tasks.canary.analysis import CANNOT_JUDGE, MAX_CAUSES, judge, select_window
     from tasks.canary.replay import replay_gold
     from tasks.serving.paths import prediction_log
     from tasks.serving.predlog import read_log
@@ -297,7 +316,24 @@ def _measure(
         model_versions={"champion": champion, "challenger": challenger},
     )
     verdict = judge(window, c)
-    return StepOutcome(weight, verdict.passed, verdict.reasons, verdict.metrics, traffic.to_dict(), time.time() - t0)
+    reasons, outcome = list(verdict.reasons), verdict.outcome
+    unanswered = (traffic.failed_by_variant or {}).get("none", 0)
+    if unanswered:  # refused or lost before a variant took them: nothing in the log says so
+        reasons.append(
+            f"{unanswered} of {traffic.sent} replayed requests failed before any variant answered "
+            f"({'; '.join(traffic.errors[:MAX_CAUSES])}): cannot judge"
+        )
+        outcome = CANNOT_JUDGE
+    return StepOutcome(
+        weight,
+        not reasons,
+        reasons,
+        verdict.metrics,
+        traffic.to_dict(),
+        time.time() - t0,
+        outcome=outcome,
+        champion_failing=verdict.champion_failing,
+    )
 
 
 def analyse(settings: Settings, params: Params, champion: str, challenger: str) -> Rollout:

@@ -247,7 +247,11 @@ class CanaryAnalysisRecord(GateRecord):
     model_version: str
     champion: str | None
     steps: list[dict[str, Any]]
-    """Per step: weight, passed, reasons, the metrics compared, the traffic sent."""
+    """Per step: weight, passed, outcome, reasons, the metrics compared, the traffic sent."""
+    outcome: str = "pass"
+    """pass | challenger_worse | cannot_judge (too few answers, no server, or a failing champion)."""
+    champion_failing: bool = False
+    """The champion failed its own requests beyond canary.error_rate_margin (a critical alert)."""
 
 
 class RollbackCanaryRecord(Record):

@@ -14,6 +14,10 @@ Rules (0 turns one off):
     online_accuracy_drop     the served model's online ROC AUC this far under the previous run's (the canary's
                              served variant; the daily report's champion against the day before's)
     cost_jump                a day's billed cost > cost_jump_ratio x the previous day's (the daily report)
+    champion_failing         (critical) the prod model failed its own canary requests beyond
+                             canary.error_rate_margin (tasks/monitoring/feed.py: production is broken)
+    replica_restarts         (critical) model-server replicas restarted serving.restart_alert_count times
+                             within serving.restart_window_s (a crash loop: ops/replicas.py)
 """
 
 from __future__ import annotations

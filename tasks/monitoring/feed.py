@@ -287,7 +287,27 @@ def canary_analysis(rec: CanaryAnalysisRecord, info: RunInfo) -> Fed:
             )
         )
     ms += _keep(_m("business", info, "canary_passed", 1.0 if rec.passed else 0.0))
-    return Fed(ms)
+    return Fed(ms, alerts=champion_failing(rec))
+
+
+def champion_failing(rec: CanaryAnalysisRecord) -> list[Alert]:
+    """The champion failing its own canary requests: production is broken, whatever the challenger did."""
+    failing = [st for st in rec.steps if st.get("champion_failing")]
+    if not failing:
+        return []
+    st = failing[-1]
+    champ = (st.get("metrics") or {}).get("champion") or {}
+    errors, requests = champ.get("errors") or 0, champ.get("requests") or 0
+    causes = "; ".join(f"{c['error']} ({c['requests']})" for c in champ.get("causes") or [])
+    return [
+        Alert(
+            "champion_failing",
+            "critical",
+            f"prod model {rec.champion} failed {errors} of {requests} canary requests at {st.get('weight')}%"
+            + (f": {causes}" if causes else ""),
+            errors / requests if requests else None,
+        )
+    ]
 
 
 def _incident(name: str) -> Callable[[Record, RunInfo], Fed]:

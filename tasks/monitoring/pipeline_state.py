@@ -10,7 +10,7 @@
                     whether its report exists)
     data_versions, model_versions       the newest LIMIT of each, newest first
     store           whether the metrics store exists (a read never creates it)
-    alerts          the newest LIMIT alerts; open_alerts: those the latest run raised (alerts_run)
+    alerts          the newest LIMIT alerts; open_alerts: those the newest run of each DAG raised
     costs           billed, waste, avoided per day (newest DAYS days); yesterday: that day's totals
     currency
     trends          what the page charts, oldest first: served quality by model version, requests
@@ -234,15 +234,25 @@ def store_part(store: Any, yesterday: str) -> dict[str, Any]:
     from tasks.monitoring.cost import totals
 
     runs = store.runs()
-    alerts_run = runs[-1]["run_id"] if runs else None  # each run evaluates every rule afresh
+    alerts_run = runs[-1]["run_id"] if runs else None
     days = store.days()[-DAYS:]
     return {
         "alerts": list(reversed(store.alerts()))[:LIMIT],
         "alerts_run": alerts_run,
-        "open_alerts": store.alerts(run_id=alerts_run) if alerts_run else [],
+        "open_alerts": open_alerts(store, runs),
         "costs": daily_costs([c for d in reversed(days) for c in store.costs(day=d)]),
         "yesterday_costs": totals(lines) if (lines := store.costs(day=yesterday)) else None,
     }
+
+
+def open_alerts(store: Any, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The alerts still open: those of the newest run of each DAG (each DAG's run evaluates its rules
+    afresh, so a later run of the same DAG resolves what it no longer raises; a `monitor_serving`
+    alert stays open through nightly runs until the next serving check). Each names its run."""
+    newest: dict[Any, str] = {}
+    for r in runs:  # oldest first: the last one of each DAG wins (runs outside Airflow: dag_id None)
+        newest[r.get("dag_id")] = r["run_id"]
+    return [a for run_id in newest.values() for a in store.alerts(run_id=run_id)]
 
 
 def daily_costs(lines: list[dict[str, Any]], days: int = DAYS) -> list[dict[str, Any]]:
@@ -371,8 +381,8 @@ def state_lines(state: dict[str, Any]) -> list[str]:
         return [*lines, "  alerts         none recorded (no metrics store yet)", "  cost           no cost data yet"]
     alerts, alerts_run = state["open_alerts"], state["alerts_run"]
     if alerts:
-        lines.append(f"  open alerts    {len(alerts)} from run {alerts_run}:")
-        lines += [f"    {a['severity']:<8} {a['rule']}: {a['message']}" for a in alerts]
+        lines.append(f"  open alerts    {len(alerts)} (the newest run of each DAG):")
+        lines += [f"    {a['severity']:<8} {a['rule']} ({a['run_id']}): {a['message']}" for a in alerts]
     else:
         lines.append("  open alerts    none" + (f" (last run {alerts_run})" if alerts_run else ""))
     t, cur, day = state["yesterday_costs"], state["currency"], state["yesterday"]

@@ -127,7 +127,16 @@ def build_summary(
         "test": pick(ev, "challenger", "champion", "champion_version"),
         "compression": compression_summary(cp),
         "registered": steps["register"].model_version if "register" in steps else None,
-        "canary": pick(steps.get("canary_analysis"), "passed", "reasons", "champion", "model_version", "steps"),
+        "canary": pick(
+            steps.get("canary_analysis"),
+            "passed",
+            "outcome",
+            "champion_failing",
+            "reasons",
+            "champion",
+            "model_version",
+            "steps",
+        ),
         "prod_model": registry_state.get("prod_model"),
         "quarantine": steps["quarantine"].model_dump() if "quarantine" in steps else None,
         "held": held_summary(steps, registry_state),
@@ -383,9 +392,11 @@ def canary_lines(c: dict[str, Any] | None) -> list[str]:
         return [
             f"  canary         {'none: first model, promoted directly' if c['passed'] else '; '.join(c['reasons'])}"
         ]
+    verdict = {"challenger_worse": "challenger worse", "cannot_judge": "cannot judge"}.get(c.get("outcome") or "")
     out = [
         f"  canary         {c['model_version']} vs champion {c['champion']}: "
-        f"{'PROMOTE' if c['passed'] else 'ROLL BACK'}"
+        f"{'PROMOTE' if c['passed'] else 'ROLL BACK' + (f' ({verdict})' if verdict else '')}"
+        + ("; the CHAMPION is failing its own requests" if c.get("champion_failing") else "")
     ]
     for st in c["steps"]:
         m = st["metrics"]
@@ -400,8 +411,8 @@ def canary_lines(c: dict[str, Any] | None) -> list[str]:
         )
         out.append(
             f"    at {st['weight']:>3}%{again}  requests {ch.get('requests', 0)}/{cl.get('requests', 0)} "
-            f"(champion/challenger), errors {cl.get('errors', 0)}, p99 {ch.get('p99_ms') or 0:.1f}/"
-            f"{cl.get('p99_ms') or 0:.1f} ms, PSI {m.get('psi') or 0:.3f}{online}: "
+            f"(champion/challenger), errors {ch.get('errors', 0)}/{cl.get('errors', 0)}, "
+            f"p99 {ch.get('p99_ms') or 0:.1f}/{cl.get('p99_ms') or 0:.1f} ms, PSI {m.get('psi') or 0:.3f}{online}: "
             f"{'pass' if st['passed'] else 'FAIL: ' + '; '.join(st['reasons'])}"
         )
     return out

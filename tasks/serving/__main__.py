@@ -75,6 +75,7 @@ def build_context(params: Any, settings: Any, replica: str = "") -> Any:
     from tasks.serving.paths import prediction_log, request_key_file
     from tasks.serving.predlog import PredictionLog
     from tasks.serving.requestid import RequestIds, load_key
+    from tasks.serving.selftest import SelfTest, sample_rows
     from tasks.serving.v1_models import load_row_model
     from tasks.serving.variants import Variants
 
@@ -87,10 +88,14 @@ def build_context(params: Any, settings: Any, replica: str = "") -> Any:
     retention_s = sp.log_retention_h * 3600
     key = load_key(Path(settings.serving_key_file) if settings.serving_key_file else request_key_file(settings.home))
     predlog = PredictionLog(prediction_log(settings), replica, sp.log_flush_s, sp.log_flush_rows, retention_s)
+    row_model = load_row_model(dataset)
+    self_test = SelfTest(dataset, row_model, lambda: sample_rows(dataset, settings.home), sp.max_rows)
     return ServingContext(
         dataset=dataset,
-        row_model=load_row_model(dataset),
-        variants=Variants(registry.serving, registry.read_model_artifact, len(dataset.FEATURE_NAMES), metrics),
+        row_model=row_model,
+        variants=Variants(
+            registry.serving, registry.read_model_artifact, len(dataset.FEATURE_NAMES), metrics, self_test=self_test
+        ),
         metrics=metrics,
         predlog=predlog,
         max_rows=sp.max_rows,

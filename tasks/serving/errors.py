@@ -77,7 +77,10 @@ def _count(request: Request, variant: str, status: int | str) -> None:
 
 async def _api_error(request: Request, exc: ApiError) -> JSONResponse:
     _count(request, exc.variant, exc.status)
-    return JSONResponse({"error": exc.message}, status_code=exc.status)
+    # The variant a failure counts against, as on a success: a client (the canary's replay) counts
+    # each arm's failures without reading the log.
+    headers = {"X-Sluice-Variant": exc.variant} if exc.variant != "none" else None
+    return JSONResponse({"error": exc.message}, status_code=exc.status, headers=headers)
 
 
 async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -89,6 +92,11 @@ async def _invalid(request: Request, exc: RequestValidationError) -> JSONRespons
 
 
 async def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    cause = exc.__cause__
+    if isinstance(cause, UnicodeDecodeError):  # FastAPI's "There was an error parsing the body"
+        _count(request, "none", 400)
+        message = f"the body is not UTF-8 (JSON must be): {cause.reason} at byte {cause.start}"
+        return JSONResponse({"error": message}, status_code=400)
     return JSONResponse({"error": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
 
 

@@ -22,7 +22,7 @@ from tasks.serving.errors import ApiError
 from tasks.serving.metrics import top_scores
 from tasks.serving.predlog import error_record, prediction_records
 from tasks.serving.split import choose_variant
-from tasks.serving.variants import LoadedModel, ScoreError, Snapshot
+from tasks.serving.variants import FeaturizeError, LoadedModel, ScoreError, Snapshot
 
 KEY_HEADER = "x-sluice-key"  # the sticky split's key (else /v1/predict's body `key`; none: at random)
 Answer = tuple[str, LoadedModel, Optional[LoadedModel]]
@@ -57,6 +57,27 @@ def pinned(snap: Snapshot, version: str, name: str) -> Answer:
         served = ", ".join(f"{m.spec.model_version} ({v})" for v, m in snap.models.items())
         raise ApiError(404, f"unknown version {version!r} of model {name!r}; serving {served}")
     return (*found, None)
+
+
+def rows_frame(dataset: Any, rows: list[Any]) -> Any:
+    """Validated raw rows (the /v1 row model's instances) -> the DataFrame the plug-in featurizes."""
+    import pandas as pd
+
+    return pd.DataFrame([r.model_dump() for r in rows], columns=list(dataset.RAW_COLUMNS))
+
+
+def model_inputs(ctx: ServingContext, answer: Answer, df: Any, t0: float, inputs: list[Any]) -> np.ndarray:
+    """Raw rows -> the answering model's input. Rows the contract took that cannot be featurized are
+    the server's failure: logged as the variant's error (the canary counts it) and answered 500."""
+    variant, model, _ = answer
+    try:
+        return model.rows_to_inputs(ctx.dataset, df)
+    except FeaturizeError as exc:
+        request_id = ctx.request_ids.issue(len(df))
+        version, ms = model.spec.model_version, (time.perf_counter() - t0) * 1000
+        ctx.predlog.append([error_record(request_id, variant, version, ms, False, "predict", str(exc), inputs)])
+        log(f"serving: {variant} {version} failed: {exc}")
+        raise ApiError(500, f"model {version}: {exc}", variant) from exc
 
 
 def score(

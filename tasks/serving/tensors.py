@@ -140,7 +140,7 @@ def _texts(t: RequestInput, tail: bytes, max_rows: int) -> list[str]:
         flat = [v for row in data for v in (row if isinstance(row, list) else [row])] if data is not None else None
         if flat is None or len(flat) != n or not all(isinstance(v, str) for v in flat):
             raise ApiError(400, f"input {TEXT_INPUT!r} must hold {n} strings in 'data' (or binary_data_size)")
-        return flat
+        return _not_blank(flat)
     if not isinstance(size, int) or len(tail) < size:
         raise ApiError(400, f"binary_data_size {size!r} is more than the {len(tail)} bytes after the header")
     raw, out, at = tail[:size], [], 0
@@ -159,7 +159,18 @@ def _texts(t: RequestInput, tail: bytes, max_rows: int) -> list[str]:
             ) from None
     if at != len(raw):
         raise ApiError(400, f"input {TEXT_INPUT!r} holds {len(raw) - at} bytes past its {n} elements")
-    return out
+    return _not_blank(out)
+
+
+def _not_blank(texts: list[str]) -> list[str]:
+    """Empty or whitespace-only text is refused, as /v1/predict refuses it (a text column's raw contract
+    holds it to a non-space character): both routes answer the same text the same way."""
+    blank = [i for i, t in enumerate(texts) if not t.strip()]
+    if blank:
+        raise ApiError(
+            400, f"input {TEXT_INPUT!r} element(s) {blank[:10]} are empty or whitespace only: no text to score"
+        )
+    return texts
 
 
 def check_outputs(req: InferenceRequest, output_name: str, variant: str) -> None:

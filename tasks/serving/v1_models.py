@@ -123,8 +123,9 @@ class FeedbackRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
     request_id: Annotated[StrictStr, Field(min_length=1, max_length=128)]
-    label: Union[StrictInt, Annotated[list[StrictInt], Field(min_length=1)]] = Field(
-        description="the class of each row (0..K-1; binary: 0 or 1), one label or one per row"
+    label: Union[StrictInt, StrictStr, Annotated[list[Union[StrictInt, StrictStr]], Field(min_length=1)]] = Field(
+        description="the class of each row, by its index (0..K-1; binary: 0 or 1) or its name (the dataset's "
+        "CLASS_NAMES), one label or one per row"
     )
     who: Union[Annotated[StrictStr, Field(min_length=1, max_length=128)], None] = Field(
         None, description="who sends the label (recorded with the gold label it becomes)"

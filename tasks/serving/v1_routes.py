@@ -20,7 +20,7 @@ from tasks.serving.context import Context, ServingContext
 from tasks.serving.errors import ApiError, ErrorBody
 from tasks.serving.predlog import feedback_records
 from tasks.serving.requestid import BadRequestId
-from tasks.serving.scoring import KEY_HEADER, pick, score, snapshot
+from tasks.serving.scoring import KEY_HEADER, model_inputs, pick, rows_frame, score, snapshot
 from tasks.serving.v1_models import (
     FeedbackRequest,
     FeedbackResponse,
@@ -37,8 +37,9 @@ def _errors(**described: str) -> dict[int | str, dict[str, Any]]:
 
 PREDICT_ERRORS = _errors(
     e413="a body or a batch over the limit",
-    e422="a row the schema refuses, or that cannot be featurized",
-    e500="the model failed, or gave a non-finite score (never answered)",
+    e422="a row the schema refuses",
+    e500="rows the schema took could not be featurized, the model failed, or it gave a non-finite score "
+    "(never answered)",
     e503="no version loaded yet",
 )
 FEEDBACK_ERRORS = _errors(
@@ -49,20 +50,13 @@ FEEDBACK_ERRORS = _errors(
 
 def predict_rows(ctx: ServingContext, rows: list[Any], key: Optional[str]) -> JSONResponse:
     """Featurize validated raw rows with the plug-in, score them with the split's choice for `key`."""
-    import pandas as pd
-
     snap = snapshot(ctx, ctx.model_name)
     answer = pick(snap, key)
     variant, model, _ = answer
     t0 = time.perf_counter()
-    df = pd.DataFrame([r.model_dump() for r in rows], columns=list(ctx.dataset.RAW_COLUMNS))
-    try:
-        x = model.rows_to_inputs(ctx.dataset, df)  # features, or a text model's ids from its own tokenizer
-    except Exception as exc:  # noqa: BLE001 - the plug-in's own error, reported to the caller
-        raise ApiError(422, f"rows could not be featurized: {type(exc).__name__}: {exc}", variant) from exc
-    if x.shape != (len(df), model.n_features) or not np.all(np.isfinite(x)):
-        raise ApiError(422, "rows featurize to non-finite or misshaped features", variant)
+    df = rows_frame(ctx.dataset, rows)
     raw = [r.model_dump(mode="json") for r in rows]  # the raw rows, as the log keeps them
+    x = model_inputs(ctx, answer, df, t0, raw)  # features, or a text model's ids from its own tokenizer
     request_id, scores = score(ctx, x, answer, "predict", t0, raw, rows=df)
     version = model.spec.model_version
     common = {"model_version": version, "variant": variant, "request_id": request_id}
@@ -112,12 +106,21 @@ def v1_router(predict_request: Any) -> APIRouter:
     return router
 
 
+def class_indices(labels: list[int | str], names: tuple[str, ...]) -> list[int]:
+    """Feedback labels, each a class index or a class name, as indices; ApiError 422 naming the labels
+    that are neither and the forms a label takes. Pure."""
+    k, index = len(names), {n: i for i, n in enumerate(names)}
+    outside = sorted({lab for lab in labels if isinstance(lab, int) and not 0 <= lab < k})
+    unknown = sorted({lab for lab in labels if isinstance(lab, str) and lab not in index})
+    if outside or unknown:  # a body the caller must fix, whatever the request id
+        bad = [f"label(s) {outside} outside the {k} classes 0..{k - 1} {names}"] if outside else []
+        bad += [f"unknown class name(s) {unknown}; the classes are {names}"] if unknown else []
+        raise ApiError(422, "; ".join(bad) + f" (a label is a class index 0..{k - 1} or one of those names)")
+    return [index[lab] if isinstance(lab, str) else lab for lab in labels]
+
+
 async def feedback(body: FeedbackRequest, ctx: Context) -> FeedbackResponse:
-    labels = body.label if isinstance(body.label, list) else [body.label]
-    k = len(class_names(ctx.dataset))
-    outside = sorted({lab for lab in labels if not 0 <= lab < k})
-    if outside:  # a body the caller must fix, whatever the request id
-        raise ApiError(422, f"label(s) {outside} outside the {k} classes 0..{k - 1} {class_names(ctx.dataset)}")
+    labels = class_indices(body.label if isinstance(body.label, list) else [body.label], class_names(ctx.dataset))
     try:
         rows = ctx.request_ids.verify(body.request_id)
     except BadRequestId as exc:

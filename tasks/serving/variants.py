@@ -7,12 +7,15 @@ changes, the new versions are read from the registry (never from anywhere else),
 their recorded sha256, opened in onnxruntime and warmed, all before anything is swapped. The swap
 is one reference assignment of an immutable `Snapshot`: a request takes the snapshot once and
 finishes on it, so a promote, a weight change or a rollback drops no request. A version that fails
-to read, verify, load or warm is logged, counted (`sluice_model_load_failures_total`), and the
-previous snapshot keeps serving; the same state is retried after `retry_s`.
+to read, verify, load or warm, or that fails its self-test (the dataset's sample rows and one Open
+Inference Protocol request through the routes' own code path, selftest.py), is logged, counted
+(`sluice_model_load_failures_total`), and the previous snapshot keeps serving; the same state is
+retried after `retry_s`. A champion is never swapped in unless it answers as a client would be answered.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 import time
@@ -35,6 +38,12 @@ class ScoreError(ValueError):
     and the canary counts it in the variant's error rate; a NaN is never served as an answer."""
 
 
+class FeaturizeError(ValueError):
+    """Raw rows that passed the raw contract could not be turned into the model's input (the plug-in's
+    featurize or the artifact's tokenizer failed, or gave misshaped or non-finite inputs): the request
+    fails as a 500 against the variant and is logged as its error (the canary counts it)."""
+
+
 @dataclass
 class LoadedModel:
     """An onnxruntime session of one verified, warmed model version."""
@@ -54,10 +63,23 @@ class LoadedModel:
 
     def rows_to_inputs(self, dataset: Any, df: Any) -> np.ndarray:
         """Raw rows -> this model's input array: the dataset's features, or ids of the dataset's texts
-        from the artifact's own tokenizer (the path training took: tasks.models.metadata_input_encoder)."""
-        if self.encoder is None:
-            return np.ascontiguousarray(dataset.featurize(df), dtype=np.float32)
-        return self.encoder.encode(dataset.texts(df))
+        from the artifact's own tokenizer (the path training took: tasks.models.metadata_input_encoder).
+
+        Raises FeaturizeError when the plug-in fails or its output does not fit the model: rows that
+        passed the raw contract and cannot be scored are the server's failure, never the client's."""
+        try:
+            if self.encoder is None:
+                x = np.ascontiguousarray(dataset.featurize(df), dtype=np.float32)
+            else:
+                x = self.encoder.encode(dataset.texts(df))
+        except Exception as exc:  # noqa: BLE001 - the plug-in's or the tokenizer's own error, named
+            raise FeaturizeError(f"rows could not be featurized: {type(exc).__name__}: {exc}") from exc
+        if x.shape != (len(df), self.n_features) or not np.all(np.isfinite(x)):
+            raise FeaturizeError(
+                f"rows featurize to non-finite or misshaped inputs ({x.dtype} {list(x.shape)}; "
+                f"{self.spec.model_version} takes [{len(df)}, {self.n_features}])"
+            )
+        return x
 
     @property
     def classes(self) -> int:
@@ -197,12 +219,14 @@ class Variants:
         n_features: int,
         metrics: Any = None,
         retry_s: float = 30.0,
+        self_test: Callable[[LoadedModel], None] | None = None,
     ):
         self.read_serving = read_serving
         self.read_artifact = read_artifact
         self.n_features = n_features
         self.metrics = metrics
         self.retry_s = retry_s
+        self.self_test = self_test  # selftest.py: the served path, run on every variant before a swap
         self.current: Snapshot = EMPTY
         self.pending: ServingState | None = None  # a state seen but not (yet) applied
         self.last_error: str | None = None
@@ -257,15 +281,10 @@ class Variants:
         for variant, spec in desired.variants().items():
             reuse = have.get((spec.model_version, spec.artifact))
             if reuse is not None and (spec.sha256 is None or spec.sha256 == reuse.sha256):
-                models[variant] = LoadedModel(
-                    spec,
-                    reuse.sha256,
-                    reuse.session,
-                    reuse.input_name,
-                    reuse.output_name,
-                    reuse.n_features,
-                    reuse.loaded_at,
-                )
+                # The loaded model kept whole, only its spec replaced: a field added to LoadedModel
+                # later (as `encoder` was) cannot be dropped here.
+                models[variant] = dataclasses.replace(reuse, spec=spec)
+                self._self_test(variant, models[variant])
                 continue
             t0 = time.perf_counter()
             try:
@@ -275,11 +294,25 @@ class Variants:
                     f"{spec.model_version}: cannot read {spec.artifact} from the registry: {type(exc).__name__}: {exc}"
                 ) from None
             models[variant] = open_model(spec, data, self.n_features)
+            self._self_test(variant, models[variant])
             log(
                 f"serving: loaded {variant} {spec.model_version} ({len(data):,} B, sha256 "
                 f"{models[variant].sha256[:12]}) in {time.perf_counter() - t0:.2f} s"
             )
         return models
+
+    def _self_test(self, variant: str, model: LoadedModel) -> None:
+        """The variant answers requests through the routes' own code path before it is swapped in
+        (tasks/serving/selftest.py); LoadError naming the failure otherwise."""
+        if self.self_test is None:
+            return
+        try:
+            self.self_test(model)
+        except Exception as exc:  # noqa: BLE001 - whatever the served path raised, the swap is refused
+            raise LoadError(
+                f"{model.spec.model_version}: the {variant} fails its self-test on the served path: "
+                f"{type(exc).__name__}: {getattr(exc, 'message', None) or exc}"
+            ) from None
 
     def _fail(self, version: str | None, message: str) -> None:
         self.last_error = message

@@ -59,9 +59,17 @@ def test_status_shows_versions_weights_last_run_alerts_and_yesterdays_cost(setti
     yesterday = datetime.now(timezone.utc) - timedelta(days=1)
     usage = TaskUsage(yesterday - timedelta(hours=2), yesterday, 7200.0, cpus=2, gpus=1, memory_gb=4)
     store = MetricsStore.open(settings)
-    store.record("run-b", "train", usage=usage, costs=price_usage(usage, load_params().cost))
+    store.record(
+        "run-b",
+        "train",
+        usage=usage,
+        costs=price_usage(usage, load_params().cost),
+        alerts=[Alert("loss_spike", "warning", "resolved: the next run of the same DAG no longer raises it")],
+    )
     alert = Alert("p99_latency", "warning", "p99 41 ms over the 25 ms budget")
     store.record("run-c", "canary_analysis", alerts=[alert])
+    drift = Alert("serving_drift", "warning", "served inputs drifted from data-v1")  # another DAG's: still open
+    store.record("monitor_serving__1", "monitor_serving", alerts=[drift], dag_id="monitor_serving")
 
     proc = ops_status(settings)
     assert proc.returncode == 3, proc.stderr
@@ -71,8 +79,10 @@ def test_status_shows_versions_weights_last_run_alerts_and_yesterdays_cost(setti
     assert "  challenger     model-v2 (25% of requests)" in lines
     last = next(line for line in lines if line.startswith("  last run"))
     assert "run-c" in last and last.endswith("no landing batch waiting: nothing to do")
-    assert "  open alerts    1 from run run-c:" in lines
-    assert "    warning  p99_latency: p99 41 ms over the 25 ms budget" in lines
+    assert "  open alerts    2 (the newest run of each DAG):" in lines
+    assert "    warning  p99_latency (run-c): p99 41 ms over the 25 ms budget" in lines
+    assert "    warning  serving_drift (monitor_serving__1): served inputs drifted from data-v1" in lines
+    assert not any("loss_spike" in line for line in lines)
     # 2 h x (2 CPUs, 1 GPU, 4 GB) at params.yaml's prices (5.20 USD at the defaults)
     p = load_params().cost
     total = f"{2 * (2 * p.cpu_hour + p.gpu_hour + 4 * p.memory_gb_hour):.2f}"
