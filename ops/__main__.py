@@ -40,12 +40,41 @@ def _login_lines(settings: Settings, port: int, serve_port: int | None = None) -
     return (
         f"Airflow UI and REST API: http://127.0.0.1:{port}\n"
         f"  login: {ADMIN_USER} / {password}   (generated into {settings.layout.airflow_home / 'passwords.json'})"
+        + f"\nSluice page (runs, versions, canary, alerts, costs): http://127.0.0.1:{port}/sluice/"
         + (
             f"\nModel server (Open Inference Protocol v2, /v1/predict): http://127.0.0.1:{serve_port}"
             if serve_port
             else ""
         )
     )
+
+
+def _replica_lines(settings: Settings) -> list[str]:
+    """Behind the balancer: each replica alive and ready or not (asked itself), and the restarts since
+    the services started (the watchdog's ledger, tasks/serving/restarts.py)."""
+    from tasks.serving.paths import replica_urls
+    from tasks.serving.restarts import read_restarts
+
+    behind = replica_urls(settings.home)
+    if not behind:
+        return []
+    restarts = read_restarts(settings.home, since=(AirflowServices.recorded(settings) or {}).get("started_at"))
+    lines = [f"  model-server replicas behind haproxy: {len(behind)}, restarts since start: {len(restarts)}"]
+    for name, url in sorted(behind.items()):
+        try:
+            r = httpx.get(f"{url}/v2/health/ready", timeout=5)
+            body = r.json()
+            ok = r.status_code == 200
+            how = f"ready, serving {body.get('serving')}" if ok else f"NOT READY: {body.get('last_error')}"
+        except (httpx.HTTPError, ValueError) as exc:
+            how = f"NOT ANSWERING ({type(exc).__name__})"
+        lines.append(f"    replica {name:<6} {how}")
+    lines += [
+        f"    restart: {e.get('replica')} exited ({e.get('exit_code')}), replaced by {e.get('replaced_by')} "
+        f"at {datetime.fromtimestamp(e.get('ts', 0), timezone.utc):%Y-%m-%d %H:%M:%S} UTC"
+        for e in restarts[-5:]
+    ]
+    return lines
 
 
 def _recorded(settings: Settings) -> AirflowServices | None:
@@ -126,11 +155,13 @@ def _services_status(settings: Settings) -> int:
             "degraded:\n"
             + "\n".join(f"  {n}: {problems.get(n, 'alive and healthy')}" for n in recorded.parts)
             + "\n  `make up` restarts a dead part\n"
-            + _login_lines(settings, recorded.port, recorded.serve_port)
+            + "\n".join([*_replica_lines(settings), _login_lines(settings, recorded.port, recorded.serve_port)])
         )
         return 1
-    print("running.\n" + _login_lines(settings, recorded.port, recorded.serve_port))
-    return 0
+    replicas = _replica_lines(settings)
+    print("running.\n" + "\n".join(f"  {n:<13} alive and healthy" for n in recorded.parts))
+    print("\n".join([*replicas, _login_lines(settings, recorded.port, recorded.serve_port)]))
+    return 1 if any("NOT " in line for line in replicas) else 0
 
 
 def clean_state_refusal(home: Path) -> str | None:

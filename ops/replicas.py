@@ -38,6 +38,7 @@ from tasks.core.settings import REPO_ROOT
 from tasks.core.wait import wait_until
 from tasks.serving.balancer import Admin, Server, render_config
 from tasks.serving.paths import address_file, balancer_dir, replica_address_file
+from tasks.serving.restarts import read_restarts, record_restart
 
 
 class ReplicaError(RuntimeError):
@@ -280,9 +281,10 @@ class ReplicaSet:
         r.wait_exit(10)
 
     def forget(self, name: str) -> None:
-        """Delete a dead replica from the balancer."""
+        """Delete a dead replica from the balancer, and its address file (a killed replica cannot)."""
         self.admin.remove(name)
         self.replicas.pop(name, None)
+        replica_address_file(self.home, name).unlink(missing_ok=True)
         self._announce()
 
     def pids(self) -> dict[str, int]:
@@ -318,6 +320,8 @@ class ReplicaSet:
             for r in self.replicas.values():
                 if r.proc is not None:
                     r.proc.poll()
+                    if r.proc.returncode is not None:  # stopped: its address file names a dead pid
+                        replica_address_file(self.home, r.name).unlink(missing_ok=True)
             try:
                 if json.loads(address_file(self.home).read_text()).get("url") == self.url:
                     address_file(self.home).unlink()
@@ -351,7 +355,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
-    rs = ReplicaSet(settings.home, load_params(settings=settings), port=args.port, new_sessions=False)
+    params = load_params(settings=settings)
+    rs = ReplicaSet(settings.home, params, port=args.port, new_sessions=False)
+    crash_loop = CrashLoop(settings, params.serving)
     try:
         rs.start(args.replicas)
         print(f"[sluice] {args.replicas} model-server replicas behind haproxy at {rs.url}", file=sys.stderr, flush=True)
@@ -363,10 +369,51 @@ def main(argv: list[str] | None = None) -> int:
                 code = rs.replicas[name].proc.returncode
                 rs.forget(name)
                 new = rs.add()
+                record_restart(settings.home, name, code, new.name)
                 print(f"[sluice] replicas: {name} exited ({code}): replaced by {new.name}", file=sys.stderr, flush=True)
+            crash_loop.check()
     finally:
         rs.stop()
     return 0
+
+
+class CrashLoop:
+    """The `replica_restarts` alert (tasks.monitoring.alerts), kept in the metrics store under one run of
+    this watchdog (dag_id "model-server"): written when it starts (none open: an earlier watchdog's alert
+    is resolved), raised when the restarts within serving.restart_window_s reach restart_alert_count,
+    and resolved (rewritten empty) once they fall below."""
+
+    def __init__(self, settings: Any, sp: Any):
+        from datetime import datetime, timezone
+
+        self.settings, self.sp = settings, sp
+        self.run_id = f"replicas__{datetime.now(timezone.utc):%Y%m%dT%H%M%S%f}"
+        self.open: bool | None = None
+        self.started = time.time()
+
+    def check(self) -> None:
+        from tasks.monitoring.alerts import replica_restarts
+
+        found = replica_restarts(
+            read_restarts(self.settings.home, since=self.started),
+            time.time(),
+            self.sp.restart_alert_count,
+            self.sp.restart_window_s,
+        )
+        if (found is not None) == self.open:
+            return
+        from tasks.monitoring.store import MetricsStore
+
+        try:
+            MetricsStore.open(self.settings).record(
+                self.run_id, "replicas", alerts=[found] if found else [], dag_id="model-server"
+            )
+        except Exception as exc:  # noqa: BLE001 - the watchdog keeps replacing replicas whatever the store says
+            print(f"[sluice] replicas: the metrics store did not take the alert: {exc}", file=sys.stderr, flush=True)
+            return
+        self.open = found is not None
+        if found:
+            print(f"[sluice] ALERT critical replica_restarts: {found.message}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -180,6 +180,7 @@ class AirflowServices:
         self.env = airflow_env(settings, self.port)
         self.env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = str(nightly_schedule)
         self.nightly_schedule = nightly_schedule
+        self.started_at = time.time()  # unix seconds: what "since start" means in make status
         self.parts: dict[str, Part] = {}
         self.retired: list[Part] = []  # dead leaders whose orphans (a scheduler's workers) may still run
 
@@ -264,6 +265,7 @@ class AirflowServices:
             "serve_port": self.serve_port,
             "nightly_schedule": self.nightly_schedule,
             "params": str(params_file(self.settings)),  # what every task of these services reads
+            "started_at": self.started_at,
             "pgids": self.pgids,
             "parts": {n: p.to_json() for n, p in self.parts.items()},
             "retired": [{"name": p.name, **p.to_json()} for p in self.retired],
@@ -278,6 +280,7 @@ class AirflowServices:
             raise ServiceError("no services recorded (make up)")
         svc = cls(settings, port=state["port"], nightly_schedule=state.get("nightly_schedule", True))
         svc.serve_port = state.get("serve_port") or svc.serve_port
+        svc.started_at = state.get("started_at") or svc.started_at
         parts = state.get("parts") or state["pgids"]
         svc.parts = {n: Part.from_json(n, d) for n, d in parts.items()}
         svc.retired = [Part.from_json(d["name"], d) for d in state.get("retired", [])]
@@ -302,12 +305,16 @@ class AirflowServices:
             problems.update(health_problems(health))
         except (httpx.HTTPError, ValueError) as exc:
             problems["api-server"] = f"its health endpoint does not answer ({type(exc).__name__})"
-        try:
-            code = httpx.get(f"{self.serve_url}/v2/health/live", timeout=5).status_code
-            if code != 200:
-                problems["model-server"] = f"/v2/health/live answers {code}"
+        try:  # ready, not only live: a server that cannot serve its model says so here
+            r = httpx.get(f"{self.serve_url}/v2/health/ready", timeout=5)
+            if r.status_code != 200:
+                try:
+                    why = r.json().get("last_error") or r.json().get("serving")
+                except ValueError:
+                    why = r.text[:200]
+                problems["model-server"] = f"not ready (/v2/health/ready answers {r.status_code}: {why})"
         except httpx.HTTPError as exc:
-            problems["model-server"] = f"/v2/health/live does not answer ({type(exc).__name__})"
+            problems["model-server"] = f"/v2/health/ready does not answer ({type(exc).__name__})"
         return problems
 
     def check(self) -> dict[str, str]:

@@ -379,6 +379,10 @@ class ServingParams(Section):
     stops accepting and finishes the requests in flight."""
     check_interval_ms: StrictInt = Field(ge=50, le=10_000)
     """HAProxy's health check interval per replica (down after 2 failed checks, up after 1 good one)."""
+    restart_alert_count: StrictInt = Field(ge=1)
+    """Replica restarts within `restart_window_s` that raise the critical `replica_restarts` alert."""
+    restart_window_s: float = Field(gt=0)
+    """The window of `restart_alert_count` (seconds)."""
     log_flush_s: float = Field(gt=0, le=60)
     """Seconds between a replica's writes of its prediction-log chunk to the object store."""
     log_flush_rows: StrictInt = Field(ge=1)

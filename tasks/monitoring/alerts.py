@@ -149,6 +149,23 @@ def cost_jump(today: float, yesterday: float | None, ratio: float, minimum: floa
     )
 
 
+def replica_restarts(restarts: list[dict[str, Any]], now: float, count: int, window_s: float) -> Alert | None:
+    """`count` or more replica restarts (tasks/serving/restarts.py entries) within the last `window_s`
+    seconds: a crash loop (each replacement dies again), which the balancer alone would hide."""
+    recent = [r for r in restarts if now - float(r.get("ts", 0)) <= window_s]
+    if len(recent) < count:
+        return None
+    codes = ", ".join(f"{r.get('replica')} ({r.get('exit_code')})" for r in recent[-5:])
+    return Alert(
+        "replica_restarts",
+        "critical",
+        f"{len(recent)} model-server replicas exited and were replaced in the last {window_s:g} s (limit {count}; "
+        f"last: {codes}): a crash loop",
+        float(len(recent)),
+        float(count),
+    )
+
+
 def _series(metrics: Iterable[Metric], name: str, layer: str = "algorithm") -> list[tuple[int, float]]:
     return [
         (m.step, m.value)

@@ -83,7 +83,7 @@ def build_context(params: Any, settings: Any, replica: str = "") -> Any:
     dataset = load_dataset(params.dataset.module)
     # A replica on a cluster has no registry on its disk: it follows the one at SLUICE_REGISTRY_URL.
     registry = RemoteRegistry(settings) if settings.registry_url else Registry(settings)
-    metrics = ServerMetrics()
+    metrics = ServerMetrics(str(settings.home))
     replica = replica or f"{socket.gethostname()}-{os.getpid()}"
     retention_s = sp.log_retention_h * 3600
     key = load_key(Path(settings.serving_key_file) if settings.serving_key_file else request_key_file(settings.home))

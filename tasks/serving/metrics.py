@@ -13,6 +13,7 @@ Names are the contract with dashboards and the canary analysis:
     sluice_model_load_failures_total{model_version}     artifacts that failed to read, verify, load or warm
     sluice_model_swaps_total                            serving-state changes applied
     sluice_ready                                        1 when every variant of the serving state is loaded
+    sluice_replica_restarts_total{replica}              replicas that exited and were replaced (restarts.py)
 """
 
 from __future__ import annotations
@@ -25,9 +26,14 @@ SCORE_BUCKETS = tuple(round(0.1 * i, 1) for i in range(1, 11))
 
 
 class ServerMetrics:
-    def __init__(self) -> None:
+    def __init__(self, home: str | None = None) -> None:
+        """`home`: the SLUICE_HOME whose replica restart ledger /metrics reports (restarts.py)."""
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        if home is not None:
+            from tasks.serving.restarts import RestartCollector
+
+            r.register(RestartCollector(home))
         self.requests = Counter("sluice_requests", "Requests answered", ["endpoint", "variant"], registry=r)
         self.errors = Counter(
             "sluice_request_errors", "Requests answered with an error", ["endpoint", "variant", "code"], registry=r

@@ -151,3 +151,34 @@ def test_weak_label_feed_keeps_the_label_balance_of_any_number_of_classes(tmp_pa
     fed = feed.weak_label(rec, info(tmp_path))
     balance = {(m.name, m.subject): m.value for m in fed.metrics if m.name in ("spam_share", "class_share")}
     assert balance == pytest.approx(expected)
+
+
+def test_a_champion_failing_its_canary_requests_raises_a_critical_alert(tmp_path):
+    """The canary's own verdict (judge on a window where every champion request failed) -> the record
+    the step writes -> a critical `champion_failing` alert naming the failures and their cause."""
+    from tasks.canary.analysis import judge
+    from tasks.core.records import CanaryAnalysisRecord
+
+    window = []
+    for i in range(120):
+        variant = "champion" if i % 2 else "challenger"
+        rec = {"kind": "prediction", "request_id": f"r{i}", "ts": 1.0, "variant": variant, "latency_ms": 3.0}
+        window.append(rec | ({"error": "HTTP 500: misshaped inputs"} if variant == "champion" else {"score": 0.4}))
+    verdict = judge(window, repo_params().canary)
+    step = {"weight": 50, **verdict.to_dict(), "traffic": {}}
+    rec = CanaryAnalysisRecord(
+        passed=False,
+        reasons=verdict.reasons,
+        model_version="model-v2",
+        champion="model-v1",
+        steps=[step],
+        outcome=verdict.outcome,
+        champion_failing=verdict.champion_failing,
+    )
+    (alert,) = feed.feed(rec, info(tmp_path)).alerts
+    assert (alert.rule, alert.severity, alert.value) == ("champion_failing", "critical", 1.0)
+    assert alert.message == (
+        "prod model model-v1 failed 60 of 60 canary requests at 50%: HTTP 500: misshaped inputs (60)"
+    )
+    healthy = feed.feed(rec.model_copy(update={"steps": [step | {"champion_failing": False}]}), info(tmp_path))
+    assert healthy.alerts == []

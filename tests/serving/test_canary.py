@@ -157,6 +157,33 @@ def test_five_percent_errors_fail_on_error_rate():
     assert v.metrics[CHAMPION]["errors"] == 0
 
 
+def test_a_challenger_that_errs_is_worse_and_its_causes_are_named():
+    v = judge(make_window(n=1000, challenger_error_rate=0.05, seed=1), PARAMS)
+    assert v.outcome == "challenger_worse" and not v.champion_failing
+    assert "challenger: " in v.reasons[0] and "requests failed: onnxruntime: invalid input (" in v.reasons[0]
+    assert v.metrics[CHALLENGER]["causes"][0]["error"] == "onnxruntime: invalid input"
+
+
+def test_a_failing_champion_is_named_cannot_judge_not_a_worse_challenger():
+    """The text-canary outage: the champion answered every request with an error, the challenger well.
+    The verdict names the champion's failures and their cause; it is not "challenger worse"."""
+    window = make_window(n=400, mode="split", seed=5)
+    cause = "rows featurize to non-finite or misshaped inputs (float32 [1, 1]; model-v1 takes [1, 64])"
+    for rec in window:
+        if rec.get("variant") == CHAMPION:
+            rec.pop("score")
+            rec["error"] = cause
+    v = judge(window, PARAMS)
+    assert not v.passed and v.outcome == "cannot_judge" and v.champion_failing
+    n = v.metrics[CHAMPION]["requests"]
+    assert n > 150 and v.metrics[CHAMPION]["errors"] == n
+    (reason,) = [r for r in v.reasons if r.startswith("champion: ")]
+    assert reason.startswith(f"champion: {n} of {n} requests failed: {cause} ({n})")
+    assert "the champion itself is failing" in reason
+    assert not any("PSI" in r for r in v.reasons)  # no champion scores: no drift figure to blame
+    assert v.to_dict()["outcome"] == "cannot_judge"
+
+
 def test_one_error_in_a_thousand_passes():
     window = make_window(n=1000, seed=2)
     first = next(r for r in window if r.get("variant") == CHALLENGER)

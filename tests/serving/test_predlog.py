@@ -69,13 +69,19 @@ def test_a_replica_killed_between_flushes_loses_at_most_flush_rows(tmp_path):
     """What a crash loses is what is buffered: never more than flush_rows records (the buffer is
     written as soon as it holds that many), and within flush_s of being appended it is written."""
     store = LogStore(tmp_path / "log")
-    w = PredictionLog(store, "a", flush_s=0.2, flush_rows=10, retention_s=3600)
+    # The timer cannot fire during the first part (flush_s an hour): what is written there, the rows did.
+    w = PredictionLog(store, "a", flush_s=3600, flush_rows=10, retention_s=3600)
     for i in range(95):
         w.append(preds(i))
         time.sleep(0.001)
-    time.sleep(0.05)
-    # 95 appended, flush_rows 10: at least 90 are written without waiting for the timer
-    assert len(read_log(store)) >= 90
+    # 95 appended, flush_rows 10: at least 90 are written without the timer (the flusher thread may take
+    # a while to run on a loaded machine: waited for, up to 10 s; it drains what is buffered when it runs)
+    t0 = time.monotonic()
+    while len(read_log(store)) < 90:
+        assert time.monotonic() - t0 < 10, f"{len(read_log(store))} of 90 written by the row count"
+        time.sleep(0.01)
+    w.flush_s = 0.2  # now the timer: read by the flusher at its next wait
+    w._wake.set()
     w.append(preds(95))
     t0 = time.monotonic()
     while len(read_log(store)) < 96:

@@ -27,8 +27,16 @@ class Recorder:
     """A fake model server: sticky split by key, 422 for rows whose email_id is in `refuse`,
     a pause of `delay_s` per prediction; records every request it receives."""
 
-    def __init__(self, weight: float = 50.0, refuse: frozenset[int] = frozenset(), delay_s: float = 0.0):
-        self.weight, self.refuse, self.delay_s = weight, refuse, delay_s
+    def __init__(
+        self,
+        weight: float = 50.0,
+        refuse: frozenset[int] = frozenset(),
+        delay_s: float = 0.0,
+        broken: frozenset[str] = frozenset(),
+    ):
+        """`broken`: variants that fail every request (a 500 naming the variant, as the server answers a
+        featurize failure), except that a broken challenger answers 200 without a score."""
+        self.weight, self.refuse, self.delay_s, self.broken = weight, refuse, delay_s, broken
         self.predicts: list[dict] = []
         self.feedbacks: list[dict] = []
         self.served: dict[str, dict] = {}
@@ -50,6 +58,11 @@ class Recorder:
             bucket = int(hashlib.sha256(body["key"].encode()).hexdigest(), 16) % 100 if body.get("key") else 0
             variant = "challenger" if bucket < self.weight else "champion"
             rid = uuid.uuid4().hex
+            if variant in self.broken and variant == "champion":
+                error = {"error": "model model-v1: rows featurize to non-finite or misshaped inputs"}
+                return JSONResponse(error, status_code=500, headers={"X-Sluice-Variant": variant})
+            if variant in self.broken:
+                return {"request_id": rid, "variant": variant, "predictions": [{"label": 0, "variant": variant}]}
             with self.lock:
                 self.served[rid] = {"key": body.get("key"), "variant": variant, "row": row}
             return {
@@ -146,6 +159,20 @@ def test_failed_requests_are_counted_and_get_no_feedback(serve):
     assert (result.sent, result.ok, result.failed) == (20, 18, 2)
     assert result.feedback_sent == 18 and len(rec.feedbacks) == 18
     assert any("HTTP 422: row 3 refused" in e for e in result.errors), result.errors
+
+
+def test_every_request_without_a_usable_score_is_a_failure_of_the_variant_the_server_names(serve):
+    """A 500 (the server's featurize failure, X-Sluice-Variant: champion), a 200 without a score (the
+    challenger), and a refusal before any variant answered ("none") are each counted where they belong."""
+    rec = Recorder(weight=50, refuse=frozenset({3}), broken=frozenset({"champion", "challenger"}))
+    url = serve(rec)
+    result = rp.replay(url, ROWS, LABELS, KEYS, count=20, rate=200.0, max_seconds=10, feedback_delay_s=0.0)
+    assert (result.sent, result.ok, result.failed) == (20, 0, 20)
+    assert set(result.failed_by_variant) == {"champion", "challenger", "none"}
+    assert result.failed_by_variant["none"] == 1 and sum(result.failed_by_variant.values()) == 20
+    assert result.feedback_sent == 0 and rec.feedbacks == []
+    assert any("HTTP 500: model model-v1: rows featurize" in e and e.endswith("[champion]") for e in result.errors)
+    assert any("no request_id or no finite score" in e and e.endswith("[challenger]") for e in result.errors)
 
 
 def test_time_is_bounded(serve):

@@ -249,14 +249,18 @@ def replica_pid(home, name: str) -> int:
 
 def test_make_ups_replicas_part_runs_and_stops_as_one_process_group(world, emails):
     """`python -m ops.replicas` (the model-server part of `make up` when serving.replicas > 1): the balancer's
-    address in address.json, requests served by both replicas, and SIGTERM to its group stops every process."""
+    address in address.json, requests served by both replicas, and SIGTERM to its group stops every process.
+    A replica killed is replaced, and that shows: the restart ledger, `sluice_replica_restarts_total` on
+    /metrics, no stale address file; restart_alert_count restarts in the window are a critical
+    `replica_restarts` alert among make status's open alerts."""
     import json
     import subprocess
     import sys
 
     from ops.services import free_port
     from tasks.core.processes import group_alive, stop_groups
-    from tasks.serving.paths import address_file
+    from tasks.serving.paths import address_file, replica_address_file
+    from tasks.serving.restarts import read_restarts
 
     home, _, _, env, _ = world
     port = free_port()
@@ -297,10 +301,34 @@ def test_make_ups_replicas_part_runs_and_stops_as_one_process_group(world, email
                 httpx.post(address["url"] + "/v1/predict", json={"rows": [row]}, timeout=10).headers["x-sluice-replica"]
             )
         assert "r3" in seen and "r1" not in seen
+        # The restart shows: the ledger, the Prometheus counter, and r1's address file is gone.
+        (entry,) = read_restarts(home)
+        assert (entry["replica"], entry["exit_code"], entry["replaced_by"]) == ("r1", -signal.SIGKILL, "r3")
+        assert not replica_address_file(home, "r1").exists()
+        exposition = httpx.get(address["url"] + "/metrics", timeout=10).text
+        assert 'sluice_replica_restarts_total{replica="r1"} 1.0' in exposition
+        assert not open_alerts(home), "one restart is no crash loop"
+        # A crash loop: as many restarts as serving.restart_alert_count within the window -> a critical alert.
+        limit = load_params(home.parent / "params.yaml").serving.restart_alert_count
+        for n in range(2, limit + 1):
+            victim = sorted(announced()["replicas"])[0]
+            os.kill(replica_pid(home, victim), signal.SIGKILL)
+            wait_for(lambda n=n: len(read_restarts(home)) == n and announced(), 60, f"restart {n} replaced")
+        (alert,) = wait_for(lambda: open_alerts(home), 20, "the crash-loop alert")
+        assert (alert["rule"], alert["severity"]) == ("replica_restarts", "critical")
+        assert f"{limit} model-server replicas exited and were replaced" in alert["message"]
     finally:
         stop_groups({"replicas": proc.pid}, grace_s=20)
     assert proc.wait(5) == 0 and not group_alive(proc.pid)
     assert not address_file(home).exists()
+    assert not list(replica_address_file(home, "x").parent.glob("*.json"))  # no file names a dead replica
+
+
+def open_alerts(home) -> list[dict]:
+    """What make status lists as open alerts for `home`."""
+    from tasks.monitoring.pipeline_state import read_state
+
+    return read_state(Settings.from_env({"SLUICE_HOME": str(home)}))["open_alerts"]
 
 
 def test_the_rendered_config_is_valid_and_retries_only_on_connection_failure(tmp_path):

@@ -282,6 +282,18 @@ def _bad_cases():
         ),
         "feedback_unknown_request": ("/v1/feedback", {"request_id": "f" * 32, "label": 1}, 404, "unknown request id"),
         "feedback_bad_label": ("/v1/feedback", {"request_id": "x", "label": 2}, 422, "label"),
+        "feedback_unknown_class_name": (
+            "/v1/feedback",
+            {"request_id": "x", "label": "maybe"},
+            422,
+            "unknown class name(s) ['maybe']; the classes are",
+        ),
+        "not_utf8": (
+            "/v1/predict",
+            b'{"rows": [{"winner": "\xff\xfe"}]}',
+            400,
+            "the body is not UTF-8 (JSON must be): invalid start byte at byte 22",
+        ),
     }
 
 

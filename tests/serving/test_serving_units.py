@@ -240,3 +240,18 @@ def test_a_non_finite_score_is_refused_logged_against_its_variant_and_counted(tm
     assert all(math.isfinite(r["score"]) for r in records if "score" in r)
     exposition = client.get("/metrics").text
     assert 'sluice_request_errors_total{code="500",endpoint="infer",variant="champion"} 1.0' in exposition
+
+
+def test_feedback_labels_are_class_indices_or_class_names():
+    from tasks.serving.errors import ApiError
+    from tasks.serving.v1_routes import class_indices
+
+    names = ("bad", "fine", "good")
+    assert class_indices([0, "good", "fine", 2], names) == [0, 2, 1, 2]
+    with pytest.raises(ApiError) as refused:
+        class_indices([3, "great", 1], names)
+    assert refused.value.status == 422
+    assert refused.value.message == (
+        "label(s) [3] outside the 3 classes 0..2 ('bad', 'fine', 'good'); unknown class name(s) ['great']; "
+        "the classes are ('bad', 'fine', 'good') (a label is a class index 0..2 or one of those names)"
+    )

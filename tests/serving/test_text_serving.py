@@ -50,6 +50,7 @@ def served(tmp_path_factory):
             "ds": ds,
             "encoder": Encoder(meta["tokenizer"], meta["max_len"], meta["vocab_size"], meta["tokenizer_sha256"]),
             "expected": predict(open_session(onnx_path), encode(held)),
+            "onnx": onnx_path,
         }
     finally:
         server.stop()
@@ -108,3 +109,61 @@ def test_text_that_is_not_utf8_or_the_wrong_type_is_a_clear_400(served):
         timeout=10,
     )
     assert r.status_code == 400 and "ids outside 0..999" in r.text, r.text
+
+
+def test_empty_or_blank_text_is_refused_alike_on_both_routes(served):
+    import httpx
+
+    url = served["server"].url
+    oip = {"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": ["fine coffee", " \t "]}]}
+    r = httpx.post(url + "/v2/models/reviews/infer", json=oip, timeout=10)
+    assert r.status_code == 400 and "element(s) [1] are empty or whitespace only" in r.text, r.text
+    row = {**served["held"][list(served["ds"].RAW_COLUMNS)].iloc[0].to_dict(), "review": " \t "}
+    r = httpx.post(url + "/v1/predict", json={"rows": [row]}, timeout=10)
+    assert r.status_code == 422 and "rows[0].review" in r.text, r.text
+
+
+def test_a_text_champion_keeps_serving_beside_a_challenger_and_after_the_rollback(served):
+    """The text-canary outage, on a real server process: model-v2 joins as a challenger (the champion's
+    session is reused), then is rolled back; every request after each swap returns probabilities, from
+    both variants, on /v1/predict (raw text tokenized in the server) and OIP (BYTES text), and the
+    server stays ready. (Before the fix every champion request after the first swap failed with 422.)"""
+    import httpx
+
+    from tasks.core.settings import Settings
+    from tasks.registry import Registry
+    from tasks.registry.serving import CHALLENGER, CHAMPION
+
+    server, ds, held = served["server"], served["ds"], served["held"]
+    reg = Registry(Settings.from_env({"SLUICE_HOME": str(server.home)}))
+    reg.register_model("run-2", {"model.served.onnx": served["onnx"]}, {"data_version": "data-v1"})
+    reg.start_canary("model-v2", 50, reason="test: a challenger beside the text champion")
+    rows = held[list(ds.RAW_COLUMNS)].to_dict("records")
+
+    def serves(n: int) -> bool:
+        body = httpx.get(server.url + "/v1/serving", timeout=5).json()
+        return len(body["variants"]) == n and not body["pending"]
+
+    def all_answer(variants: set[str]) -> None:
+        seen = set()
+        for i, row in enumerate(rows):
+            r = httpx.post(server.url + "/v1/predict", json={"rows": [row], "key": f"k{i}"}, timeout=10)
+            assert r.status_code == 200, r.text
+            (p,) = r.json()["predictions"]
+            assert 0 <= p["score"] <= 1
+            seen.add(p["variant"])
+        assert seen == variants
+        texts = ds.texts(held)
+        oip = {"inputs": [{"name": "text", "shape": [len(texts)], "datatype": "BYTES", "data": texts}]}
+        r = httpx.post(server.url + "/v2/models/reviews/infer", json=oip, timeout=10)
+        assert r.status_code == 200, r.text
+        np.testing.assert_allclose(r.json()["outputs"][0]["data"], served["expected"], rtol=1e-5, atol=1e-6)
+        assert httpx.get(server.url + "/v2/health/ready", timeout=5).status_code == 200
+
+    from tasks.core.wait import wait_until
+
+    wait_until(lambda: serves(2), timeout_s=30, interval_s=0.1, what="the challenger served")
+    all_answer({CHAMPION, CHALLENGER})
+    reg.rollback_canary(reason="test: back to the champion alone", who="test")
+    wait_until(lambda: serves(1), timeout_s=30, interval_s=0.1, what="the champion alone")
+    all_answer({CHAMPION})
