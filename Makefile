@@ -39,8 +39,10 @@ demo-params: $(STAMP)
 run: $(STAMP) $(DEMO_PARAMS)
 	$(PY) -m ops run
 
+# Every test's duration: the junit XML and durations.json in .test-results/ (git-ignored), the per-folder
+# sums and the slowest tests printed (ops/test_durations.py; docs/testing.md keeps a clean-clone run's).
 test: $(STAMP) lint
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest --junitxml=.test-results/junit.xml $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

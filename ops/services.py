@@ -307,11 +307,13 @@ class AirflowServices:
             problems["api-server"] = f"its health endpoint does not answer ({type(exc).__name__})"
         try:  # ready, not only live: a server that cannot serve its model says so here
             r = httpx.get(f"{self.serve_url}/v2/health/ready", timeout=5)
-            if r.status_code != 200:
-                try:
-                    why = r.json().get("last_error") or r.json().get("serving")
-                except ValueError:
-                    why = r.text[:200]
+            try:
+                body = r.json()
+            except ValueError:
+                body = {"last_error": r.text[:200]}
+            waiting = body.get("serving") == "nothing" and not body.get("last_error")  # no prod model yet
+            if r.status_code != 200 and not waiting:
+                why = body.get("last_error") or body.get("serving")
                 problems["model-server"] = f"not ready (/v2/health/ready answers {r.status_code}: {why})"
         except httpx.HTTPError as exc:
             problems["model-server"] = f"/v2/health/ready does not answer ({type(exc).__name__})"

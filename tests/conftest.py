@@ -27,6 +27,34 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: item.get_closest_marker("k8s") is not None)
 
 
+_durations: dict[str, dict[str, Any]] = {}
+
+
+def pytest_runtest_logreport(report):
+    """Each test's setup + call + teardown seconds and outcome (for the durations summary below)."""
+    case = _durations.setdefault(report.nodeid, {"id": report.nodeid, "seconds": 0.0, "outcome": "passed"})
+    case["seconds"] += report.duration
+    if report.failed:
+        case["outcome"] = "failed" if report.when == "call" else "error"
+    elif report.skipped and case["outcome"] == "passed":
+        case["outcome"] = "skipped"
+
+
+def pytest_terminal_summary(terminalreporter):
+    """Every run keeps its durations (.test-results/durations.json, git-ignored) and prints the per-folder
+    sums and the slowest tests (ops/test_durations.py; docs/testing.md shows a clean-clone run's)."""
+    from ops.test_durations import RESULTS, folder_of, lines, summarize
+    from tasks.core.files import atomic_write_json
+
+    if not _durations:
+        return
+    summary = summarize([c | {"folder": folder_of(c["id"])} for c in _durations.values()])
+    atomic_write_json(RESULTS / "durations.json", summary)
+    terminalreporter.write_sep("=", f"test durations (kept in {RESULTS / 'durations.json'})")
+    for line in lines(summary):
+        terminalreporter.write_line(line)
+
+
 @pytest.fixture
 def params() -> Params:
     """The checkout's params.yaml, validated: where a test's params come from (there are no defaults

@@ -90,6 +90,43 @@ def test_trigger_with_conf_runs_to_success(services):
     assert log.status_code == 200 and "trained on" in log.text
 
 
+def test_a_params_file_the_running_services_do_not_read_is_refused_and_status_tells_each_part(services, tmp_path):
+    """`SLUICE_PARAMS=<file> make run` with the services up: they read their own params (every task loads
+    them from the services' environment), so the run would silently ignore the file; it is refused naming
+    both files, and nothing is triggered. `make status` lists each part alive and healthy, and the
+    model server ready, with the Sluice page's URL."""
+    import subprocess
+    import sys
+
+    from tasks.core.settings import REPO_ROOT
+
+    other = tmp_path / "strict.yaml"
+    other.write_text((REPO_ROOT / "params.yaml").read_text().replace("min_roc_auc: 0.", "min_roc_auc: 0.999 #"))
+    env = {"PATH": "/usr/bin:/bin", "SLUICE_HOME": str(services.settings.home), "DVC_NO_ANALYTICS": "1"}
+    runs_before = services.client().request("GET", f"/dags/{DAG}/dagRuns").json()["total_entries"]
+    run = subprocess.run(
+        [sys.executable, "-m", "ops", "run"],
+        env={**env, "SLUICE_PARAMS": str(other)},
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"the running services read {REPO_ROOT / 'params.yaml'}" in run.stderr
+    assert f"this command was given {other}" in run.stderr and "make down" in run.stderr
+    assert services.client().request("GET", f"/dags/{DAG}/dagRuns").json()["total_entries"] == runs_before
+
+    status = subprocess.run(
+        [sys.executable, "-m", "ops", "status"], env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert status.returncode == 0, status.stdout + status.stderr
+    lines = status.stdout.splitlines()
+    for part in ("api-server", "scheduler", "dag-processor", "model-server"):
+        assert f"  {part:<13} alive and healthy" in lines, status.stdout
+    assert f"Sluice page (runs, versions, canary, alerts, costs): {services.base_url}/sluice/" in lines
+
+
 def test_rollback_dag_over_rest(services):
     """A second nightly run makes data-v2/model-v2; the rollback DAG puts v1 of both back."""
     client = services.client()

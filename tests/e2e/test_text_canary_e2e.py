@@ -1,0 +1,165 @@
+"""A K-class text model through three nights against one long-running model server: the scenario of the
+text-canary outage (a champion reused beside a challenger lost its tokenizer; production answered 422 to
+every request while readiness said ready, and the canary read it as "champion requests 0").
+
+`tests/toy/moods.py` (3 classes, a minority class, lexicon LFs) with the bag-of-embeddings model, nights
+run by `airflow dags test` (real tasks), one `python -m tasks.serving` process for all three, and an
+independent client sending requests through every move, counting each answer that is not a probability:
+
+    night 1  the first model, promoted directly
+    night 2  a healthy challenger beside the (reused) champion: the canary promotes it
+    night 3  a planted fault in the serving path (tests/toy/moods.py FAULT_FILE: reviews with one word
+             fail to featurize, in the server only): the canary counts every failure of either variant,
+             names the champion's with their cause, cannot judge, rolls back, and a critical
+             `champion_failing` alert is raised; prod stays ready and serving the other rows
+
+The client sends only rows without the planted word: it must see 0 failures through all of it."""
+
+import json
+import threading
+
+import httpx
+import pytest
+import yaml
+
+from tasks.core.settings import REPO_ROOT
+from tasks.registry import Registry
+from tests.airflow_helpers import dags_test, migrate
+from tests.serving.server import ServerProcess
+from tests.toy import moods
+
+pytestmark = pytest.mark.slow
+CONF = {"epochs": 6}
+
+
+def scenario_params(tmp_path):
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    params["dataset"]["module"] = "tests.toy.moods"
+    params["train"]["model"] = {
+        "module": "tasks.models.bow",
+        "params": {"vocab_size": 200, "max_len": 16, "dim": 16, "head_width": 16},
+    }
+    params["weak_label"]["weak_weight"] = 1.0  # no weight search: the weak labels are good here
+    params["compress"]["candidates"] = [["int8_dynamic"]]
+    params["serving"].update({"poll_s": 0.2, "log_flush_s": 0.2, "drain_s": 0.2})
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+class Client(threading.Thread):
+    """Sends one row at a time to /v1/predict until stopped; counts answers that are not K probabilities,
+    and readiness checks that are not 200."""
+
+    def __init__(self, url: str, rows: list[dict]):
+        super().__init__(daemon=True)
+        self.url, self.rows = url, rows
+        self.sent = self.failed = self.unready = 0
+        self.errors: list[str] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(timeout=10) as http:
+            i = 0
+            while not self.stop_event.is_set():
+                self.sent += 1
+                try:
+                    r = http.post(self.url + "/v1/predict", json={"rows": [self.rows[i % len(self.rows)]]})
+                    probs = r.json()["predictions"][0]["probabilities"] if r.status_code == 200 else None
+                    if not (probs and len(probs) == 3 and abs(sum(probs) - 1) < 1e-3):
+                        self.failed += 1
+                        self.errors.append(f"HTTP {r.status_code}: {r.text[:200]}")
+                    if i % 20 == 0 and http.get(self.url + "/v2/health/ready").status_code != 200:
+                        self.unready += 1
+                except httpx.HTTPError as exc:
+                    self.failed += 1
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                i += 1
+                self.stop_event.wait(0.05)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=15)
+
+
+def summary(settings, run_id) -> dict:
+    return json.loads((settings.layout.run_dir(run_id) / "summary.json").read_text())
+
+
+def night(settings, n: int) -> dict:
+    run_id, state, proc = dags_test(settings, CONF)
+    assert state == "success", f"night {n}: " + proc.stdout[-3000:] + proc.stderr[-3000:]
+    return summary(settings, run_id) | {"run_id": run_id}
+
+
+def planted_word(gold_test, self_test_rows: int = 8) -> str:
+    """A filler word in about a quarter of the gold test rows (the canary's traffic) and in none of the first
+    rows the server's self-test reads, so the fault shows in the canary and not at a swap."""
+    words = [set(t.split()) for t in gold_test[moods.TEXT_COLUMN]]
+    first = set().union(*words[:self_test_rows])
+    share = {w: sum(w in ws for ws in words) / len(words) for w in set().union(*words) - first}
+    return min(share, key=lambda w: abs(share[w] - 0.25))
+
+
+def test_a_k_class_text_model_through_three_nights_against_a_long_running_server(settings, tmp_path, monkeypatch):
+    import pandas as pd
+
+    from tasks.monitoring.store import MetricsStore
+
+    params = scenario_params(tmp_path)
+    monkeypatch.setenv("SLUICE_PARAMS", str(params))
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))  # so Airflow's task processes find tests.toy
+    migrate(settings)
+    fault = tmp_path / "fault-word"
+    server = ServerProcess(settings.home, params, env={moods.FAULT_FILE: str(fault)})
+    with server.start(timeout_s=90, wait_ready=False):
+        first = night(settings, 1)
+        assert first["outcome"] == "deployed model-v1", first["outcome"]
+        assert first["classes"] == ["bad", "fine", "good"] and first["test"]["challenger"]["roc_auc"] > 0.9
+        server.wait_ready(60)
+
+        gold_test = pd.read_parquet(settings.layout.gold / "test.parquet")
+        word = planted_word(gold_test)
+        clean = gold_test[~gold_test[moods.TEXT_COLUMN].str.split().apply(lambda ws: word in ws)]
+        client = Client(server.url, clean[moods.RAW_COLUMNS].to_dict("records"))
+        client.start()
+        try:
+            second = night(settings, 2)  # the champion reused beside the challenger: the outage's path
+            assert second["outcome"] == "deployed model-v2", second["outcome"]
+            canary = second["canary"]
+            assert canary["passed"] and canary["outcome"] == "pass" and not canary["champion_failing"]
+            for step in canary["steps"]:
+                assert step["metrics"]["champion"]["errors"] == step["metrics"]["challenger"]["errors"] == 0
+            assert step["metrics"]["champion"]["requests"] > 100  # the champion answered, every time
+
+            fault.write_text(word)  # switched on in the running server
+            third = night(settings, 3)
+        finally:
+            client.stop()
+            fault.unlink(missing_ok=True)
+
+        served = httpx.get(server.url + "/v1/serving", timeout=10).json()
+        ready = httpx.get(server.url + "/v2/health/ready", timeout=10).status_code
+
+    assert third["outcome"].startswith("canary of model-v3 rolled back"), third["outcome"]
+    canary = third["canary"]
+    assert not canary["passed"] and canary["outcome"] == "cannot_judge" and canary["champion_failing"]
+    step = canary["steps"][-1]
+    champ, chall = step["metrics"]["champion"], step["metrics"]["challenger"]
+    planted = f"planted fault: 1 review(s) with the word {word!r}"
+    assert champ["errors"] > 10 and champ["causes"][0]["error"].endswith(planted), champ
+    assert chall["errors"] > 10  # every failure counts, on either arm
+    (reason,) = [r for r in step["reasons"] if r.startswith("champion: ")]
+    assert f"champion: {champ['errors']} of {champ['requests']} requests failed: " in reason
+    assert "the champion itself is failing" in reason
+    text = (settings.layout.run_dir(third["run_id"]) / "summary.txt").read_text()
+    assert "model-v3 vs champion model-v2: ROLL BACK (cannot judge); the CHAMPION is failing its own requests" in text
+    assert f"errors {champ['errors']}/{chall['errors']}" in text
+    alerts = MetricsStore.open(settings).alerts(run_id=third["run_id"])
+    (alert,) = [a for a in alerts if a["rule"] == "champion_failing"]
+    assert alert["severity"] == "critical" and alert["message"].startswith("prod model model-v2 failed")
+
+    assert Registry(settings).state()["prod_model"] == "model-v2"
+    assert served["variants"]["champion"]["model_version"] == "model-v2" and "challenger" not in served["variants"]
+    assert ready == 200
+    assert client.sent > 100 and (client.failed, client.unready) == (0, 0), client.errors[:5]

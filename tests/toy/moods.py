@@ -1,0 +1,59 @@
+"""Dataset `moods`: short coffee reviews of three classes, `mood`: 0 bad (about 35%), 1 fine (about 15%,
+the minority), 2 good (about 50%). A K-class TEXT dataset that runs the whole nightly DAG (labeled by
+lexicon LFs, contracts, a token model, the canary on a long-running server): tests/e2e/test_text_canary_e2e.py.
+Each review has two words of its class, one word of another class in about one review in six (so the
+LFs conflict and the labels are not free), and one to five filler words."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from tests.toy.text import BAD, FILLER, GOOD
+from tests.toy.text3 import FINE
+
+NAME = "moods"
+CLASS_NAMES = ("bad", "fine", "good")
+WORDS = (BAD, FINE, GOOD)
+LF_MODULE = "tests.toy.moods_lfs"
+RAW_CONTRACT = str(Path(__file__).with_name("moods_raw.json"))
+LABELED_CONTRACT = str(Path(__file__).with_name("moods_labeled.json"))
+ID_COLUMN, TIME_COLUMN, GOLD_COLUMN = "review_id", None, "mood"
+TEXT_COLUMN = "text"
+RAW_COLUMNS = [ID_COLUMN, TEXT_COLUMN]
+FEATURE_NAMES = ["n_chars"]  # a dense model's one feature; the token plug-ins read `texts`
+
+
+def load_source(n: int = 1500, seed: int = 17) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)
+    mood = rng.choice(3, n, p=[0.35, 0.15, 0.5])
+    text = []
+    for m in mood:
+        words = list(rng.choice(WORDS[m], size=2))
+        if rng.random() < 1 / 6:
+            words.append(rng.choice(WORDS[rng.choice([c for c in range(3) if c != m])]))
+        words += list(rng.choice(FILLER, size=int(rng.integers(1, 6))))
+        text.append(" ".join(rng.permutation(words)))
+    return pd.DataFrame({ID_COLUMN: [f"m{i}" for i in range(n)], TEXT_COLUMN: text, GOLD_COLUMN: mood})
+
+
+FAULT_FILE = "MOODS_FAULT_FILE"
+"""A planted fault for the tests, off unless set: the variable names a file; while the file exists,
+`texts` fails for every review holding the word written in it (a serving path broken for some rows,
+switched on in a running server without restarting it)."""
+
+
+def texts(df: pd.DataFrame) -> list[str]:
+    out = df[TEXT_COLUMN].astype(str).tolist()
+    switch = os.environ.get(FAULT_FILE)
+    if switch and os.path.exists(switch):
+        word = Path(switch).read_text().strip()
+        hit = sum(word in t.split() for t in out)
+        if hit:
+            raise ValueError(f"planted fault: {hit} review(s) with the word {word!r}")
+    return out
+
+
+def featurize(df: pd.DataFrame) -> np.ndarray:
+    return df[TEXT_COLUMN].str.len().to_numpy(np.float32)[:, None]
