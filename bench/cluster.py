@@ -45,10 +45,6 @@ GIT_PORT = 9418
 IFNAME = "eth0"  # a pod's interface name: what GLOO_SOCKET_IFNAME / NCCL_SOCKET_IFNAME name in the pod spec
 
 
-class ClusterUnavailable(RuntimeError):
-    """Namespaces cannot be made here (not root, or no `ip`/`tc`): the reason, for a skip."""
-
-
 def unavailable_reason() -> str | None:
     """Why a cluster cannot be built on this machine, or None when it can."""
     if os.geteuid() != 0:

@@ -180,7 +180,8 @@ class _Replay:
         request_id = _request_id(answer)
         if request_id is None or not _scored(answer):
             why = _explain(resp) if not resp.is_success else "no request_id or no finite score in the answer"
-            result._fail(resp.headers.get("x-sluice-variant") or "none", f"predict row {name}: {why}")
+            variant = resp.headers.get("x-sluice-variant") or (_variant(answer) if answer is not None else "none")
+            result._fail("none" if variant == "unknown" else variant, f"predict row {name}: {why}")
             return
         result.ok += 1
         variant = _variant(answer)

@@ -425,9 +425,6 @@ class MetricsStore:
     def record_metrics(self, run_id: str, task: str, rows: list[Metric]) -> None:
         self.record(run_id, task, metrics=rows)
 
-    def record_task(self, run_id: str, task: str, usage: TaskUsage) -> None:
-        self.record(run_id, task, usage=usage)
-
     def record_costs(self, run_id: str, task: str, lines: list[CostLine], kind: str = PIPELINE) -> None:
         self.record(run_id, task, costs=lines, kind=kind)
 
@@ -512,17 +509,6 @@ class MetricsStore:
     def days(self) -> list[str]:
         """Days that have cost lines, oldest first."""
         return [r["day"] for r in self._rows("SELECT DISTINCT day FROM costs ORDER BY day")]
-
-    def as_dict(self) -> dict[str, Any]:
-        """Everything, for an export or a test."""
-        return {
-            "schema_version": self.schema_version(),
-            "runs": self.runs(kind=None),
-            "tasks": self.tasks(),
-            "metrics": self.metrics(),
-            "costs": self.costs(),
-            "alerts": self.alerts(),
-        }
 
 
 TASK_COLUMNS = ("run_id", "task", "started", "ended", "seconds", "cpus", "gpus", "memory_gb", "backend", "state", "day")
