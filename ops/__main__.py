@@ -49,6 +49,11 @@ def _login_lines(settings: Settings, port: int, serve_port: int | None = None) -
     )
 
 
+def _restarted(services: AirflowServices, part: str) -> str:
+    n = services.restarts.get(part, 0)
+    return f" (restarted {n} time{'s' if n > 1 else ''} since start)" if n else ""
+
+
 def _replica_lines(settings: Settings) -> list[str]:
     """Behind the balancer: each replica alive and ready or not (asked itself), and the restarts since
     the services started (the watchdog's ledger, tasks/serving/restarts.py)."""
@@ -153,13 +158,15 @@ def _services_status(settings: Settings) -> int:
     if problems:
         print(
             "degraded:\n"
-            + "\n".join(f"  {n}: {problems.get(n, 'alive and healthy')}" for n in recorded.parts)
+            + "\n".join(
+                f"  {n}: {problems.get(n, 'alive and healthy')}{_restarted(recorded, n)}" for n in recorded.parts
+            )
             + "\n  `make up` restarts a dead part\n"
             + "\n".join([*_replica_lines(settings), _login_lines(settings, recorded.port, recorded.serve_port)])
         )
         return 1
     replicas = _replica_lines(settings)
-    print("running.\n" + "\n".join(f"  {n:<13} alive and healthy" for n in recorded.parts))
+    print("running.\n" + "\n".join(f"  {n:<13} alive and healthy{_restarted(recorded, n)}" for n in recorded.parts))
     print("\n".join([*replicas, _login_lines(settings, recorded.port, recorded.serve_port)]))
     return 1 if any("NOT " in line for line in replicas) else 0
 

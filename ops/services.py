@@ -181,6 +181,7 @@ class AirflowServices:
         self.env["AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE"] = str(nightly_schedule)
         self.nightly_schedule = nightly_schedule
         self.started_at = time.time()  # unix seconds: what "since start" means in make status
+        self.restarts: dict[str, int] = {}  # part -> times heal() restarted it since start
         self.parts: dict[str, Part] = {}
         self.retired: list[Part] = []  # dead leaders whose orphans (a scheduler's workers) may still run
 
@@ -266,6 +267,7 @@ class AirflowServices:
             "nightly_schedule": self.nightly_schedule,
             "params": str(params_file(self.settings)),  # what every task of these services reads
             "started_at": self.started_at,
+            "restarts": self.restarts,
             "pgids": self.pgids,
             "parts": {n: p.to_json() for n, p in self.parts.items()},
             "retired": [{"name": p.name, **p.to_json()} for p in self.retired],
@@ -284,6 +286,7 @@ class AirflowServices:
         parts = state.get("parts") or state["pgids"]
         svc.parts = {n: Part.from_json(n, d) for n, d in parts.items()}
         svc.retired = [Part.from_json(d["name"], d) for d in state.get("retired", [])]
+        svc.restarts = dict(state.get("restarts") or {})
         return svc
 
     def refresh(self) -> bool:
@@ -293,7 +296,7 @@ class AirflowServices:
         if state is None or state.get("stopping"):
             return False
         recorded = self.attach(self.settings, state)
-        for field in ("port", "serve_port", "env", "nightly_schedule", "parts", "retired"):
+        for field in ("port", "serve_port", "env", "nightly_schedule", "parts", "retired", "restarts"):
             setattr(self, field, getattr(recorded, field))
         return True
 
@@ -360,6 +363,7 @@ class AirflowServices:
                     stop_groups({f"{name}'s orphans": part.pid}, grace_s=5)
                 say(f"[sluice] {name} is {why}: restarting it")
             self._spawn(name)
+            self.restarts[name] = self.restarts.get(name, 0) + 1
         if restart:
             self._write_state()
             self._wait_healthy(timeout_s, parts=list(restart))

@@ -213,6 +213,7 @@ def test_ops_run_restarts_a_hung_scheduler_and_a_dead_api_server_and_the_run_com
         now = AirflowServices.attach(settings)
         assert hung.leader() == "dead" and now.parts["scheduler"].pid != hung.pid
         assert now.parts["api-server"].pid != api.pid and now.check() == {}
+        assert now.restarts == {"api-server": 1, "scheduler": 1}  # make status: "(restarted 1 time since start)"
     finally:
         if run is not None and run.poll() is None:
             run.kill()
