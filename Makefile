@@ -9,7 +9,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: help env run test lint test-fast bench up down status clean-state demo-params
+.PHONY: help env run test lint test-fast test-changed bench up down status clean-state demo-params
 
 help:
 	@sed -n '1,6p' Makefile
@@ -53,6 +53,13 @@ lint: $(STAMP)
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+# The test folders of what changed against BASE (default HEAD; untracked files too), not the extended tier.
+BASE ?= HEAD
+test-changed: $(STAMP)
+	@folders="$$($(PY) -m ops.test_changed --base $(BASE))"; \
+	if [ -z "$$folders" ]; then echo "no test folder for the change against $(BASE)"; exit 0; fi; \
+	echo "testing: $$folders"; $(PY) -m pytest -m "not extended" $(PYTEST_ARGS) $$folders
 
 bench: $(STAMP)
 	$(PY) -m bench $(if $(BENCH),--only $(BENCH))

@@ -272,17 +272,20 @@ def section_canary(inp: ReportInputs) -> dict[str, Any]:
             s.get("weight"),
             (x.get("champion") or {}).get("requests"),
             (x.get("challenger") or {}).get("requests"),
-            (x.get("challenger") or {}).get("errors"),
+            f"{(x.get('champion') or {}).get('errors', 0)}/{(x.get('challenger') or {}).get('errors', 0)}",
             x.get("psi"),
             f"[{cell(a.get('ci_low'))}, {cell(a.get('ci_high'))}]" if a else None,
             "pass" if s.get("passed") else "FAIL: " + "; ".join(s.get("reasons") or []),
         ]
         for s, x, a in zip(steps, m, auc)
     ]
+    outcome = {"challenger_worse": "challenger worse", "cannot_judge": "cannot judge"}.get(c.get("outcome") or "")
     return {
         "version": c.get("model_version"),
         "champion": c.get("champion"),
         "passed": bool(c.get("passed")),
+        "outcome": outcome,
+        "champion_failing": bool(c.get("champion_failing")),
         "p99": p99,
         "online": online,
         "rows": rows,

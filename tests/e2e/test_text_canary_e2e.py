@@ -155,6 +155,8 @@ def test_a_k_class_text_model_through_three_nights_against_a_long_running_server
     text = (settings.layout.run_dir(third["run_id"]) / "summary.txt").read_text()
     assert "model-v3 vs champion model-v2: ROLL BACK (cannot judge); the CHAMPION is failing its own requests" in text
     assert f"errors {champ['errors']}/{chall['errors']}" in text
+    html = (settings.layout.run_dir(third["run_id"]) / "report.html").read_text()
+    assert "ROLL BACK</b> (cannot judge)" in html and "the champion is failing its own requests" in html
     alerts = MetricsStore.open(settings).alerts(run_id=third["run_id"])
     (alert,) = [a for a in alerts if a["rule"] == "champion_failing"]
     assert alert["severity"] == "critical" and alert["message"].startswith("prod model model-v2 failed")
