@@ -50,6 +50,7 @@ lint: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 	$(PY) -m bench.readme --check
 	$(PY) -m ops.settings_doc --check
+	$(PY) -m ops.test_durations docs --check
 
 test-fast: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)

@@ -86,7 +86,8 @@ def folder_of(nodeid: str) -> str:
 def lines(s: dict[str, Any]) -> list[str]:
     out = [f"{s['tests']} tests, {s['seconds']:,.0f} s of tests ({s['failed']} failed, {s['skipped']} skipped)"]
     out += ["", f"{'folder':<24} {'tests':>6} {'seconds':>9}"]
-    out += [f"{name:<24} {f['tests']:>6} {f['seconds']:>9,.1f}" for name, f in s["folders"].items()]
+    folders = sorted(s["folders"].items(), key=lambda kv: -kv[1]["seconds"])
+    out += [f"{name:<24} {f['tests']:>6} {f['seconds']:>9,.1f}" for name, f in folders]
     out += ["", f"the {len(s['slowest'])} slowest:"]
     out += [f"{t['seconds']:>8,.1f} s  {t['id']}" for t in s["slowest"]]
     return out
@@ -104,7 +105,8 @@ def table(kept: dict[str, Any]) -> str:
         "| folder | tests | seconds |",
         "| --- | ---: | ---: |",
     ]
-    rows = [f"| `{name}` | {f['tests']} | {f['seconds']:,.1f} |" for name, f in s["folders"].items()]
+    folders = sorted(s["folders"].items(), key=lambda kv: -kv[1]["seconds"])
+    rows = [f"| `{name}` | {f['tests']} | {f['seconds']:,.1f} |" for name, f in folders]
     slow = ["", f"The {min(10, len(s['slowest']))} slowest:", ""]
     slow += [f"- {t['seconds']:,.0f} s `{t['id']}`" for t in s["slowest"][:10]]
     return "\n".join(head + rows + slow + [END])
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     k.add_argument("durations", type=Path)
     k.add_argument("--commit", required=True)
     k.add_argument("--wall-s", type=float, required=True, help="the whole run's seconds (set-up included)")
-    k.add_argument("--command", default="CI=true bash .ci/run")
+    k.add_argument("--run-command", default="CI=true bash .ci/run", help="what was run (the page names it)")
     k.add_argument("--machine", default="this 2-core machine")
     d = sub.add_parser("docs", help="write docs/testing.md's durations table from docs/test-durations.json")
     d.add_argument("--check", action="store_true", help="exit 1 naming the differences instead of writing")
@@ -142,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "keep":
         summary = json.loads(args.durations.read_text())
-        kept = {"commit": args.commit, "wall_s": args.wall_s, "command": args.command, "machine": args.machine}
+        kept = {"commit": args.commit, "wall_s": args.wall_s, "command": args.run_command, "machine": args.machine}
         atomic_write_json(KEPT, {**kept, "summary": summary})
         print(f"kept in {KEPT}")
         return 0
