@@ -106,15 +106,16 @@ class SelfTest:
                 raise SelfTestError(f"the dataset's own sample rows fail /v1/predict's row schema: {exc}") from None
         return self._rows
 
-    def __call__(self, model: LoadedModel) -> None:
+    def __call__(self, model: LoadedModel) -> str:
+        """-> what was proved, for the load's log line ("self-test unavailable" where it cannot run)."""
         if self.unavailable is not None:
-            return
+            return "self-test unavailable"
         try:
             rows = self.rows()
         except NoSampleRows as exc:
             self.unavailable = str(exc)
             log(f"serving: SELF-TEST UNAVAILABLE on this server: {exc}; variants are swapped after their warm-up only")
-            return
+            return "self-test unavailable"
         df = rows_frame(self.dataset, rows)
         try:
             x = model.rows_to_inputs(self.dataset, df)  # /v1/predict's featurize, or the artifact's tokenizer
@@ -146,6 +147,7 @@ class SelfTest:
             scores = self._check(path, model, model.predict(decoded), len(rows))
             if not np.allclose(scores, v1, rtol=AGREEMENT, atol=AGREEMENT):
                 raise SelfTestError(f"{path} and /v1/predict score the same rows differently")
+        return f"self-test passed on {len(rows)} rows: /v1/predict, " + ", ".join(requests)
 
     def _check(self, path: str, model: LoadedModel, scores: np.ndarray, n: int) -> np.ndarray:
         k = self.classes

@@ -219,7 +219,7 @@ class Variants:
         n_features: int,
         metrics: Any = None,
         retry_s: float = 30.0,
-        self_test: Callable[[LoadedModel], None] | None = None,
+        self_test: Callable[[LoadedModel], str] | None = None,
     ):
         self.read_serving = read_serving
         self.read_artifact = read_artifact
@@ -284,7 +284,8 @@ class Variants:
                 # The loaded model kept whole, only its spec replaced: a field added to LoadedModel
                 # later (as `encoder` was) cannot be dropped here.
                 models[variant] = dataclasses.replace(reuse, spec=spec)
-                self._self_test(variant, models[variant])
+                proved = self._self_test(variant, models[variant])
+                log(f"serving: kept {variant} {spec.model_version} loaded" + (f"; {proved}" if proved else ""))
                 continue
             t0 = time.perf_counter()
             try:
@@ -294,20 +295,21 @@ class Variants:
                     f"{spec.model_version}: cannot read {spec.artifact} from the registry: {type(exc).__name__}: {exc}"
                 ) from None
             models[variant] = open_model(spec, data, self.n_features)
-            self._self_test(variant, models[variant])
+            proved = self._self_test(variant, models[variant])
             log(
                 f"serving: loaded {variant} {spec.model_version} ({len(data):,} B, sha256 "
                 f"{models[variant].sha256[:12]}) in {time.perf_counter() - t0:.2f} s"
+                + (f"; {proved}" if proved else "")
             )
         return models
 
-    def _self_test(self, variant: str, model: LoadedModel) -> None:
+    def _self_test(self, variant: str, model: LoadedModel) -> str | None:
         """The variant answers requests through the routes' own code path before it is swapped in
-        (tasks/serving/selftest.py); LoadError naming the failure otherwise."""
+        (tasks/serving/selftest.py): what it proved; LoadError naming the failure otherwise."""
         if self.self_test is None:
-            return
+            return None
         try:
-            self.self_test(model)
+            return self.self_test(model)
         except Exception as exc:  # noqa: BLE001 - whatever the served path raised, the swap is refused
             raise LoadError(
                 f"{model.spec.model_version}: the {variant} fails its self-test on the served path: "

@@ -81,7 +81,7 @@ def _answers(variants: Variants, ds) -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("plugin", ["transformer", "bow"])
 @pytest.mark.parametrize("k", [2, 3])
-def test_a_text_champion_keeps_serving_through_a_canary_and_a_rollback(tmp_path, plugin, k):
+def test_a_text_champion_keeps_serving_through_a_canary_and_a_rollback(tmp_path, plugin, k, capfd):
     ds = _dataset(k)
     art = {"model-v1": _text_model(tmp_path, plugin, k, 1), "model-v2": _text_model(tmp_path, plugin, k, 2)}
     variants = _variants(ds, art)
@@ -102,6 +102,10 @@ def test_a_text_champion_keeps_serving_through_a_canary_and_a_rollback(tmp_path,
         for scores in answers.values():
             assert scores.shape == ((10,) if k == 2 else (10, k)) and np.all((scores >= 0) & (scores <= 1))
     assert variants.ready and variants.last_error is None
+    said = capfd.readouterr().err  # each load and each kept model says what its self-test proved
+    proved = "self-test passed on 8 rows: /v1/predict, OIP INT64 input_ids, OIP BYTES text"
+    assert "loaded champion model-v1 " in said and said.count(proved) == 4, said  # v1; v1 kept + v2; v1 kept
+    assert "serving: kept champion model-v1 loaded; " + proved in said
 
 
 def test_an_artifact_that_cannot_serve_its_datasets_rows_is_refused_and_the_old_one_keeps_serving(tmp_path):
