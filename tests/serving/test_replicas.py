@@ -317,6 +317,13 @@ def test_make_ups_replicas_part_runs_and_stops_as_one_process_group(world, email
         (alert,) = wait_for(lambda: open_alerts(home), 20, "the crash-loop alert")
         assert (alert["rule"], alert["severity"]) == ("replica_restarts", "critical")
         assert f"{limit} model-server replicas exited and were replaced" in alert["message"]
+        # make status's part for the balancer: each replica asked itself, and the restarts
+        from ops.__main__ import _replica_lines
+
+        status = _replica_lines(Settings.from_env({"SLUICE_HOME": str(home)}))
+        assert status[0] == f"  model-server replicas behind haproxy: 2, restarts since start: {limit}", status
+        assert all(" ready, serving champion model-v1" in line for line in status[1:3]), status
+        assert status[3].startswith("    restart: r1 exited (-9), replaced by r3 at "), status
     finally:
         stop_groups({"replicas": proc.pid}, grace_s=20)
     assert proc.wait(5) == 0 and not group_alive(proc.pid)
