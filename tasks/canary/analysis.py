@@ -435,9 +435,14 @@ def _sample_reasons(stats: dict[str, dict[str, Any]], p: CanaryParams) -> list[s
 
 
 def _champion_reasons(champ: dict[str, Any], p: CanaryParams) -> list[str]:
-    """A champion failing more than `error_rate_margin` of its requests: production is broken, and the
-    challenger cannot be judged against it."""
-    if not champ["requests"] or champ["errors"] / champ["requests"] <= p.error_rate_margin:
+    """A champion failing significantly more than `error_rate_margin` of its requests (a one-sided test of
+    its error rate against that margin, p < 1 - confidence): production is broken, and the challenger
+    cannot be judged against it. (A stray failure or two, a replica killed mid-request, is not.)"""
+    n, e, m = champ["requests"], champ["errors"], p.error_rate_margin
+    if not n or e / n <= m:
+        return []
+    z = (e / n - m) / math.sqrt(max(m * (1 - m), 1e-12) / n)
+    if 0.5 * math.erfc(z / math.sqrt(2)) >= 1 - p.confidence:
         return []
     return [f"{failures(CHAMPION, champ)}: the champion itself is failing (cannot judge the challenger against it)"]
 

@@ -251,7 +251,7 @@ class CanaryAnalysisRecord(GateRecord):
     outcome: str = "pass"
     """pass | challenger_worse | cannot_judge (too few answers, no server, or a failing champion)."""
     champion_failing: bool = False
-    """The champion failed its own requests beyond canary.error_rate_margin (a critical alert)."""
+    """The champion failed significantly more of its own requests than canary.error_rate_margin (critical)."""
 
 
 class RollbackCanaryRecord(Record):
