@@ -166,9 +166,12 @@ def _services_status(settings: Settings) -> int:
         )
         return 1
     replicas = _replica_lines(settings)
-    print("running.\n" + "\n".join(f"  {n:<13} alive and healthy{_restarted(recorded, n)}" for n in recorded.parts))
+    degraded = any("NOT " in line for line in replicas)  # a replica down is not "running"
+    print(("degraded (a replica is not ready):\n" if degraded else "running.\n") + "\n".join(
+        f"  {n:<13} alive and healthy{_restarted(recorded, n)}" for n in recorded.parts
+    ))  # fmt: skip
     print("\n".join([*replicas, _login_lines(settings, recorded.port, recorded.serve_port)]))
-    return 1 if any("NOT " in line for line in replicas) else 0
+    return 1 if degraded else 0
 
 
 def clean_state_refusal(home: Path) -> str | None:

