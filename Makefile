@@ -39,10 +39,13 @@ demo-params: $(STAMP)
 run: $(STAMP) $(DEMO_PARAMS)
 	$(PY) -m ops run
 
-# Every test's duration: the junit XML and durations.json in .test-results/ (git-ignored), the per-folder
-# sums and the slowest tests printed (ops/test_durations.py; docs/testing.md keeps a clean-clone run's).
+# Two parts (ops/test_run.py): the tests that only compute on pytest-xdist workers (WORKERS, default one a
+# core), then the slow and serial ones one at a time. Every test's duration: each part's junit XML and
+# durations.json in .test-results/ (git-ignored), the per-folder sums and the slowest tests printed
+# (ops/test_durations.py; docs/testing.md keeps a clean-clone run's).
+WORKERS ?=
 test: $(STAMP) lint
-	$(PY) -m pytest --junitxml=.test-results/junit.xml $(PYTEST_ARGS)
+	$(PY) -m ops.test_run --junit $(if $(WORKERS),--workers $(WORKERS)) $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -53,14 +56,14 @@ lint: $(STAMP)
 	$(PY) -m ops.test_durations docs --check
 
 test-fast: $(STAMP)
-	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PY) -m ops.test_run --fast $(if $(WORKERS),--workers $(WORKERS)) $(PYTEST_ARGS)
 
 # The test folders of what changed against BASE (default HEAD; untracked files too), not the extended tier.
 BASE ?= HEAD
 test-changed: $(STAMP)
 	@folders="$$($(PY) -m ops.test_changed --base $(BASE))"; \
 	if [ -z "$$folders" ]; then echo "no test folder for the change against $(BASE)"; exit 0; fi; \
-	echo "testing: $$folders"; $(PY) -m pytest -m "not extended" $(PYTEST_ARGS) $$folders
+	echo "testing: $$folders"; $(PY) -m ops.test_run $(if $(WORKERS),--workers $(WORKERS)) -m "not extended" $(PYTEST_ARGS) $$folders
 
 bench: $(STAMP)
 	$(PY) -m bench $(if $(BENCH),--only $(BENCH))

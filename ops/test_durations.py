@@ -77,6 +77,27 @@ def summarize(cases: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def merge(parts: dict[str, dict[str, Any]], walls: dict[str, float]) -> dict[str, Any]:
+    """Summaries of one run's parts (ops/test_run.py) as one: tests, seconds and folders added, the
+    slowest of all, and each part's tests, seconds and wall time under "parts". Pure."""
+    folders: dict[str, dict[str, Any]] = defaultdict(lambda: {"tests": 0, "seconds": 0.0, "failed": 0})
+    for s in parts.values():
+        for name, f in s["folders"].items():
+            for key in ("tests", "seconds", "failed"):
+                folders[name][key] += f[key]
+    ordered = sorted(folders.items(), key=lambda kv: -kv[1]["seconds"])
+    slowest = sorted((t for s in parts.values() for t in s["slowest"]), key=lambda t: -t["seconds"])[:SLOWEST]
+    return {
+        **{key: sum(s[key] for s in parts.values()) for key in ("tests", "failed", "skipped")},
+        "seconds": round(sum(s["seconds"] for s in parts.values()), 1),
+        "folders": {name: {**f, "seconds": round(f["seconds"], 1)} for name, f in ordered},
+        "slowest": slowest,
+        "parts": {
+            name: {"tests": s["tests"], "seconds": s["seconds"], "wall_s": walls.get(name)} for name, s in parts.items()
+        },
+    }
+
+
 def folder_of(nodeid: str) -> str:
     """A test's folder: tests/<package> (tests itself for a module at the top)."""
     parts = nodeid.split("::", 1)[0].split("/")
@@ -90,6 +111,9 @@ def lines(s: dict[str, Any]) -> list[str]:
     out += [f"{name:<24} {f['tests']:>6} {f['seconds']:>9,.1f}" for name, f in folders]
     out += ["", f"the {len(s['slowest'])} slowest:"]
     out += [f"{t['seconds']:>8,.1f} s  {t['id']}" for t in s["slowest"]]
+    for name, p in s.get("parts", {}).items():
+        wall = "" if p["wall_s"] is None else f", {p['wall_s']:,.0f} s wall"
+        out.append(f"part {name}: {p['tests']} tests, {p['seconds']:,.0f} s of tests{wall}")
     return out
 
 

@@ -6,14 +6,17 @@ SLUICE_HOME/AIRFLOW_HOME, so Airflow never runs inside the pytest process.
 
 from __future__ import annotations
 
+import atexit
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from ops.airflow_env import airflow_env
-from ops.services import free_port
+from ops.services import AirflowServices, free_port
 from tasks.core.settings import REPO_ROOT, Settings
 
 AIRFLOW = str(Path(sys.executable).parent / "airflow")
@@ -44,11 +47,22 @@ def python_json(settings: Settings, code: str, timeout: float = 300):
 
 
 def migrate(settings: Settings) -> None:
-    proc = airflow(settings, "db", "migrate")
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    # The one-slot pool of the DAGs' registry writers, as ops' migrate creates it.
-    proc = airflow(settings, "pools", "set", "sluice_registry", "1", "registry writers, one at a time")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    """A migrated Airflow database, with the registry writers' one-slot pool, in the test's own
+    AIRFLOW_HOME. ops' own migrate (`airflow db migrate` and `pools set`, about 10 s) runs once per pytest
+    process; every later test gets a fresh copy of the database it made (nothing in it names a home)."""
+    global _migrated
+    db = settings.layout.airflow_home / "airflow.db"
+    if _migrated is None:
+        AirflowServices(settings).migrate()
+        _migrated = Path(tempfile.mkdtemp(prefix="sluice-airflow-db-")) / "airflow.db"
+        shutil.copyfile(db, _migrated)
+        atexit.register(shutil.rmtree, _migrated.parent, True)
+        return
+    db.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_migrated, db)
+
+
+_migrated: Path | None = None  # the first migrated database of this pytest process (migrate above)
 
 
 def dags_test(settings: Settings, conf: dict | None = None) -> tuple[str, str, subprocess.CompletedProcess]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -20,10 +21,39 @@ from tasks.core.wait import wait_until
 S3_BUCKET = "sluice-registry"  # created empty in the S3 test server
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--part",
+        choices=("parallel", "serial"),
+        default=None,
+        help="ops/test_run.py's parts: parallel = the tests not marked slow (run on pytest-xdist workers); "
+        "serial = the slow ones (they need the whole machine: one at a time). Default: every test.",
+    )
+
+
+def pytest_configure(config):
+    """A pytest-xdist worker's torch and its subprocesses' OpenMP on one thread: two workers on two cores,
+    each with the machine's thread count, spend their time in each other's spin-waits."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = "1"
+        import torch
+
+        torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config, items):
-    """The k8s tier last: its cluster (etcd, the API server, the kubelet, containerd) is a session
-    fixture, up from the tier's first test to the end of the run, and would otherwise idle beside every
-    test collected after tests/k8s. The order within each part is kept."""
+    """`--part` keeps its tests (the others are reported deselected). The k8s tier last: its cluster
+    (etcd, the API server, the kubelet, containerd) is a session fixture, up from the tier's first test to
+    the end of the run, and would otherwise idle beside every test collected after tests/k8s. The order
+    within each part is kept."""
+    part = config.getoption("part")
+    if part:
+        keep = [i for i in items if (i.get_closest_marker("slow") is not None) == (part == "serial")]
+        if len(keep) < len(items):
+            kept = set(keep)
+            config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+            items[:] = keep
     items.sort(key=lambda item: item.get_closest_marker("k8s") is not None)
 
 
@@ -31,7 +61,8 @@ _durations: dict[str, dict[str, Any]] = {}
 
 
 def pytest_runtest_logreport(report):
-    """Each test's setup + call + teardown seconds and outcome (for the durations summary below)."""
+    """Each test's setup + call + teardown seconds and outcome (for the durations summary below); under
+    pytest-xdist the controller sees every worker's reports."""
     case = _durations.setdefault(report.nodeid, {"id": report.nodeid, "seconds": 0.0, "outcome": "passed"})
     case["seconds"] += report.duration
     if report.failed:
@@ -40,17 +71,20 @@ def pytest_runtest_logreport(report):
         case["outcome"] = "skipped"
 
 
-def pytest_terminal_summary(terminalreporter):
-    """Every run keeps its durations (.test-results/durations.json, git-ignored) and prints the per-folder
-    sums and the slowest tests (ops/test_durations.py; docs/testing.md shows a clean-clone run's)."""
+def pytest_terminal_summary(terminalreporter, config):
+    """Every run keeps its durations (.test-results/durations.json, git-ignored; a part of ops/test_run.py
+    durations-<part>.json, which it merges) and prints the per-folder sums and the slowest tests
+    (ops/test_durations.py; docs/testing.md shows a clean-clone run's)."""
     from ops.test_durations import RESULTS, folder_of, lines, summarize
     from tasks.core.files import atomic_write_json
 
-    if not _durations:
+    if not _durations or hasattr(config, "workerinput"):
         return
     summary = summarize([c | {"folder": folder_of(c["id"])} for c in _durations.values()])
-    atomic_write_json(RESULTS / "durations.json", summary)
-    terminalreporter.write_sep("=", f"test durations (kept in {RESULTS / 'durations.json'})")
+    part = config.getoption("part")
+    path = RESULTS / (f"durations-{part}.json" if part else "durations.json")
+    atomic_write_json(path, summary)
+    terminalreporter.write_sep("=", f"test durations (kept in {path})")
     for line in lines(summary):
         terminalreporter.write_line(line)
 

@@ -18,6 +18,7 @@ def test_record_goal_comparison():
     assert Record("x", 0.9, "ratio", ">= 0.85").to_dict()["passed"] is True
 
 
+@pytest.mark.slow  # two processes (gloo): the whole machine, in the serial part
 def test_gpu_check_runs_the_engine_path_on_cpu_and_refuses_without_a_gpu():
     """The GPU script's own code path (process group, DDP and FSDP2, autocast choice, FLOP count) on gloo."""
     import json

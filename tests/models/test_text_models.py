@@ -370,6 +370,7 @@ def test_structured_pruning_drops_the_weakest_ffn_units_of_every_transformer_blo
         torch.testing.assert_close(student.eval()(x), model(x), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.slow  # four threads: the whole machine, in the serial part
 def test_a_fine_tuned_chain_comes_out_the_same_whatever_the_callers_thread_count(corpus, tmp_path):
     """The compress step runs in an Airflow task with the machine's thread count, a reproduction's
     rebuild in a process pinned to one: a sum split over threads rounds differently, so the chain's

@@ -33,6 +33,7 @@ def built(tmp_path_factory):
         yield settings, records
 
 
+@pytest.mark.slow  # `built` trains with torchrun (two processes), shared with the slow tests below
 def test_the_record_holds_the_inputs_not_only_hashes(built):
     settings, records = built
     info = Registry(settings).model_version_info(records["register"].model_version)

@@ -304,8 +304,8 @@ def test_the_registry_writers_share_one_pool(tmp_path):
 def test_migrate_creates_the_one_slot_pool(settings):
     import sqlite3
 
-    from tests.airflow_helpers import migrate
+    from ops.services import AirflowServices
 
-    migrate(settings)
+    AirflowServices(settings).migrate()  # what `make up` runs (tests copy its database: tests/airflow_helpers.py)
     with sqlite3.connect(settings.layout.airflow_home / "airflow.db") as con:
         assert con.execute("SELECT slots FROM slot_pool WHERE pool='sluice_registry'").fetchall() == [(1,)]

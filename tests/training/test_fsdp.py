@@ -50,6 +50,7 @@ def test_fsdp2_refuses_the_ddp_only_features(tmp_path):
             load_params(path)
 
 
+@pytest.mark.slow  # torchrun, two processes: the whole machine, in the serial part
 def test_uneven_splits_give_the_global_mean_gradient(tmp_path):
     """FSDP2 averages over ranks: the engine's world / batch scaling makes any split (and chunked
     accumulation with set_requires_gradient_sync) give the whole batch's gradient; a per-rank mean

@@ -7,6 +7,7 @@ import hashlib
 import io
 import time
 
+import pytest
 import torch
 
 from tasks.training.checkpoint import latest_valid_checkpoint, save_checkpoint
@@ -168,6 +169,7 @@ def test_kubernetes_pods_do_not_pin_nccl_to_loopback():
     assert "worker_env" not in inspect.getsource(kubernetes)
 
 
+@pytest.mark.slow  # a timing figure: it needs the whole machine (ops/test_run.py's serial part)
 def test_a_blocking_checkpoint_saver_fails_the_checkpoint_benchmark(settings, data_version, tmp_path, monkeypatch):
     """The benchmark's figure (training time blocked by checkpointing over training time) is large
     when saving blocks the step loop, small with the asynchronous saver: the claim can fail."""
