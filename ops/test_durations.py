@@ -125,6 +125,11 @@ def table(kept: dict[str, Any]) -> str:
         f"Measured by `{kept['command']}` on a clean clone at commit {kept['commit']} ({kept['machine']}): "
         f"{s['tests']} tests, {s['seconds']:,.0f} s of tests, {kept['wall_s']:,.0f} s in all "
         f"({s['failed']} failed, {s['skipped']} skipped).",
+        *[
+            f"Its {name} part: {p['tests']} tests, {p['seconds']:,.0f} s of tests in {p['wall_s']:,.0f} s of wall time."
+            for name, p in s.get("parts", {}).items()
+            if p.get("wall_s") is not None
+        ],
         "",
         "| folder | tests | seconds |",
         "| --- | ---: | ---: |",

@@ -1,7 +1,7 @@
 """The test-loop tools: the folders a change touches (make test-changed) and the kept durations."""
 
 from ops.test_changed import folders_for
-from ops.test_durations import folder_of, lines, merge, summarize
+from ops.test_durations import folder_of, lines, merge, summarize, table
 from ops.test_run import pytest_command
 
 
@@ -58,6 +58,9 @@ def test_two_parts_merge_into_one_summary_with_each_parts_wall_time():
         "part parallel: 1 tests, 1 s of tests, 1 s wall",
         "part serial: 2 tests, 29 s of tests, 31 s wall",
     ]
+    page = table({"summary": m, "commit": "abc1234", "wall_s": 40.0, "command": "make test", "machine": "here"})
+    assert "Its parallel part: 1 tests, 1 s of tests in 1 s of wall time." in page
+    assert "| `tests/core` | 2 | 10.0 |" in page
 
 
 def test_the_parallel_part_runs_on_workers_and_the_serial_part_in_one_process():
