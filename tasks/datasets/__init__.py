@@ -18,6 +18,11 @@ Optional:
     CLASS_NAMES       the K classes' names, label k named CLASS_NAMES[k] (K >= 2; the labeling queue's
                       buttons, reports). Without it the dataset is binary: ("0", "1"). K = 2 keeps
                       every binary shape (P(class 1) per row); K > 2 gives K probabilities per row
+    texts(df)         rows -> list[str], the cleaned texts a text model plug-in (bow, transformer)
+                      tokenizes, in training, the server's /v1 rows and its self-test alike; those
+                      plug-ins refuse a dataset without it (an OIP BYTES `text` input skips it: the
+                      client sends the texts themselves). By convention a text dataset names its raw
+                      text column TEXT_COLUMN for its own LFs; generic code never reads it
     slices(df)        gold rows -> {slice name: boolean mask over df's rows}; the compress step
                       holds every compressed candidate to its quality floor on each slice as well
                       as overall (without it, only the overall figures are gated)
