@@ -165,3 +165,11 @@ def test_the_figure_check_sees_a_figure_the_file_lacks():
     text = "Python 3.11 on 127.0.0.1: 0.741 and 313x, but 0.75 and 12% are not measured here"
     assert figures(text) == ["0.741", "313x", "0.75", "12%"]
     assert unbacked_figures(text, entries) == ["0.75", "12%"]
+
+
+def test_the_scenario_table_matches_the_matrix():
+    from tasks.core.files import stale_page
+    from tests.e2e.scenarios import PAGE, page_with_table
+
+    want = page_with_table(PAGE.read_text())
+    assert not stale_page(PAGE, want, "tests/e2e/scenarios.py", "python -m tests.e2e.scenarios")

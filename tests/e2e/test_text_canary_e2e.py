@@ -15,81 +15,18 @@ independent client sending requests through every move, counting each answer tha
 
 The client sends only rows without the planted word: it must see 0 failures through all of it."""
 
-import json
-import threading
-
 import httpx
 import pytest
-import yaml
 
 from tasks.core.settings import REPO_ROOT
 from tasks.registry import Registry
-from tests.airflow_helpers import dags_test, migrate
+from tests.airflow_helpers import migrate
+from tests.e2e.scenarios import MOODS_BOW, Client, moods_params, night
 from tests.serving.server import ServerProcess
 from tests.toy import moods
 
 pytestmark = pytest.mark.slow
 CONF = {"epochs": 6}
-
-
-def scenario_params(tmp_path):
-    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    params["dataset"]["module"] = "tests.toy.moods"
-    params["train"]["model"] = {
-        "module": "tasks.models.bow",
-        "params": {"vocab_size": 200, "max_len": 16, "dim": 16, "head_width": 16},
-    }
-    params["weak_label"]["weak_weight"] = 1.0  # no weight search: the weak labels are good here
-    params["compress"]["candidates"] = [["int8_dynamic"]]
-    params["serving"].update({"poll_s": 0.2, "log_flush_s": 0.2, "drain_s": 0.2})
-    path = tmp_path / "params.yaml"
-    path.write_text(yaml.safe_dump(params))
-    return path
-
-
-class Client(threading.Thread):
-    """Sends one row at a time to /v1/predict until stopped; counts answers that are not K probabilities,
-    and readiness checks that are not 200."""
-
-    def __init__(self, url: str, rows: list[dict]):
-        super().__init__(daemon=True)
-        self.url, self.rows = url, rows
-        self.sent = self.failed = self.unready = 0
-        self.errors: list[str] = []
-        self.stop_event = threading.Event()
-
-    def run(self) -> None:
-        with httpx.Client(timeout=10) as http:
-            i = 0
-            while not self.stop_event.is_set():
-                self.sent += 1
-                try:
-                    r = http.post(self.url + "/v1/predict", json={"rows": [self.rows[i % len(self.rows)]]})
-                    probs = r.json()["predictions"][0]["probabilities"] if r.status_code == 200 else None
-                    if not (probs and len(probs) == 3 and abs(sum(probs) - 1) < 1e-3):
-                        self.failed += 1
-                        self.errors.append(f"HTTP {r.status_code}: {r.text[:200]}")
-                    if i % 20 == 0 and http.get(self.url + "/v2/health/ready").status_code != 200:
-                        self.unready += 1
-                except httpx.HTTPError as exc:
-                    self.failed += 1
-                    self.errors.append(f"{type(exc).__name__}: {exc}")
-                i += 1
-                self.stop_event.wait(0.05)
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(timeout=15)
-
-
-def summary(settings, run_id) -> dict:
-    return json.loads((settings.layout.run_dir(run_id) / "summary.json").read_text())
-
-
-def night(settings, n: int) -> dict:
-    run_id, state, proc = dags_test(settings, CONF)
-    assert state == "success", f"night {n}: " + proc.stdout[-3000:] + proc.stderr[-3000:]
-    return summary(settings, run_id) | {"run_id": run_id}
 
 
 def planted_word(gold_test, self_test_rows: int = 8) -> str:
@@ -106,14 +43,14 @@ def test_a_k_class_text_model_through_three_nights_against_a_long_running_server
 
     from tasks.monitoring.store import MetricsStore
 
-    params = scenario_params(tmp_path)
+    params = moods_params(tmp_path, MOODS_BOW)
     monkeypatch.setenv("SLUICE_PARAMS", str(params))
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))  # so Airflow's task processes find tests.toy
     migrate(settings)
     fault = tmp_path / "fault-word"
     server = ServerProcess(settings.home, params, env={moods.FAULT_FILE: str(fault)})
     with server.start(timeout_s=90, wait_ready=False):
-        first = night(settings, 1)
+        first = night(settings, 1, CONF)
         assert first["outcome"] == "deployed model-v1", first["outcome"]
         assert first["classes"] == ["bad", "fine", "good"] and first["test"]["challenger"]["roc_auc"] > 0.9
         server.wait_ready(60)
@@ -121,10 +58,10 @@ def test_a_k_class_text_model_through_three_nights_against_a_long_running_server
         gold_test = pd.read_parquet(settings.layout.gold / "test.parquet")
         word = planted_word(gold_test)
         clean = gold_test[~gold_test[moods.TEXT_COLUMN].str.split().apply(lambda ws: word in ws)]
-        client = Client(server.url, clean[moods.RAW_COLUMNS].to_dict("records"))
+        client = Client(server.url, clean[moods.RAW_COLUMNS].to_dict("records"), k=3)
         client.start()
         try:
-            second = night(settings, 2)  # the champion reused beside the challenger: the outage's path
+            second = night(settings, 2, CONF)  # the champion reused beside the challenger: the outage's path
             assert second["outcome"] == "deployed model-v2", second["outcome"]
             canary = second["canary"]
             assert canary["passed"] and canary["outcome"] == "pass" and not canary["champion_failing"]
@@ -133,7 +70,7 @@ def test_a_k_class_text_model_through_three_nights_against_a_long_running_server
             assert step["metrics"]["champion"]["requests"] > 100  # the champion answered, every time
 
             fault.write_text(word)  # switched on in the running server
-            third = night(settings, 3)
+            third = night(settings, 3, CONF)
         finally:
             client.stop()
             fault.unlink(missing_ok=True)

@@ -1,0 +1,202 @@
+"""The scenario matrix: nights through the whole `nightly_pipeline` DAG that cross the features a user
+combines, and what they share (params, an independent client, the nights themselves).
+
+Each `Scenario` names the test that runs it and the value it takes on each axis (AXES). `missing_pairs`
+lists the pairs of values no scenario crosses yet; tests/e2e/test_scenarios.py holds that list to
+KNOWN_GAPS (a scenario removed or changed shows up as a new gap and fails it), and docs/testing.md's
+scenario table is generated from SCENARIOS (`table()`, checked by tests/docs)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from dataclasses import dataclass
+
+import httpx
+import yaml
+
+from tasks.core.settings import REPO_ROOT
+from tests.airflow_helpers import dags_test
+
+AXES = {
+    "model": ("mlp", "bow", "transformer"),
+    "k": (2, 3),
+    "serving": ("one", "replicas"),
+    "outcome": ("promote", "canary rollback", "gate rejection, held batch re-entering"),
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    test: str  # the test (file::function) that runs it
+    dataset: str  # the plug-in and K's kind
+    model: str
+    k: int
+    serving: str
+    outcomes: tuple[str, ...]  # AXES["outcome"] values its nights reach, in order
+    nights: str  # what each night does, for the table
+
+    def values(self) -> list[dict[str, object]]:
+        """One assignment of the axes per outcome (a scenario crosses its other values with each)."""
+        return [{"model": self.model, "k": self.k, "serving": self.serving, "outcome": o} for o in self.outcomes]
+
+
+SCENARIOS = (
+    Scenario(
+        "tests/e2e/test_text_canary_e2e.py::test_a_k_class_text_model_through_three_nights_against_a_long_running_server",
+        "moods (text)",
+        "bow",
+        3,
+        "one",
+        ("promote", "canary rollback"),
+        "deploy; a canary promotes beside the reused champion (the text-canary outage's path); a planted "
+        "serving fault: cannot judge, `champion_failing`, roll back",
+    ),
+    Scenario(
+        "tests/e2e/test_pipeline_e2e.py::test_two_nightly_batches_accumulate_versions_and_the_canary_promotes_through_two_replicas",
+        "emails (tabular)",
+        "mlp",
+        2,
+        "replicas",
+        ("promote",),
+        "deploy; a canary through HAProxy to two replicas promotes",
+    ),
+    Scenario(
+        "tests/e2e/test_scenarios.py::test_a_transformer_behind_replicas_held_back_by_a_gate_then_promoted",
+        "moods (text)",
+        "transformer",
+        3,
+        "replicas",
+        ("promote", "gate rejection, held batch re-entering"),
+        "deploy; the evaluate gate rejects the next model (the batch held, prod kept); the held batch "
+        "re-enters the next snapshot and its model is promoted by a canary through two replicas",
+    ),
+)
+
+# The pairs no scenario crosses yet (issue #36: the matrix is not all-pairs). Shrinks as scenarios are
+# added; tests/e2e/test_scenarios.py fails when the computed gaps differ from this list either way.
+KNOWN_GAPS = (
+    ("model", "mlp", "k", 3),
+    ("model", "bow", "k", 2),
+    ("model", "transformer", "k", 2),
+    ("model", "mlp", "serving", "one"),
+    ("model", "bow", "serving", "replicas"),
+    ("model", "transformer", "serving", "one"),
+    ("model", "mlp", "outcome", "canary rollback"),
+    ("model", "mlp", "outcome", "gate rejection, held batch re-entering"),
+    ("model", "bow", "outcome", "gate rejection, held batch re-entering"),
+    ("model", "transformer", "outcome", "canary rollback"),
+    ("k", 2, "serving", "one"),
+    ("k", 2, "outcome", "canary rollback"),
+    ("k", 2, "outcome", "gate rejection, held batch re-entering"),
+    ("serving", "one", "outcome", "gate rejection, held batch re-entering"),
+    ("serving", "replicas", "outcome", "canary rollback"),
+)
+
+
+def missing_pairs(scenarios=SCENARIOS) -> list[tuple]:
+    """Every pair of values of two axes that no scenario crosses, in AXES order."""
+    seen = {(a, v[a], b, v[b]) for s in scenarios for v in s.values() for a, b in itertools.combinations(AXES, 2)}
+    return [
+        (a, x, b, y)
+        for a, b in itertools.combinations(AXES, 2)
+        for x in AXES[a]
+        for y in AXES[b]
+        if (a, x, b, y) not in seen
+    ]
+
+
+PAGE = REPO_ROOT / "docs" / "testing.md"
+BEGIN, END = "<!-- scenarios: begin (python -m tests.e2e.scenarios) -->", "<!-- scenarios: end -->"
+
+
+def page_with_table(page: str) -> str:
+    before, rest = page.split(BEGIN, 1)
+    return before + BEGIN + "\n" + table() + "\n" + END + rest.split(END, 1)[1]
+
+
+def table() -> str:
+    rows = ["| test | dataset | model | K | serving | nights |", "| --- | --- | --- | --- | --- | --- |"]
+    for s in SCENARIOS:
+        rows.append(f"| `{s.test.split('::')[0]}` | {s.dataset} | {s.model} | {s.k} | {s.serving} | {s.nights} |")
+    gaps = missing_pairs()
+    named = "; ".join(f"{a} {x} x {b} {y}" for a, x, b, y in gaps)
+    rows += ["", f"Pairs not crossed yet ({len(gaps)}): {named}."]
+    return "\n".join(rows)
+
+
+# ---- what the scenarios share -------------------------------------------------------------------
+
+MOODS_BOW = {"module": "tasks.models.bow", "params": {"vocab_size": 200, "max_len": 16, "dim": 16, "head_width": 16}}
+MOODS_TRANSFORMER = {
+    "module": "tasks.models.transformer",
+    "params": {"vocab_size": 200, "max_len": 16, "width": 16, "depth": 1, "heads": 2, "ffn": 32, "dropout": 0.0},
+}
+
+
+def moods_params(tmp_path, model: dict, **changes: dict) -> "object":
+    """params.yaml for the moods plug-in with `model`: a fixed weak weight (no folds: the weak labels are
+    good here), one compression candidate, a server that polls and flushes fast; `changes` merged per
+    section (a night's gate, say)."""
+    params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    params["dataset"]["module"] = "tests.toy.moods"
+    params["train"]["model"] = model
+    params["weak_label"]["weak_weight"] = 1.0
+    params["compress"]["candidates"] = [["int8_dynamic"]]
+    params["serving"].update({"poll_s": 0.2, "log_flush_s": 0.2, "drain_s": 0.2})
+    for section, values in changes.items():
+        params[section].update(values)
+    path = tmp_path / "params.yaml"
+    path.write_text(yaml.safe_dump(params))
+    return path
+
+
+def summary(settings, run_id) -> dict:
+    return json.loads((settings.layout.run_dir(run_id) / "summary.json").read_text())
+
+
+def night(settings, n: int, conf: dict) -> dict:
+    """One night through `airflow dags test`; it must succeed (a gate's refusal is a successful run)."""
+    run_id, state, proc = dags_test(settings, conf)
+    assert state == "success", f"night {n}: " + proc.stdout[-3000:] + proc.stderr[-3000:]
+    return summary(settings, run_id) | {"run_id": run_id}
+
+
+class Client(threading.Thread):
+    """An independent client: sends one row at a time to /v1/predict until stopped, counting answers that
+    are not K probabilities and readiness checks that are not 200."""
+
+    def __init__(self, url: str, rows: list[dict], k: int):
+        super().__init__(daemon=True)
+        self.url, self.rows, self.k = url, rows, k
+        self.sent = self.failed = self.unready = 0
+        self.errors: list[str] = []
+        self.stop_event = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(timeout=10) as http:
+            i = 0
+            while not self.stop_event.is_set():
+                self.sent += 1
+                try:
+                    r = http.post(self.url + "/v1/predict", json={"rows": [self.rows[i % len(self.rows)]]})
+                    probs = r.json()["predictions"][0]["probabilities"] if r.status_code == 200 else None
+                    if not (probs and len(probs) == self.k and abs(sum(probs) - 1) < 1e-3):
+                        self.failed += 1
+                        self.errors.append(f"HTTP {r.status_code}: {r.text[:200]}")
+                    if i % 20 == 0 and http.get(self.url + "/v2/health/ready").status_code != 200:
+                        self.unready += 1
+                except httpx.HTTPError as exc:
+                    self.failed += 1
+                    self.errors.append(f"{type(exc).__name__}: {exc}")
+                i += 1
+                self.stop_event.wait(0.05)
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=15)
+
+
+if __name__ == "__main__":  # docs/testing.md's scenario table from SCENARIOS
+    PAGE.write_text(page_with_table(PAGE.read_text()))
