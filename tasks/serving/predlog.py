@@ -31,7 +31,6 @@ The records are the contract between the server and its readers:
 from __future__ import annotations
 
 import json
-import os
 import threading
 import time
 from datetime import datetime, timezone
@@ -40,6 +39,7 @@ from typing import Any, Iterable, Optional
 
 import numpy as np
 
+from tasks.core.files import atomic_write_bytes
 from tasks.core.log import log
 
 Record = dict[str, Any]
@@ -146,11 +146,7 @@ class LogStore:
 
     def put(self, key: str, data: bytes) -> None:
         if self.fs is None:
-            path = self.root / key
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            atomic_write_bytes(self.root / key, data)  # a hidden temp file (keys() skips it), fsync, rename
         else:
             self.fs.pipe_file(f"{self.root}/{key}", data)
 
