@@ -48,13 +48,17 @@ def _ensure_user(name: str) -> pwd.struct_passwd:
     try:
         return pwd.getpwnam(name)
     except KeyError:
-        subprocess.run(
-            ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        return pwd.getpwnam(name)
+        pass
+    # pytest-xdist workers may race to create it on a fresh machine: the loser's useradd exits 9 (the name
+    # is taken), which is what it wanted; any other failure is raised with useradd's own words.
+    proc = subprocess.run(
+        ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name],
+        capture_output=True,
+        text=True,
+    )
+    if proc.returncode not in (0, 9):
+        raise RuntimeError(f"useradd {name} failed ({proc.returncode}): {proc.stderr.strip()}")
+    return pwd.getpwnam(name)
 
 
 class PostgresServer:
