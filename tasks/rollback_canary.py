@@ -1,6 +1,8 @@
 """rollback_canary: a challenger that failed the canary is retired; the champion answers all
 traffic again, and the data pointer goes back to the champion's lineage (as reject_model
-does), so data and model stay together. The decision and its evidence are in the audit log.
+does), so data and model stay together. The decision and its evidence are in the audit log. A
+canary that could not judge the challenger (its champion failing its own requests) holds the batches
+to re-enter without counting a rejection: the data was not at fault.
 
 Compare-and-set: only this run's challenger is retired, and the data pointer moves back only
 if the prod model is still the champion deploy_canary saw and the current data the version
@@ -24,6 +26,8 @@ def rollback_canary(
     a, d = canary_analysis, deploy_canary
     why = f"nightly run {ctx.run_id}: canary of {a.model_version} failed: {'; '.join(a.reasons) or 'unknown'}"
     registry, limit = Registry(ctx.settings), ctx.params.held.quarantine_after_rejections
+    if a.outcome == "cannot_judge":  # nothing was learned of the challenger or its data: held, not rejected
+        limit = None
     state, rolled = retire(registry, d.model_version, d.champion, register.data_version, why, limit)
     quarantined = quarantine_rejected_batches(ctx.settings.layout.ensure(), registry.held())
     return RollbackCanaryRecord(

@@ -129,11 +129,17 @@ def start(
 
 
 def retire(
-    registry: Registry, challenger: str, champion: str | None, data_version: str, why: str, quarantine_after: int
+    registry: Registry,
+    challenger: str,
+    champion: str | None,
+    data_version: str,
+    why: str,
+    quarantine_after: int | None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """Retire `challenger` (only that one: another challenger in place is refused) and put the data
     pointer back to the champion's lineage, if the prod model is still `champion` and the current
-    data still `data_version`; the batches it leaves out are held (tasks/registry/held.py).
+    data still `data_version`; the batches it leaves out are held (tasks/registry/held.py;
+    `quarantine_after` None: the challenger was not judged, the hold is no rejection).
     -> (the registry state after, rollback_to_prod_lineage's result)."""
     registry.rollback_canary(reason=why, who=WHO, expect_challenger=challenger)
     rolled = registry.rollback_to_prod_lineage(

@@ -4,7 +4,8 @@ When a challenger is rejected (evaluate, compress or the canary), the data point
 prod model's lineage (`rollback_to_prod_lineage`); the partitions of the rejected data version that
 the lineage lacks are *held*, not dropped: registry.json `held` lists each with its stored partition
 (the labels it was validated with), the version it came from and every rejection. By default a
-held batch re-enters the next snapshot as it is; a batch rejected `limit` times in a row is marked
+held batch re-enters the next snapshot as it is (a canary that could not judge the challenger, its
+champion failing, holds them too, but that is not a rejection); a batch rejected `limit` times in a row is marked
 `quarantined` (the pipeline then moves its landing file to quarantine/ with every reason, and
 `python -m tasks.quarantine --readmit BATCH` brings it back as for a contract quarantine). A batch
 left out by an operator's rollback is held with `reenter` false: it waits for
@@ -43,19 +44,25 @@ def hold_left_out(
     *,
     reason: str,
     rejected: bool,
-    limit: int,
+    limit: int | None,
 ) -> list[str]:
     """Hold the partitions `left_out` of `from_version` (the pointer moved away from it). `rejected`:
     a rejected challenger's batches (they re-enter by default; the `limit`-th rejection in a row
-    quarantines); else an operator's rollback (they wait for a readmit). Returns the batch ids
-    quarantined now."""
+    quarantines); else an operator's rollback (they wait for a readmit). `limit` None: the challenger
+    was sent back without a judgement (a canary that could not compare it, its champion failing): the
+    batches re-enter and the hold is not a rejection (it neither counts toward nor breaks a row).
+    Returns the batch ids quarantined now."""
     held, now, quarantined = held_batches(state), datetime.now(timezone.utc).isoformat(), []
     for part in left_out:
         batch = part["batch_id"]
         entry = held.get(batch) or {"batch_id": batch, "partition": part, "rejections": []}
         entry["from_version"] = from_version
-        if rejected:
+        if rejected and limit is None:
+            entry.pop("left_out_by", None)
+            entry.update(status="held", reenter=True, not_judged={"reason": reason, "at": now})
+        elif rejected:
             entry.pop("left_out_by", None)  # a rejection now: its reasons say why
+            entry.pop("not_judged", None)
             entry["rejections"] = [*entry["rejections"], {"reason": reason, "at": now}]
             quarantine = len(entry["rejections"]) >= limit
             entry["status"] = "quarantined" if quarantine else "held"
@@ -115,7 +122,10 @@ def describe(state: dict[str, Any]) -> list[dict[str, Any]]:
             "batch_id": b,
             "status": e.get("status"),
             "from_version": e.get("from_version"),
-            "why": e.get("left_out_by") or "; ".join(r["reason"] for r in e.get("rejections", [])) or "unknown",
+            "why": e.get("left_out_by")
+            or (f"not judged: {e['not_judged']['reason']}" if e.get("not_judged") else "")
+            or "; ".join(r["reason"] for r in e.get("rejections", []))
+            or "unknown",
             "next": "re-enters the next snapshot" if e.get("reenter") else f"readmit: {e.get('readmit')}",
         }
         for b, e in sorted(waiting(state).items())

@@ -228,13 +228,14 @@ class ModelVersions(RepoBase):
         *,
         expect_prod: Any = ANY,
         expect_data: Any = ANY,
-        quarantine_after: int,
+        quarantine_after: int | None,
     ) -> dict[str, Any]:
         """After a rejected challenger: prod stays, and the data pointer returns to the version
         prod was trained on, so data and model move back together. No prod yet: nothing changes.
         The batches the pointer leaves out are held (tasks/registry/held.py): they re-enter the next
         snapshot, and the `quarantine_after`-th rejection in a row marks them quarantined (the
-        result's `quarantined`; the pipeline moves their files to quarantine/).
+        result's `quarantined`; the pipeline moves their files to quarantine/). `quarantine_after`
+        None: the challenger was not judged (held.hold_left_out); the hold is no rejection.
 
         Read and write in one transaction (a rollback cannot slip in between). Compare-and-set:
         with `expect_prod` (the prod model the run evaluated against) and/or `expect_data` (the
@@ -292,7 +293,7 @@ class ModelVersions(RepoBase):
         who: str | None,
         artifact: str | None,
         *,
-        hold: tuple[bool, int],
+        hold: tuple[bool, int | None],
     ) -> dict[str, Any]:
         """`rollback`'s move, inside a transaction the caller holds (arguments already checked).
         `hold`: (a rejected challenger's?, its quarantine limit) for the batches the data pointer
@@ -341,7 +342,7 @@ class ModelVersions(RepoBase):
         }
 
     def _hold_left_out(
-        self, state: dict[str, Any], before: str | None, after: str | None, reason: str, hold: tuple[bool, int]
+        self, state: dict[str, Any], before: str | None, after: str | None, reason: str, hold: tuple[bool, int | None]
     ) -> tuple[list[str], list[str]]:
         """The partitions of `before` that `after` lacks are held; those in `after` are no longer.
         Returns (the batch ids held now, those quarantined now)."""

@@ -7,7 +7,6 @@ import yaml
 
 from tasks.core.settings import REPO_ROOT
 from tasks.datasets import DatasetError, load_dataset
-from tasks.monitoring.model_card import card_paths
 from tasks.registry import Registry
 from tests.airflow_helpers import dags_test, migrate
 
@@ -60,23 +59,8 @@ def _first_three_class_night(settings) -> dict:
     return summary
 
 
-@pytest.mark.slow
-def test_nightly_pipeline_on_a_three_class_dataset(settings, tmp_path, monkeypatch):
-    """K = 3 (tests/toy/three.py): LFs vote one of three classes, the label model labels at cardinality 3,
-    the model learns three logits, and every gate reads macro figures."""
-    _three_class_params(tmp_path, monkeypatch)
-    summary = _first_three_class_night(settings)
-    assert summary["classes"] == ["ok", "overheating", "loose"]
-    test = summary["test"]["challenger"]
-    assert test["roc_auc"] > 0.9 and set(test["per_class"]) == {"0", "1", "2"}, test
-    lf_votes = {r["lf"]: r["polarity"] for r in summary["labeling"]["lf_table"]}
-    assert lf_votes == {"lf_hot": [1], "lf_shaking": [2], "lf_cool_and_calm": [0], "lf_calm": [0]}
-    labeled = Registry(settings).read_data_version("data-v1")
-    assert {"label_prob_0", "label_prob_1", "label_prob_2"} <= set(labeled.columns) and "label_prob" not in labeled
-    assert set(labeled["label"]) <= {-1, 0, 1, 2} and {0, 1, 2} <= set(labeled["label"])
-    card = card_paths(settings, "model-v1")["md"].read_text()  # the register step's model card
-    assert "A 3-class classifier (ok, overheating, loose) on the toy3 dataset" in card
-    assert "| lf_hot | overheating |" in card
+# The first three-class night (labels, logits, gates and the model card at K = 3) is night 1 of the
+# scenario tests/e2e/test_scenarios.py::test_an_mlp_on_three_classes_held_back_then_rolled_back_by_its_canary.
 
 
 @pytest.mark.extended

@@ -8,7 +8,7 @@ independent client sending requests through every move, counting each answer tha
 
     night 1  the first model, promoted directly
     night 2  a healthy challenger beside the (reused) champion: the canary promotes it
-    night 3  a planted fault in the serving path (tests/toy/moods.py FAULT_FILE: reviews with one word
+    night 3  a planted fault in the serving path (tests/toy/fault.py, read by moods' texts: reviews with one word
              fail to featurize, in the server only): the canary counts every failure of either variant,
              names the champion's with their cause, cannot judge, rolls back, and a critical
              `champion_failing` alert is raised; prod stays ready and serving the other rows
@@ -23,7 +23,7 @@ from tasks.registry import Registry
 from tests.airflow_helpers import migrate
 from tests.e2e.scenarios import MOODS_BOW, Client, moods_params, night
 from tests.serving.server import ServerProcess
-from tests.toy import moods
+from tests.toy import fault, moods
 
 pytestmark = pytest.mark.slow
 CONF = {"epochs": 6}
@@ -47,8 +47,8 @@ def test_a_k_class_text_model_through_three_nights_against_a_long_running_server
     monkeypatch.setenv("SLUICE_PARAMS", str(params))
     monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))  # so Airflow's task processes find tests.toy
     migrate(settings)
-    fault = tmp_path / "fault-word"
-    server = ServerProcess(settings.home, params, env={moods.FAULT_FILE: str(fault)})
+    fault_file = tmp_path / "fault-word"
+    server = ServerProcess(settings.home, params, env={fault.FAULT_FILE: str(fault_file)})
     with server.start(timeout_s=90, wait_ready=False):
         first = night(settings, 1, CONF)
         assert first["outcome"] == "deployed model-v1", first["outcome"]
@@ -69,11 +69,11 @@ def test_a_k_class_text_model_through_three_nights_against_a_long_running_server
                 assert step["metrics"]["champion"]["errors"] == step["metrics"]["challenger"]["errors"] == 0
             assert step["metrics"]["champion"]["requests"] > 100  # the champion answered, every time
 
-            fault.write_text(word)  # switched on in the running server
+            fault_file.write_text(word)  # switched on in the running server
             third = night(settings, 3, CONF)
         finally:
             client.stop()
-            fault.unlink(missing_ok=True)
+            fault_file.unlink(missing_ok=True)
 
         served = httpx.get(server.url + "/v1/serving", timeout=10).json()
         ready = httpx.get(server.url + "/v2/health/ready", timeout=10).status_code

@@ -120,3 +120,28 @@ def test_an_operators_rollback_leaves_batches_out_until_readmitted(settings, tmp
     assert "re-enters the next snapshot" in readmit_any(settings, "batch-0002")
     v4, _ = _night(reg, tmp_path, "batch-0004", 4)
     assert v4["reentered"] == ["batch-0002"] and reg.held() == {}
+
+
+def test_a_canary_that_could_not_judge_holds_the_batch_without_counting_a_rejection():
+    """The scenario matrix's crossing (tests/e2e/test_scenarios.py): a batch rejected once, re-entered, then
+    sent back by a canary that could not judge its model (the champion failing its own requests) is held
+    to re-enter again, not quarantined as if rejected twice; the next real rejection is the second."""
+    from tasks.registry.held import describe, hold_left_out, mark_reentered
+
+    part = {"batch_id": "batch-0002", "path": "data/x/batch-0002.parquet"}
+    state: dict = {}
+    assert hold_left_out(state, [part], "data-v2", reason="evaluate: below the floor", rejected=True, limit=2) == []
+    mark_reentered(state, ["batch-0002"], "data-v3")
+    why = "canary of model-v2 failed: the champion itself is failing"
+    assert hold_left_out(state, [part], "data-v3", reason=why, rejected=True, limit=None) == []
+    entry = state["held"]["batch-0002"]
+    assert (entry["status"], entry["reenter"], len(entry["rejections"])) == ("held", True, 1)
+    (shown,) = describe(state)
+    assert shown["why"] == f"not judged: {why}" and shown["next"] == "re-enters the next snapshot"
+    mark_reentered(state, ["batch-0002"], "data-v4")
+    assert hold_left_out(state, [part], "data-v4", reason="compress: no candidate", rejected=True, limit=2) == [
+        "batch-0002"
+    ]
+    entry = state["held"]["batch-0002"]
+    assert entry["status"] == "quarantined" and "not_judged" not in entry
+    assert [r["reason"] for r in entry["rejections"]] == ["evaluate: below the floor", "compress: no candidate"]

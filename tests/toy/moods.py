@@ -4,12 +4,12 @@ lexicon LFs, contracts, a token model, the canary on a long-running server): tes
 Each review has two words of its class, one word of another class in about one review in six (so the
 LFs conflict and the labels are not free), and one to five filler words."""
 
-import os
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from tests.toy import fault
 from tests.toy.text import BAD, FILLER, GOOD
 from tests.toy.text3 import FINE
 
@@ -38,20 +38,9 @@ def load_source(n: int = 1500, seed: int = 17) -> pd.DataFrame:
     return pd.DataFrame({ID_COLUMN: [f"m{i}" for i in range(n)], TEXT_COLUMN: text, GOLD_COLUMN: mood})
 
 
-FAULT_FILE = "MOODS_FAULT_FILE"
-"""A planted fault for the tests, off unless set: the variable names a file; while the file exists,
-`texts` fails for every review holding the word written in it (a serving path broken for some rows,
-switched on in a running server without restarting it)."""
-
-
 def texts(df: pd.DataFrame) -> list[str]:
     out = df[TEXT_COLUMN].astype(str).tolist()
-    switch = os.environ.get(FAULT_FILE)
-    if switch and os.path.exists(switch):
-        word = Path(switch).read_text().strip()
-        hit = sum(word in t.split() for t in out)
-        if hit:
-            raise ValueError(f"planted fault: {hit} review(s) with the word {word!r}")
+    fault.check(out, "review(s) with the word {planted!r}")  # off unless a scenario plants it
     return out
 
 
