@@ -120,10 +120,11 @@ def lines(s: dict[str, Any]) -> list[str]:
 def table(kept: dict[str, Any]) -> str:
     """docs/testing.md's figures from the kept file."""
     s = kept["summary"]
+    summed = " (summed over the parallel part's workers)" if s.get("parts") else ""
     head = [
         BEGIN,
         f"Measured by `{kept['command']}` on a clean clone at commit {kept['commit']} ({kept['machine']}): "
-        f"{s['tests']} tests, {s['seconds']:,.0f} s of tests, {kept['wall_s']:,.0f} s in all "
+        f"{s['tests']} tests, {s['seconds']:,.0f} s of tests{summed}, {kept['wall_s']:,.0f} s in all "
         f"({s['failed']} failed, {s['skipped']} skipped).",
         *[
             f"Its {name} part: {p['tests']} tests, {p['seconds']:,.0f} s of tests in {p['wall_s']:,.0f} s of wall time."
