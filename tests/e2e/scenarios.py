@@ -3,13 +3,16 @@ combines, and what they share (params, an independent client, the nights themsel
 
 Each `Scenario` names the test that runs it and the value it takes on each axis (AXES). `missing_pairs`
 lists the pairs of values no scenario crosses yet; tests/e2e/test_scenarios.py holds that list to
-KNOWN_GAPS (a scenario removed or changed shows up as a new gap and fails it), and docs/testing.md's
-scenario table is generated from SCENARIOS (`table()`, checked by tests/docs)."""
+KNOWN_GAPS (a scenario removed, or changed so that a pair is lost, shows up as a new gap and fails it),
+and docs/testing.md's scenario table is generated from SCENARIOS (`table()`, checked by tests/docs).
+A scenario test starts with `begin`, which checks the params it runs against its row (model plug-in,
+K), so the table cannot claim what the test does not run."""
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +22,7 @@ import yaml
 
 from tasks.core.settings import REPO_ROOT
 from tasks.registry import Registry
-from tests.airflow_helpers import dags_test
+from tests.airflow_helpers import dags_test, migrate
 
 AXES = {
     "model": ("mlp", "bow", "transformer"),
@@ -182,6 +185,24 @@ def held_back_then_reentered(settings, tmp_path, write_params, conf: dict, on_th
     batches = [p["batch_id"] for p in Registry(settings).data_version_info("data-v3")["partitions"]]
     assert batches == ["batch-0001", "batch-0002", "batch-0003"], batches  # the held batch is back
     return second, third
+
+
+def begin(settings, monkeypatch, params: Path) -> Scenario:
+    """A scenario test's set-up: its params for every process (Airflow's tasks find tests.toy through
+    PYTHONPATH) and a migrated Airflow database. The params must run what the test's row in SCENARIOS
+    says (its model plug-in and K): returns that row."""
+    from tasks.datasets import BINARY, load_dataset
+
+    current = os.environ["PYTEST_CURRENT_TEST"].split(" ")[0]  # "<file>::<test> (call)"
+    (row,) = [s for s in SCENARIOS if s.test == current]
+    written = yaml.safe_load(params.read_text())
+    model = written["train"]["model"]["module"].rsplit(".", 1)[-1]
+    k = len(getattr(load_dataset(written["dataset"]["module"]), "CLASS_NAMES", BINARY))
+    assert (model, k) == (row.model, row.k), f"{current} runs {model} at K = {k}; its row says {row}"
+    monkeypatch.setenv("SLUICE_PARAMS", str(params))
+    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
+    migrate(settings)
+    return row
 
 
 def summary(settings, run_id) -> dict:

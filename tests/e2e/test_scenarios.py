@@ -9,7 +9,6 @@ import pytest
 
 from tasks.core.settings import REPO_ROOT
 from tasks.registry import Registry
-from tests.airflow_helpers import migrate
 from tests.e2e.scenarios import (
     AXES,
     KNOWN_GAPS,
@@ -17,6 +16,7 @@ from tests.e2e.scenarios import (
     SCENARIOS,
     Client,
     Scenario,
+    begin,
     held_back_then_reentered,
     missing_pairs,
     moods_params,
@@ -58,9 +58,7 @@ def test_a_transformer_behind_replicas_held_back_by_a_gate_then_promoted(setting
     conf = {"epochs": 6}
     write = functools.partial(moods_params, tmp_path, MOODS_TRANSFORMER)
     params = write()
-    monkeypatch.setenv("SLUICE_PARAMS", str(params))
-    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))  # so Airflow's task processes find tests.toy
-    migrate(settings)
+    begin(settings, monkeypatch, params)
     first = night(settings, 1, conf)
     assert first["outcome"] == "deployed model-v1", first["outcome"]
     assert first["classes"] == ["bad", "fine", "good"]
@@ -113,9 +111,7 @@ def test_an_mlp_on_three_classes_held_back_then_rolled_back_by_its_canary(settin
     conf = {"epochs": 10}
     write = functools.partial(scenario_params, tmp_path, "tests.toy.three", None)
     params = write()
-    monkeypatch.setenv("SLUICE_PARAMS", str(params))
-    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))
-    migrate(settings)
+    begin(settings, monkeypatch, params)
     fault_file = tmp_path / "fault-ids"
     server = ServerProcess(settings.home, params, env={fault.FAULT_FILE: str(fault_file)})
     with server.start(timeout_s=90, wait_ready=False):

@@ -18,10 +18,8 @@ The client sends only rows without the planted word: it must see 0 failures thro
 import httpx
 import pytest
 
-from tasks.core.settings import REPO_ROOT
 from tasks.registry import Registry
-from tests.airflow_helpers import migrate
-from tests.e2e.scenarios import MOODS_BOW, Client, moods_params, night
+from tests.e2e.scenarios import MOODS_BOW, Client, begin, moods_params, night
 from tests.serving.server import ServerProcess
 from tests.toy import fault, moods
 
@@ -44,9 +42,7 @@ def test_a_k_class_text_model_through_three_nights_against_a_long_running_server
     from tasks.monitoring.store import MetricsStore
 
     params = moods_params(tmp_path, MOODS_BOW)
-    monkeypatch.setenv("SLUICE_PARAMS", str(params))
-    monkeypatch.setenv("PYTHONPATH", str(REPO_ROOT))  # so Airflow's task processes find tests.toy
-    migrate(settings)
+    begin(settings, monkeypatch, params)
     fault_file = tmp_path / "fault-word"
     server = ServerProcess(settings.home, params, env={fault.FAULT_FILE: str(fault_file)})
     with server.start(timeout_s=90, wait_ready=False):
