@@ -342,6 +342,10 @@ def test_the_label_savings_interpolate_on_the_budgets_measured():
 
 
 @pytest.mark.slow
+# The extended tier (make test): CI runs its faster sibling on the toy reviews, the bag-of-embeddings
+# scenario of tests/e2e/test_scenarios.py (rejected at evaluate, its batch held, the served file and
+# tokenizer kept, then the same crossed with replicas and a canary rollback).
+@pytest.mark.extended
 def test_a_rejected_text_model_rolls_back_and_the_served_model_keeps_its_tokenizer(settings, tmp_path, monkeypatch):
     """Two nights on reviews with the bag-of-embeddings model: the first deploys model-v1; the second's
     model fails the evaluate gate (its floor raised to what no model of one more night reaches), so the

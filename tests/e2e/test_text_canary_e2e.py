@@ -19,21 +19,12 @@ import httpx
 import pytest
 
 from tasks.registry import Registry
-from tests.e2e.scenarios import MOODS_BOW, Client, begin, moods_params, night
+from tests.e2e.scenarios import MOODS_BOW, Client, begin, moods_params, night, planted_word
 from tests.serving.server import ServerProcess
 from tests.toy import fault, moods
 
 pytestmark = pytest.mark.slow
 CONF = {"epochs": 6}
-
-
-def planted_word(gold_test, self_test_rows: int = 8) -> str:
-    """A filler word in about a quarter of the gold test rows (the canary's traffic) and in none of the first
-    rows the server's self-test reads, so the fault shows in the canary and not at a swap."""
-    words = [set(t.split()) for t in gold_test[moods.TEXT_COLUMN]]
-    first = set().union(*words[:self_test_rows])
-    share = {w: sum(w in ws for ws in words) / len(words) for w in set().union(*words) - first}
-    return min(share, key=lambda w: abs(share[w] - 0.25))
 
 
 def test_a_k_class_text_model_through_three_nights_against_a_long_running_server(settings, tmp_path, monkeypatch):
@@ -52,7 +43,7 @@ def test_a_k_class_text_model_through_three_nights_against_a_long_running_server
         server.wait_ready(60)
 
         gold_test = pd.read_parquet(settings.layout.gold / "test.parquet")
-        word = planted_word(gold_test)
+        word = planted_word(gold_test, moods.TEXT_COLUMN)
         clean = gold_test[~gold_test[moods.TEXT_COLUMN].str.split().apply(lambda ws: word in ws)]
         client = Client(server.url, clean[moods.RAW_COLUMNS].to_dict("records"), k=3)
         client.start()

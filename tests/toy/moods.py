@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 
 from tests.toy import fault
-from tests.toy.text import BAD, FILLER, GOOD
+from tests.toy.text import BAD, GOOD, lexicon_reviews
 from tests.toy.text3 import FINE
 
 NAME = "moods"
@@ -26,16 +26,7 @@ FEATURE_NAMES = ["n_chars"]  # a dense model's one feature; the token plug-ins r
 
 
 def load_source(n: int = 1500, seed: int = 17) -> pd.DataFrame:
-    rng = np.random.default_rng(seed)
-    mood = rng.choice(3, n, p=[0.35, 0.15, 0.5])
-    text = []
-    for m in mood:
-        words = list(rng.choice(WORDS[m], size=2))
-        if rng.random() < 1 / 6:
-            words.append(rng.choice(WORDS[rng.choice([c for c in range(3) if c != m])]))
-        words += list(rng.choice(FILLER, size=int(rng.integers(1, 6))))
-        text.append(" ".join(rng.permutation(words)))
-    return pd.DataFrame({ID_COLUMN: [f"m{i}" for i in range(n)], TEXT_COLUMN: text, GOLD_COLUMN: mood})
+    return lexicon_reviews(WORDS, [0.35, 0.15, 0.5], n, seed, GOLD_COLUMN, id_prefix="m")
 
 
 def texts(df: pd.DataFrame) -> list[str]:

@@ -26,6 +26,28 @@ def load_source(n: int = 600, seed: int = 3) -> pd.DataFrame:
     return pd.DataFrame({ID_COLUMN: np.arange(n), TEXT_COLUMN: text, GOLD_COLUMN: liked})
 
 
+def lexicon_reviews(words, shares, n, seed, gold_column, id_prefix, mislabeled: float = 0.0) -> pd.DataFrame:
+    """Reviews of K = len(words) classes drawn with `shares`: two phrases of the review's class, one phrase
+    of another class in about one review in six (so lexicon LFs conflict and the labels are not free), and
+    one to five filler words; ids `<id_prefix><i>`; a `mislabeled` share of the rows then given another
+    class as gold (its words say one thing, its rating another: no model ranks them all). The toy text
+    datasets that run whole nights draw theirs here (tests/toy/moods.py, tests/toy/likes.py)."""
+    rng = np.random.default_rng(seed)
+    k = len(words)
+    gold = rng.choice(k, n, p=shares)
+    text = []
+    for g in gold:
+        phrases = list(rng.choice(words[g], size=2))
+        if rng.random() < 1 / 6:
+            phrases.append(rng.choice(words[rng.choice([c for c in range(k) if c != g])]))
+        phrases += list(rng.choice(FILLER, size=int(rng.integers(1, 6))))
+        text.append(" ".join(rng.permutation(phrases)))
+    if mislabeled:
+        flip = rng.random(n) < mislabeled
+        gold[flip] = (gold[flip] + rng.integers(1, k, flip.sum())) % k
+    return pd.DataFrame({ID_COLUMN: [f"{id_prefix}{i}" for i in range(n)], TEXT_COLUMN: text, gold_column: gold})
+
+
 def texts(df: pd.DataFrame) -> list[str]:
     return df[TEXT_COLUMN].astype(str).tolist()
 
