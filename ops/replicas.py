@@ -36,7 +36,7 @@ from tasks.core.files import atomic_write_json
 from tasks.core.processes import group_alive, stop_groups
 from tasks.core.settings import REPO_ROOT
 from tasks.core.wait import wait_until
-from tasks.serving.balancer import Admin, Server, render_config
+from tasks.serving.balancer import Admin, Server, admin_socket_path, render_config
 from tasks.serving.paths import address_file, balancer_dir, replica_address_file
 from tasks.serving.restarts import read_restarts, record_restart
 
@@ -176,7 +176,7 @@ class ReplicaSet:
         self.port = port or free_port()
         self.dir = balancer_dir(self.home)
         self.log_dir = log_dir or self.dir
-        self.socket = self.dir / "admin.sock"
+        self.socket = admin_socket_path(self.dir)
         self.config = self.dir / "haproxy.cfg"
         self.replicas: dict[str, Replica] = {}
         self.haproxy: subprocess.Popen | None = None
@@ -327,6 +327,9 @@ class ReplicaSet:
                     address_file(self.home).unlink()
             except (OSError, ValueError):
                 pass
+            self.socket.unlink(missing_ok=True)
+            if self.socket.parent != self.dir:  # admin_socket_path's short folder
+                shutil.rmtree(self.socket.parent, ignore_errors=True)
 
     def __enter__(self) -> "ReplicaSet":
         return self

@@ -120,7 +120,7 @@ def lines(s: dict[str, Any]) -> list[str]:
 def table(kept: dict[str, Any]) -> str:
     """docs/testing.md's figures from the kept file."""
     s = kept["summary"]
-    summed = " (summed over the parallel part's workers)" if s.get("parts") else ""
+    summed = " (summed over each part's workers)" if s.get("parts") else ""
     head = [
         BEGIN,
         f"Measured by `{kept['command']}` on a clean clone at commit {kept['commit']} ({kept['machine']}): "

@@ -1,22 +1,25 @@
-"""The test suite in two parts: the tests that only compute, on workers side by side, then the ones that
-need the whole machine, one at a time.
+"""The test suite in three parts: the tests that only compute, on workers side by side; the slow tests
+that wait on processes, two at a time; then the ones that need the whole machine, one at a time.
 
     python -m ops.test_run [--workers N] [--fast] [--junit] [pytest arguments ...]
 
 1. **parallel**: every test not marked `slow`, on N pytest-xdist workers (default: one a core), each
    worker's torch on one thread (two workers on two cores, each with the machine's thread count, spend
    their time in each other's spin-waits);
-2. **serial**: the `slow` tests (real services, torchrun, the cluster and k8s tiers, a timing figure
-   measured inside the test) in one process, as before: they use every core or measure time, and a test
+2. **paired**: the `slow` tests also marked `paired` (nights through Airflow, long-running servers: they
+   wait on processes more than they compute, and measure no time) on two workers, each worker's torch and
+   its subprocesses' on one thread; a file's tests on one worker (`--dist loadfile`: a module's service
+   stack starts once);
+3. **serial**: the other `slow` tests (torchrun on two processes, the cluster and k8s tiers, a timing
+   figure measured inside the test) in one process: they use every core or measure time, and a test
    beside them would change what they measure.
 
 `--fast` runs the first part only (`make test-fast`). Each part is one pytest session with the same
-arguments (a `-m` given is ANDed with the part's own selection by tests/conftest.py's `--part`); the
-second runs even when the first failed, so a run reports every failure. Each part keeps
-its durations (`.test-results/durations-<part>.json`, `--junit`: `junit-<part>.xml`); this merges them
-into `.test-results/durations.json`, with each part's wall time, and prints the sums. Exit status: the
-first part's failure, else the second's (pytest's "no tests collected" counts as success: a selection
-may hold only one kind).
+arguments (a `-m` given is ANDed with the part's own selection by tests/conftest.py's `--part`); a part
+runs even when one before it failed, so a run reports every failure. Each part keeps its durations
+(`.test-results/durations-<part>.json`, `--junit`: `junit-<part>.xml`); this merges them into
+`.test-results/durations.json`, with each part's wall time, and prints the sums. Exit status: the first
+failing part's (pytest's "no tests collected" counts as success: a selection may hold only one kind).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ import time
 from ops.test_durations import RESULTS, lines, merge
 from tasks.core.files import atomic_write_json, read_json
 
-PARTS = ("parallel", "serial")
+PARTS = ("parallel", "paired", "serial")
+PAIRED_WORKERS = 2
 NO_TESTS = 5  # pytest's exit status when the selection is empty
 
 
@@ -39,6 +43,8 @@ def pytest_command(part: str, workers: int | None, junit: bool, args: list[str])
     cmd = [sys.executable, "-m", "pytest", "--part", part]
     if part == "parallel":
         cmd += ["-n", str(workers) if workers else "auto"]
+    elif part == "paired":
+        cmd += ["-n", str(PAIRED_WORKERS), "--dist", "loadfile"]
     if junit:
         cmd += [f"--junitxml={RESULTS / f'junit-{part}.xml'}"]
     return cmd + args
@@ -62,7 +68,7 @@ def run_parts(workers: int | None, fast: bool, junit: bool, args: list[str]) -> 
     )
     if merged["tests"]:
         atomic_write_json(RESULTS / "durations.json", merged)
-        print("\n".join(["", "test durations, both parts (" + str(RESULTS / "durations.json") + "):", *lines(merged)]))
+        print("\n".join(["", "test durations, every part (" + str(RESULTS / "durations.json") + "):", *lines(merged)]))
     return status
 
 

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from ops.test_run import PARTS
 from tasks.core.params import DEFAULT_PARAMS_FILE, Params, _Loader, repo_params
 from tasks.core.settings import Settings
 from tasks.core.wait import wait_until
@@ -24,10 +25,11 @@ S3_BUCKET = "sluice-registry"  # created empty in the S3 test server
 def pytest_addoption(parser):
     parser.addoption(
         "--part",
-        choices=("parallel", "serial"),
+        choices=PARTS,
         default=None,
         help="ops/test_run.py's parts: parallel = the tests not marked slow (run on pytest-xdist workers); "
-        "serial = the slow ones (they need the whole machine: one at a time). Default: every test.",
+        "paired = the slow ones marked paired (two at a time); serial = the other slow ones (they need the "
+        "whole machine: one at a time). Default: every test.",
     )
 
 
@@ -49,12 +51,19 @@ def pytest_collection_modifyitems(config, items):
     within each part is kept."""
     part = config.getoption("part")
     if part:
-        keep = [i for i in items if (i.get_closest_marker("slow") is not None) == (part == "serial")]
+        keep = [i for i in items if part_of(i) == part]
         if len(keep) < len(items):
             kept = set(keep)
             config.hook.pytest_deselected(items=[i for i in items if i not in kept])
             items[:] = keep
     items.sort(key=lambda item: item.get_closest_marker("k8s") is not None)
+
+
+def part_of(item) -> str:
+    """The part of ops/test_run.py that runs a test: parallel (not slow), paired (slow and paired), serial."""
+    if item.get_closest_marker("slow") is None:
+        return "parallel"
+    return "paired" if item.get_closest_marker("paired") is not None else "serial"
 
 
 _durations: dict[str, dict[str, Any]] = {}

@@ -19,8 +19,10 @@ sessions reach 0), take it out (`state maint`, `del server`). Processes are star
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import socket
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +43,21 @@ def server_options(check_interval_ms: int) -> str:
     """The health-check options of every replica's `server` line (and of one added at run time)."""
     inter = int(check_interval_ms)
     return f"check inter {inter}ms fastinter {inter}ms downinter {inter}ms fall {FALL} rise {RISE}"
+
+
+SOCKET_PATH_MAX = 97  # HAProxy refuses a longer `stats socket` path ("too long (max 97)")
+
+
+def admin_socket_path(balancer: Path) -> Path:
+    """The balancer's admin socket: `admin.sock` in its folder, or, where that path is longer than HAProxy
+    takes (a deep SLUICE_HOME, a test's temp folder), in a private folder (0700) under the temp dir named
+    by a hash of the balancer folder, so each SLUICE_HOME still has its own."""
+    path = balancer / "admin.sock"
+    if len(str(path)) <= SOCKET_PATH_MAX:
+        return path
+    short = Path(tempfile.gettempdir()) / f"sluice-balancer-{hashlib.sha256(str(balancer).encode()).hexdigest()[:16]}"
+    short.mkdir(mode=0o700, exist_ok=True)
+    return short / "admin.sock"
 
 
 def render_config(host: str, port: int, admin_socket: Path, servers: list[Server], check_interval_ms: int) -> str:

@@ -88,7 +88,7 @@ SCENARIOS = (
         "held; the held batch re-enters, a planted serving fault fails both variants: cannot judge, roll back",
     ),
     Scenario(
-        "tests/e2e/test_scenarios.py::test_a_transformer_on_two_text_classes_rolled_back_by_its_canary_on_one_server",
+        "tests/e2e/test_scenarios_two_classes.py::test_a_transformer_on_two_text_classes_rolled_back_by_its_canary_on_one_server",
         "likes (text)",
         "transformer",
         2,
@@ -98,7 +98,7 @@ SCENARIOS = (
         "`champion_failing`, roll back",
     ),
     Scenario(
-        "tests/e2e/test_scenarios.py::test_a_bag_of_embeddings_model_on_two_text_classes_behind_replicas_held_back_then_rolled_back",
+        "tests/e2e/test_scenarios_two_classes.py::test_a_bag_of_embeddings_model_on_two_text_classes_behind_replicas_held_back_then_rolled_back",
         "likes (text)",
         "bow",
         2,

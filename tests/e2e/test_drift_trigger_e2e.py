@@ -14,7 +14,7 @@ from tasks.core.settings import Settings
 from tasks.core.wait import wait_until
 from tests.monitoring.test_serving_drift import build_world, serve, shifted
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.paired]
 
 
 def test_a_drift_event_triggers_a_nightly_run_that_retrains(tmp_path, emails, monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 
 from tasks.core.settings import REPO_ROOT
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.paired]
 DVC = str(Path(sys.executable).parent / "dvc")
 
 

@@ -9,7 +9,7 @@ from tasks.registry import Registry
 from tests.airflow_helpers import dags_test, migrate, task_states
 from tests.serving.server import server_env
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.paired]
 FAST = {"epochs": 8}
 
 

@@ -18,7 +18,7 @@ from tasks.registry import Registry
 from tests.e2e.test_ui_labeling_queue import _queue_page
 from tests.e2e.test_ui_sluice_page import CHROMIUM, CHROMIUM_ARGS
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.paired]
 DAG = "nightly_pipeline"
 LABELS = 10
 

@@ -12,7 +12,7 @@ from tasks.core.processes import group_alive
 from tasks.registry import Registry
 from tests.e2e import test_ui_sluice_page as ui
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.paired]
 DAG = "nightly_pipeline"
 
 

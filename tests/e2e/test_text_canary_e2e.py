@@ -23,7 +23,7 @@ from tests.e2e.scenarios import MOODS_BOW, Client, begin, moods_params, night, p
 from tests.serving.server import ServerProcess
 from tests.toy import fault, moods
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.paired]
 CONF = {"epochs": 6}
 
 

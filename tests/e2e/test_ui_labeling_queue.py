@@ -22,7 +22,7 @@ from tasks.labeling.queue import QueueStore, build_items
 from tasks.registry import Registry
 from tests.e2e.test_ui_sluice_page import ARTIFACTS, CHROMIUM, CHROMIUM_ARGS, log_in
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.paired]
 SECOND = "labeler"
 
 

@@ -21,7 +21,7 @@ from tasks.validate_labeled import validate_labeled
 from tasks.weak_label import weak_label
 from tests.serving.server import ServerProcess, write_onnx
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.paired]
 
 
 def test_a_served_prediction_with_feedback_becomes_gold_used_by_the_next_mix(settings, params, tmp_path, emails):

@@ -12,6 +12,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import pytest
@@ -355,6 +356,32 @@ def test_the_rendered_config_is_valid_and_retries_only_on_connection_failure(tmp
     assert "option redispatch 1" in lines and "option httpchk GET /v2/health/ready" in lines
     assert "server r1 127.0.0.1:8001 check inter 250ms fastinter 250ms downinter 250ms fall 2 rise 1" in lines
     assert not [ln for ln in lines if "http-request" in ln or "http-buffer-request" in ln]
+
+
+def test_a_deep_home_gets_an_admin_socket_haproxy_takes_and_each_home_its_own(tmp_path):
+    """HAProxy refuses a `stats socket` path over 97 characters (a pytest-xdist worker's temp folder
+    passed it); a balancer folder that deep gets its socket in a private short folder instead."""
+    import subprocess
+
+    from ops.replicas import haproxy_binary
+    from tasks.serving.balancer import SOCKET_PATH_MAX, Server, admin_socket_path, render_config
+
+    assert admin_socket_path(Path("/srv/sluice/serving/balancer")) == Path("/srv/sluice/serving/balancer/admin.sock")
+    deep = [tmp_path / ("d" * 60) / str(i) / "serving" / "balancer" for i in (1, 2)]
+    sockets = [admin_socket_path(d) for d in deep]
+    assert all(len(str(d / "admin.sock")) > SOCKET_PATH_MAX >= len(str(s)) for d, s in zip(deep, sockets))
+    assert sockets[0] != sockets[1] and sockets[0] == admin_socket_path(deep[0])  # one per home, stable
+    assert oct(sockets[0].parent.stat().st_mode & 0o777) == "0o700"
+    for cfg_socket, expect in ((deep[0] / "admin.sock", 1), (sockets[0], 0)):
+        (tmp_path / "haproxy.cfg").write_text(
+            render_config("127.0.0.1", 8000, cfg_socket, [Server("r1", "127.0.0.1", 8001)], 250)
+        )
+        check = subprocess.run(
+            [haproxy_binary(), "-c", "-f", str(tmp_path / "haproxy.cfg")], capture_output=True, text=True
+        )
+        assert check.returncode == expect, check.stdout + check.stderr
+    for s in sockets:
+        s.parent.rmdir()
 
 
 def test_sigterm_flips_readiness_and_keeps_serving_while_it_drains(world, emails):
