@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import hashlib
 import io
+import os
 import socket
 import tempfile
 import time
@@ -57,6 +58,9 @@ def admin_socket_path(balancer: Path) -> Path:
         return path
     short = Path(tempfile.gettempdir()) / f"sluice-balancer-{hashlib.sha256(str(balancer).encode()).hexdigest()[:16]}"
     short.mkdir(mode=0o700, exist_ok=True)
+    st = short.stat()
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:  # a folder someone else made first, in a shared /tmp
+        raise PermissionError(f"{short}: the balancer's socket folder is not private to this user; remove it")
     return short / "admin.sock"
 
 
