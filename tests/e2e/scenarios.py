@@ -10,6 +10,7 @@ K), so the table cannot claim what the test does not run."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -229,6 +230,35 @@ def planted_word(gold_test, text_column: str, self_test_rows: int = 8) -> str:
     first = set().union(*words[:self_test_rows])
     share = {w: sum(w in ws for ws in words) / len(words) for w in set().union(*words) - first}
     return min(share, key=lambda w: abs(share[w] - 0.25))
+
+
+def planted_fault(gold_test, ds) -> tuple[str, list[dict]]:
+    """A word of a text plug-in `ds`'s gold test reviews to plant a serving fault on (`planted_word`), and
+    the raw rows without it: an independent client's, which must see no failure."""
+    word = planted_word(gold_test, ds.TEXT_COLUMN)
+    clean = gold_test[~gold_test[ds.TEXT_COLUMN].str.split().apply(lambda ws: word in ws)]
+    return word, clean[ds.RAW_COLUMNS].to_dict("records")
+
+
+@contextlib.contextmanager
+def one_server_from_night_one(settings, tmp_path, params: Path, conf: dict):
+    """A scenario's one long-running model server, started before night 1 (it waits for a first model),
+    with the planted-fault switch in its environment only (tests/toy/fault.py: the fault is on while the
+    yielded file exists); night 1 deploys model-v1 and the server turns ready. Yields (server, night 1's
+    summary, the fault file); the fault is switched off and the server stopped at the end."""
+    from tests.serving.server import ServerProcess
+    from tests.toy import fault
+
+    fault_file = tmp_path / "fault"
+    server = ServerProcess(settings.home, params, env={fault.FAULT_FILE: str(fault_file)})
+    with server.start(timeout_s=90, wait_ready=False):
+        first = night(settings, 1, conf)
+        assert first["outcome"] == "deployed model-v1", first["outcome"]
+        server.wait_ready(60)
+        try:
+            yield server, first, fault_file
+        finally:
+            fault_file.unlink(missing_ok=True)
 
 
 def summary(settings, run_id) -> dict:

@@ -21,6 +21,7 @@ from tests.e2e.scenarios import (
     missing_pairs,
     moods_params,
     night,
+    one_server_from_night_one,
     scenario_params,
 )
 from tests.toy import moods
@@ -107,19 +108,13 @@ def test_an_mlp_on_three_classes_held_back_then_rolled_back_by_its_canary(settin
     import pandas as pd
 
     from tasks.monitoring.model_card import card_paths
-    from tests.serving.server import ServerProcess
-    from tests.toy import fault, three
+    from tests.toy import three
 
     conf = {"epochs": 10}
     write = functools.partial(scenario_params, tmp_path, "tests.toy.three", None)
     params = write()
     begin(settings, monkeypatch, params)
-    fault_file = tmp_path / "fault-ids"
-    server = ServerProcess(settings.home, params, env={fault.FAULT_FILE: str(fault_file)})
-    with server.start(timeout_s=90, wait_ready=False):
-        first = night(settings, 1, conf)
-        assert first["outcome"] == "deployed model-v1", first["outcome"]
-        server.wait_ready(60)
+    with one_server_from_night_one(settings, tmp_path, params, conf) as (server, first, fault_file):
         gold_test = pd.read_parquet(settings.layout.gold / "test.parquet")
         # a quarter of the canary's rows, none of the first ones the server's self-test reads at a swap
         ids = gold_test[three.ID_COLUMN].astype(str)
@@ -133,7 +128,6 @@ def test_an_mlp_on_three_classes_held_back_then_rolled_back_by_its_canary(settin
             )
         finally:
             client.stop()
-            fault_file.unlink(missing_ok=True)
         served = httpx.get(server.url + "/v1/serving", timeout=10).json()
 
     assert first["classes"] == ["ok", "overheating", "loose"]

@@ -17,19 +17,12 @@ from tests.e2e.scenarios import (
     held_back_then_reentered,
     likes_params,
     night,
-    planted_word,
+    one_server_from_night_one,
+    planted_fault,
 )
 from tests.toy import likes
 
 pytestmark = pytest.mark.paired  # two at a time (ops/test_run.py)
-
-
-def planted_fault(gold_test) -> tuple[str, list[dict]]:
-    """A word of the likes reviews to plant a serving fault on, and the gold test rows without it (the
-    client's: it must see no failure)."""
-    word = planted_word(gold_test, likes.TEXT_COLUMN)
-    clean = gold_test[~gold_test[likes.TEXT_COLUMN].str.split().apply(lambda ws: word in ws)]
-    return word, clean[likes.RAW_COLUMNS].to_dict("records")
 
 
 def assert_rolled_back_unjudged(night_summary: dict, word: str) -> None:
@@ -51,19 +44,11 @@ def test_a_transformer_on_two_text_classes_rolled_back_by_its_canary_on_one_serv
                  waits to re-enter"""
     import pandas as pd
 
-    from tests.serving.server import ServerProcess
-    from tests.toy import fault
-
     conf = {"epochs": 6}
     params = likes_params(tmp_path, MOODS_TRANSFORMER)
     begin(settings, monkeypatch, params)
-    fault_file = tmp_path / "fault-word"
-    server = ServerProcess(settings.home, params, env={fault.FAULT_FILE: str(fault_file)})
-    with server.start(timeout_s=90, wait_ready=False):
-        first = night(settings, 1, conf)
-        assert first["outcome"] == "deployed model-v1", first["outcome"]
-        server.wait_ready(60)
-        word, clean = planted_fault(pd.read_parquet(settings.layout.gold / "test.parquet"))
+    with one_server_from_night_one(settings, tmp_path, params, conf) as (server, first, fault_file):
+        word, clean = planted_fault(pd.read_parquet(settings.layout.gold / "test.parquet"), likes)
         client = Client(server.url, clean, k=2)
         client.start()
         try:
@@ -71,7 +56,6 @@ def test_a_transformer_on_two_text_classes_rolled_back_by_its_canary_on_one_serv
             second = night(settings, 2, conf)
         finally:
             client.stop()
-            fault_file.unlink(missing_ok=True)
         served = httpx.get(server.url + "/v1/serving", timeout=10).json()
         answer = httpx.post(server.url + "/v1/predict", json={"rows": clean[:1]}, timeout=10).json()
 
@@ -123,7 +107,7 @@ def test_a_bag_of_embeddings_model_on_two_text_classes_behind_replicas_held_back
     tokenizer = read_metadata(served_file)["tokenizer_sha256"]
 
     fault_file = tmp_path / "fault-word"
-    word, clean = planted_fault(pd.read_parquet(settings.layout.gold / "test.parquet"))
+    word, clean = planted_fault(pd.read_parquet(settings.layout.gold / "test.parquet"), likes)
     env = server_env(settings.home, params) | {fault.FAULT_FILE: str(fault_file)}
     with ReplicaSet(settings.home, load_params(params), env) as rs:
         rs.start(2)

@@ -19,9 +19,8 @@ import httpx
 import pytest
 
 from tasks.registry import Registry
-from tests.e2e.scenarios import MOODS_BOW, Client, begin, moods_params, night, planted_word
-from tests.serving.server import ServerProcess
-from tests.toy import fault, moods
+from tests.e2e.scenarios import MOODS_BOW, Client, begin, moods_params, night, one_server_from_night_one, planted_fault
+from tests.toy import moods
 
 pytestmark = [pytest.mark.slow, pytest.mark.paired]
 CONF = {"epochs": 6}
@@ -34,18 +33,10 @@ def test_a_k_class_text_model_through_three_nights_against_a_long_running_server
 
     params = moods_params(tmp_path, MOODS_BOW)
     begin(settings, monkeypatch, params)
-    fault_file = tmp_path / "fault-word"
-    server = ServerProcess(settings.home, params, env={fault.FAULT_FILE: str(fault_file)})
-    with server.start(timeout_s=90, wait_ready=False):
-        first = night(settings, 1, CONF)
-        assert first["outcome"] == "deployed model-v1", first["outcome"]
+    with one_server_from_night_one(settings, tmp_path, params, CONF) as (server, first, fault_file):
         assert first["classes"] == ["bad", "fine", "good"] and first["test"]["challenger"]["roc_auc"] > 0.9
-        server.wait_ready(60)
-
-        gold_test = pd.read_parquet(settings.layout.gold / "test.parquet")
-        word = planted_word(gold_test, moods.TEXT_COLUMN)
-        clean = gold_test[~gold_test[moods.TEXT_COLUMN].str.split().apply(lambda ws: word in ws)]
-        client = Client(server.url, clean[moods.RAW_COLUMNS].to_dict("records"), k=3)
+        word, clean = planted_fault(pd.read_parquet(settings.layout.gold / "test.parquet"), moods)
+        client = Client(server.url, clean, k=3)
         client.start()
         try:
             second = night(settings, 2, CONF)  # the champion reused beside the challenger: the outage's path
@@ -60,7 +51,6 @@ def test_a_k_class_text_model_through_three_nights_against_a_long_running_server
             third = night(settings, 3, CONF)
         finally:
             client.stop()
-            fault_file.unlink(missing_ok=True)
 
         served = httpx.get(server.url + "/v1/serving", timeout=10).json()
         ready = httpx.get(server.url + "/v2/health/ready", timeout=10).status_code

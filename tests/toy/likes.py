@@ -6,10 +6,11 @@ have the columns of moods', so they share its raw contract."""
 
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
-from tests.toy import fault
+# moods' columns, so its texts (with the fault switch) and its one feature, re-exported as this plug-in's
+from tests.toy.moods import featurize as featurize
+from tests.toy.moods import texts as texts
 from tests.toy.text import BAD, GOOD, lexicon_reviews
 
 NAME = "likes"
@@ -25,13 +26,3 @@ FEATURE_NAMES = ["n_chars"]  # a dense model's one feature; the token plug-ins r
 
 def load_source(n: int = 1500, seed: int = 23) -> pd.DataFrame:
     return lexicon_reviews(WORDS, [0.4, 0.6], n, seed, GOLD_COLUMN, id_prefix="l", mislabeled=0.05)
-
-
-def texts(df: pd.DataFrame) -> list[str]:
-    out = df[TEXT_COLUMN].astype(str).tolist()
-    fault.check(out, "review(s) with the word {planted!r}")  # off unless a scenario plants it
-    return out
-
-
-def featurize(df: pd.DataFrame) -> np.ndarray:
-    return df[TEXT_COLUMN].str.len().to_numpy(np.float32)[:, None]
