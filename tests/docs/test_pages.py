@@ -173,3 +173,25 @@ def test_the_scenario_table_matches_the_matrix():
 
     want = page_with_table(PAGE.read_text())
     assert not stale_page(PAGE, want, "tests/e2e/scenarios.py", "python -m tests.e2e.scenarios")
+
+
+def architecture_claims(page: str) -> tuple[set[str], set[str]]:
+    """docs/architecture.md's layout block: the steps it lists under `tasks/<step>.py` and the dataset
+    plug-ins named on its `tasks/datasets/` line."""
+    block = page.split("tasks/<step>.py", 1)[1].split("thin:", 1)[0]
+    steps = set(re.findall(r"[a-z_]+", block.split("\n", 1)[1]))
+    datasets = re.search(r"tasks/datasets/\s+dataset plug-ins \(([^)]*)\)", page)
+    return steps, set(re.findall(r"[a-z_]+", datasets.group(1))) if datasets else set()
+
+
+def test_the_architecture_page_lists_every_step_and_dataset_the_code_has():
+    """The steps are the modules in tasks/ that declare one with @step; the datasets, the plug-in modules
+    in tasks/datasets/ (every module but the demo feed)."""
+    steps = {p.stem for p in (ROOT / "tasks").glob("*.py") if re.search(r"^@step\b", p.read_text(), re.M)}
+    datasets = {p.stem for p in (ROOT / "tasks" / "datasets").glob("*.py")} - {"__init__", "demo_feed"}
+    listed_steps, listed_datasets = architecture_claims((ROOT / "docs" / "architecture.md").read_text())
+    assert len(steps) > 20 and listed_steps == steps, (sorted(steps - listed_steps), sorted(listed_steps - steps))
+    assert datasets and listed_datasets == datasets, (sorted(datasets), sorted(listed_datasets))
+    # the check can fail: a page that leaves a step out
+    page = "tasks/<step>.py  x\n  ingest train\n  thin: y\ntasks/datasets/   dataset plug-ins (emails) and"
+    assert architecture_claims(page) == ({"ingest", "train"}, {"emails"})
