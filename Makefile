@@ -40,9 +40,10 @@ run: $(STAMP) $(DEMO_PARAMS)
 	$(PY) -m ops run
 
 # Three parts (ops/test_run.py): the tests that only compute on pytest-xdist workers (WORKERS, default one a
-# core), the slow ones marked paired (nights, servers) two at a time, then the other slow ones one at a time. Every test's duration: each part's junit XML and
-# durations.json in .test-results/ (git-ignored), the per-folder sums and the slowest tests printed
-# (ops/test_durations.py; docs/testing.md keeps a clean-clone run's).
+# core), the slow ones marked paired (nights, servers) two at a time, then the other slow ones one at a
+# time. Every test's duration: each part's junit XML and durations.json in .test-results/ (git-ignored),
+# the per-folder sums and the slowest tests printed (ops/test_durations.py; docs/testing.md keeps a
+# clean-clone run's).
 WORKERS ?=
 test: $(STAMP) lint
 	$(PY) -m ops.test_run --junit $(if $(WORKERS),--workers $(WORKERS)) $(PYTEST_ARGS)
