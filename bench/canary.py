@@ -322,10 +322,10 @@ def build_world(
 ) -> CanaryWorld:
     """Gold sets, a real champion, the challengers of `cases`, registered; champion promoted; the
     server started (stop it with world.stop(), in a finally)."""
+    from ops.model_server import ServerProcess
     from tasks.core.params import load_params
     from tasks.datasets import load_dataset
     from tasks.registry import Registry
-    from tests.serving.server import ServerProcess
 
     root.mkdir(parents=True, exist_ok=True)
     home = root / "home"
