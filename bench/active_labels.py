@@ -28,7 +28,6 @@ stratified sample of `weak_plus_gold_k5`; goal >= 1.02). Means over `SPLITS` spl
 
 from __future__ import annotations
 
-import importlib
 import statistics
 import time
 
@@ -37,7 +36,7 @@ import numpy as np
 from bench.record import Record
 from bench.weak_vs_gold import EMAILS, TARGET, budget_reaching, label_savings, weak_plus_gold
 from tasks.core.params import load_params
-from tasks.datasets import load_dataset
+from tasks.datasets import load_dataset, load_lfs
 from tasks.labeling.acquisition import acquisition_score, select
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
@@ -86,7 +85,7 @@ def measure(split_ids, dataset: str = EMAILS, ks: tuple[float, ...] = KS) -> dic
     params = load_params()
     tp, wp = params.train, params.weak_label
     ds = load_dataset(dataset)
-    make_lfs = importlib.import_module(ds.LF_MODULE).make_lfs
+    make_lfs = load_lfs(ds).make_lfs
     source = ds.load_source()
     n, col = len(source), ds.GOLD_COLUMN
     raw: dict[str, list] = {"full": [], "gold_only": [], "active": [], "random_mix_k5": [], "active_gold_positive": []}

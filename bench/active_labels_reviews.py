@@ -1,5 +1,5 @@
 """The active-labels benchmark (bench/active_labels.py) on the `reviews` text plug-in
-(tasks/datasets/reviews.py): records `label_savings_at_95_active_reviews` and
+(tasks/plugins/reviews/__init__.py): records `label_savings_at_95_active_reviews` and
 `active_vs_random_k5_reviews`, computed exactly as the emails figures are, on the budgets where the
 reviews' curves cross 0.95 (gold alone there near 16%: bench/weak_vs_gold_reviews.py).
 

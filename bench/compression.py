@@ -152,10 +152,10 @@ def run() -> list[Record]:
     from tasks.compression.chain import CompressionData
     from tasks.core.params import load_params
     from tasks.datasets import load_dataset
-    from tasks.datasets.emails import slices
+    from tasks.plugins.emails import slices
 
     params = load_params()
-    ds = load_dataset("tasks.datasets.emails")
+    ds = load_dataset("tasks.plugins.emails")
     src = ds.load_source()
     order = np.random.default_rng(0).permutation(len(src))
     n_train = int(0.7 * len(src))

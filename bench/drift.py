@@ -65,7 +65,7 @@ class World:
         from tasks.datasets import load_dataset
 
         self.params = load_params().monitoring.drift
-        self.ds = load_dataset("tasks.datasets.emails")
+        self.ds = load_dataset("tasks.plugins.emails")
         src = self.ds.load_source()
         order = np.random.default_rng(seed).permutation(len(src))
         cut = len(src) * 2 // 3

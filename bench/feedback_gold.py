@@ -24,7 +24,6 @@ budget label).
 
 from __future__ import annotations
 
-import importlib
 import statistics
 import tempfile
 import time
@@ -35,7 +34,7 @@ import pandas as pd
 from bench.record import Record
 from tasks.core.params import load_params
 from tasks.core.settings import Settings
-from tasks.datasets import load_dataset
+from tasks.datasets import load_dataset, load_lfs
 from tasks.datasets.demo_feed import split_demo
 from tasks.labeling.feedback import grow_dev, mix_in, nightly_feedback
 from tasks.labeling.label_model import label_batch
@@ -47,7 +46,7 @@ from tasks.serving.predlog import feedback_records, prediction_records
 from tasks.serving.requestid import RequestIds, expiry_of
 
 SPLITS, NIGHTS, TRAFFIC_ROWS = 3, 3, 50
-DATASET = "tasks.datasets.emails"
+DATASET = "tasks.plugins.emails"
 ARMS = ("ignore", "learn", "equal")
 
 
@@ -148,7 +147,7 @@ def run_split(split: int, p, ds, make_lfs) -> dict[str, dict]:
 def run(splits: int = SPLITS) -> list[Record]:
     p = load_params()
     ds = load_dataset(DATASET)
-    make_lfs = importlib.import_module(ds.LF_MODULE).make_lfs
+    make_lfs = load_lfs(ds).make_lfs
     t0 = time.time()
     per = [run_split(s, p, ds, make_lfs) for s in range(splits)]
     mean = {arm: statistics.fmean(r[arm]["roc_auc"] for r in per) for arm in ARMS}

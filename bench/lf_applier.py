@@ -21,8 +21,8 @@ from tasks.core.settings import REPO_ROOT
 CHILD = r"""
 import json, resource, sys, time
 import numpy as np
-from tasks.datasets.emails import load_source
-from tasks.labeling.email_lfs import LFS
+from tasks.plugins.emails import load_source
+from tasks.plugins.emails.lfs import LFS
 from tasks.labeling.lf import apply_lfs
 
 def rss_mb():

@@ -34,7 +34,7 @@ import sys
 import boto3
 import numpy as np
 from tasks.core.settings import Settings
-from tasks.datasets.emails import GOLD_COLUMN, load_source
+from tasks.plugins.emails import GOLD_COLUMN, load_source
 from tasks.registry import Registry
 
 rows, parts, home = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]

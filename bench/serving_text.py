@@ -86,7 +86,7 @@ def _server_params(tmp: Path) -> Path:
     from tasks.core.settings import REPO_ROOT
 
     params = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    params["dataset"] = {"module": "tasks.datasets.reviews", "params": {}}
+    params["dataset"] = {"module": "tasks.plugins.reviews", "params": {}}
     path = tmp / "params.yaml"
     path.write_text(yaml.safe_dump(params))
     return path
@@ -169,7 +169,7 @@ def run() -> list[Record]:
     from tasks.registry import Registry
 
     profile = repo_params().scaling.bench_text_models["transformer"]
-    ds = load_dataset("tasks.datasets.reviews")
+    ds = load_dataset("tasks.plugins.reviews")
     source = ds.load_source()
     order = np.random.default_rng(SEED).permutation(len(source))
     served_rows = source.iloc[order[: BATCHES * BATCH]]

@@ -50,7 +50,7 @@ def _peak_rss_mb(cmd: list[str], env: dict[str, str]) -> float:
 def _versions(home: Path) -> tuple[str, str]:
     import numpy as np
 
-    from tasks.datasets.emails import GOLD_COLUMN, load_source
+    from tasks.plugins.emails import GOLD_COLUMN, load_source
 
     src = load_source()
     rng = np.random.default_rng(0)

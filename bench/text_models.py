@@ -70,7 +70,7 @@ def run() -> list[Record]:
     from tasks.training.loop import fit_in_memory
 
     params = repo_params()
-    ds = load_dataset("tasks.datasets.reviews")
+    ds = load_dataset("tasks.plugins.reviews")
     test, dev, train = _split(ds.load_source())
     profiles = params.scaling.bench_text_models
     vocab = {m.params["vocab_size"] for m in profiles.values()}

@@ -51,7 +51,7 @@ CHECKPOINT_GOAL = 0.03  # checkpoint_overhead: at most this share of training ti
 def _data_version(home: Path, rows: int) -> str:
     import numpy as np
 
-    from tasks.datasets.emails import GOLD_COLUMN, load_source
+    from tasks.plugins.emails import GOLD_COLUMN, load_source
 
     src = load_source()
     rng = np.random.default_rng(0)

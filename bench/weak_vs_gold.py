@@ -31,7 +31,6 @@ groups left out in turn) by the labeling's ROC AUC on the k% gold rows, out of f
 from __future__ import annotations
 
 import functools
-import importlib
 import statistics
 import time
 from dataclasses import dataclass
@@ -41,7 +40,7 @@ import numpy as np
 
 from bench.record import Record
 from tasks.core.params import load_params
-from tasks.datasets import load_dataset
+from tasks.datasets import load_dataset, load_lfs
 from tasks.evaluation.quality import classification_metrics
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
@@ -50,7 +49,7 @@ from tasks.labeling.weak_weight import choose_weak_weight, fit_and_predict, fit_
 
 KS = (1, 2, 3, 5, 7, 10, 15, 20, 30)
 TARGET = 0.95
-EMAILS, TOY, REVIEWS = "tasks.datasets.emails", "tests.toy.dataset", "tasks.datasets.reviews"
+EMAILS, TOY, REVIEWS = "tasks.plugins.emails", "tests.toy.dataset", "tasks.plugins.reviews"
 ABLATION_KS = (5, 10)
 SELF_TRAIN_KS = (2, 5, 10)
 
@@ -96,7 +95,7 @@ def _ablation_variants(lf_module, wp) -> dict | None:
     declared = getattr(lf_module, "ABLATION", None)
     if declared is not None:
         return {name: (kw, wp) for name, kw in declared.items()}
-    if lf_module.__name__ != "tasks.labeling.email_lfs":
+    if lf_module.__name__ != "tasks.plugins.emails.lfs":
         return None
     return {
         "base (10 rules, prior, 0.8/0.2)": ({"refined": False}, wp),
@@ -197,7 +196,7 @@ def measure(
     params = load_params()
     tp, wp = params.train, params.weak_label
     ds = load_dataset(dataset)
-    lf_module = importlib.import_module(ds.LF_MODULE)
+    lf_module = load_lfs(ds)
     make_lfs = functools.partial(lf_module.make_lfs, **(lf_options or {}))  # an LF-development variant
     gold_col, featurize = ds.GOLD_COLUMN, ds.featurize
     source = ds.load_source()

@@ -21,14 +21,13 @@ beside it (its goal is the same: it may fail, which is the point of measuring it
 from __future__ import annotations
 
 import collections
-import importlib
 import time
 
 import pandas as pd
 
 from bench.record import Record
 from tasks.core.params import load_params
-from tasks.datasets import load_dataset
+from tasks.datasets import load_dataset, load_lfs
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
 from tasks.labeling.weak_weight import CANDIDATES, FOLDS, mean_scores, one_se_choice, out_of_fold_scores
@@ -36,7 +35,7 @@ from tasks.labeling.weak_weight import CANDIDATES, FOLDS, mean_scores, one_se_ch
 NIGHTS = 20
 SPAM_ROWS, HAM_ROWS = 12, 36
 POOL_ROWS = 800
-DATASET = "tasks.datasets.emails"
+DATASET = "tasks.plugins.emails"
 
 
 def flip_rate(choices: list[float]) -> float:
@@ -50,7 +49,7 @@ def run(nights: int = NIGHTS) -> list[Record]:
 
     wp0 = load_params().weak_label
     ds = load_dataset(DATASET)
-    make_lfs = importlib.import_module(ds.LF_MODULE).make_lfs
+    make_lfs = load_lfs(ds).make_lfs
     source = ds.load_source()
     is_spam = source[ds.GOLD_COLUMN] == 1
     gold = source[is_spam].sample(SPAM_ROWS, random_state=11)

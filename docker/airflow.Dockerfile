@@ -48,10 +48,9 @@ RUN python requirements.py airflow > /tmp/requirements.txt \
       -r /tmp/requirements.txt \
  && rm /tmp/requirements.txt
 
-# The project is not pip-installed: PYTHONPATH finds tasks/ in /opt/sluice-app, with params.yaml and
-# data_contracts/ beside it where tasks.core.settings.REPO_ROOT looks for them.
+# The project is not pip-installed: PYTHONPATH finds tasks/ in /opt/sluice-app, with params.yaml beside it
+# where tasks.core.settings.REPO_ROOT looks for it (each plug-in's contracts are in its folder).
 COPY --chown=airflow:0 params.yaml ./
-COPY --chown=airflow:0 data_contracts ./data_contracts
 COPY --chown=airflow:0 tasks ./tasks
 
 # DAGs are baked in where the chart's default dags folder points ($AIRFLOW_HOME/dags);

@@ -29,8 +29,8 @@ ENV PATH=/opt/venv/bin:${PATH}
 # (docker/requirements.py prints them), with the whole lock as constraints, so every package and
 # every transitive dependency is the tested version. The libraries come before the code: a change of
 # code rebuilds only the layers from COPY tasks on. The project itself is not pip-installed (its
-# [pipeline] extra would bring torch); PYTHONPATH finds tasks/ instead, with params.yaml and
-# data_contracts/ beside it where tasks.core.settings.REPO_ROOT looks for them.
+# [pipeline] extra would bring torch); PYTHONPATH finds tasks/ instead, with params.yaml beside it
+# where tasks.core.settings.REPO_ROOT looks for it (each plug-in's contracts are in its folder).
 WORKDIR /opt/sluice-app
 COPY constraints.txt pyproject.toml docker/requirements.py ./
 RUN python requirements.py serve > /tmp/requirements.txt \
@@ -38,7 +38,6 @@ RUN python requirements.py serve > /tmp/requirements.txt \
  && rm /tmp/requirements.txt
 
 COPY params.yaml ./
-COPY data_contracts ./data_contracts
 COPY tasks ./tasks
 # Byte-compiled at build: the root filesystem is read-only in the pod.
 RUN python -m compileall -q tasks

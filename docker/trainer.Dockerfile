@@ -41,10 +41,9 @@ RUN grep -v '^torch==' constraints.txt > /tmp/constraints-gpu.txt \
  && pip install --no-cache-dir -c /tmp/constraints-gpu.txt -r /tmp/requirements.txt \
  && rm /tmp/constraints-gpu.txt /tmp/requirements.txt
 
-# The project is not pip-installed: PYTHONPATH finds tasks/ in /workspace, with params.yaml and
-# data_contracts/ beside it where tasks.core.settings.REPO_ROOT looks for them.
+# The project is not pip-installed: PYTHONPATH finds tasks/ in /workspace, with params.yaml beside it
+# where tasks.core.settings.REPO_ROOT looks for it (each plug-in's contracts are in its folder).
 COPY params.yaml ./
-COPY data_contracts ./data_contracts
 COPY tasks ./tasks
 
 # Run as a non-root user that owns the working folder (checkpoints are written there

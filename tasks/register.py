@@ -12,6 +12,7 @@ A retry returns the version already made.
 from __future__ import annotations
 
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from tasks.core.context import StepContext
@@ -103,12 +104,12 @@ def reproduce_inputs(ctx: StepContext, train: TrainRecord, compress: CompressRec
     """Everything `python -m tasks.reproduce` needs to rebuild this model, not only hashes: the full
     resolved params (after overrides), the code, dataset plug-in and LF module, the data contracts'
     hashes (from the data version's record), the warm start, the library versions, device, world size."""
-    from tasks.datasets import class_names, load_dataset
+    from tasks.datasets import class_names, load_dataset, load_lfs
 
     data = Registry(ctx.settings).data_version_info(train.data_version)
     dataset = ctx.params.dataset.module
     ds = load_dataset(dataset)
-    lf_module = data.get("lf_module") or ctx.params.weak_label.lf_module or ds.LF_MODULE
+    lfs = load_lfs(ds, data.get("lf_module") or ctx.params.weak_label.lf_module)
     return {
         "params": trained_params(ctx, train).to_dict(),
         "params_digest": trained_params(ctx, train).digest(),
@@ -118,13 +119,13 @@ def reproduce_inputs(ctx: StepContext, train: TrainRecord, compress: CompressRec
             "name": ds.NAME,
             "classes": list(class_names(ds)),
             "code_commit": commit,
-            "source_sha256": _source_sha256(dataset),
+            "source_sha256": _source_sha256(ds),
         },
         "lf_module": {
-            "module": lf_module,
+            "module": lfs.__name__,
             "hash": data.get("lf_module_hash"),
             "code_commit": commit,
-            "source_sha256": _source_sha256(lf_module),
+            "source_sha256": _source_sha256(lfs),
         },
         "contracts": data.get("contracts") or {},
         "data_version": train.data_version,
@@ -136,17 +137,12 @@ def reproduce_inputs(ctx: StepContext, train: TrainRecord, compress: CompressRec
     }
 
 
-def _source_sha256(module: str) -> str | None:
+def _source_sha256(module: ModuleType) -> str | None:
+    """The module file's SHA-256 (a plug-in package: its __init__.py)."""
     import hashlib
-    import importlib.util
 
-    try:
-        spec = importlib.util.find_spec(module)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.origin or not Path(spec.origin).is_file():
-        return None
-    return hashlib.sha256(Path(spec.origin).read_bytes()).hexdigest()
+    origin = getattr(module, "__file__", None)
+    return hashlib.sha256(Path(origin).read_bytes()).hexdigest() if origin and Path(origin).is_file() else None
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""validate_labeled: the labeled-data contract (data_contracts/labeled.json) as a gate."""
+"""validate_labeled: the dataset's labeled-data contract (its plug-in folder's labeled.json) as a gate."""
 
 from __future__ import annotations
 

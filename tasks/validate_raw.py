@@ -1,4 +1,4 @@
-"""validate_raw: the raw-batch contract (the dataset's RAW_CONTRACT, e.g. data_contracts/raw_batch.json) as a gate.
+"""validate_raw: the raw-batch contract (the dataset's RAW_CONTRACT: its plug-in folder's raw.json) as a gate.
 
 A landing file cut short (tasks/contracts/truncation.py) is reported as truncated, naming the file and
 where it stops: as the cause of an unreadable file (not the parser's error), and, for a CSV cut mid-row that

@@ -14,7 +14,6 @@ both label sources every run and, out of fold, chooses how much the weak rows we
 from __future__ import annotations
 
 import hashlib
-import importlib
 import time
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from tasks.core.context import StepContext
 from tasks.core.files import atomic_write_json, atomic_write_parquet
 from tasks.core.log import log
 from tasks.core.records import IngestRecord, WeakLabelRecord
-from tasks.datasets import check_labels, class_names, load_dataset
+from tasks.datasets import check_labels, class_names, load_dataset, load_lfs
 from tasks.labeling.drift import drift_flags, labeling_stats
 from tasks.labeling.feedback import NightlyFeedback, describe, grow_dev, mix_in, nightly_feedback, trained_through
 from tasks.labeling.label_model import label_batch
@@ -45,8 +44,8 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     layout = ctx.settings.layout
     run_dir = ctx.run_dir
     ds = load_dataset(ctx.params.dataset.module)
-    lf_module = p.lf_module or ds.LF_MODULE
-    module = importlib.import_module(lf_module)
+    module = load_lfs(ds, p.lf_module)
+    lf_module = module.__name__
     lf_hash = hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest()[:16]  # the LF code's version
     batch = pd.read_parquet(ingest.staged)[ds.RAW_COLUMNS]
     dev = pd.read_parquet(layout.gold / "dev.parquet")

@@ -145,7 +145,7 @@ def settings(tmp_path, monkeypatch) -> Settings:
 
 @pytest.fixture(scope="session")
 def emails() -> pd.DataFrame:
-    from tasks.datasets.emails import load_source
+    from tasks.plugins.emails import load_source
 
     return load_source()
 
@@ -153,7 +153,7 @@ def emails() -> pd.DataFrame:
 @pytest.fixture
 def raw_batch(emails) -> pd.DataFrame:
     """200 real rows, unlabeled, as a landing batch holds them."""
-    from tasks.datasets.emails import GOLD_COLUMN
+    from tasks.plugins.emails import GOLD_COLUMN
 
     return emails.head(200).drop(columns=[GOLD_COLUMN]).reset_index(drop=True)
 

@@ -1,1 +1,1 @@
-"""Data contracts: Great Expectations suites (data_contracts/) run against batches, with readable reports."""
+"""Data contracts: Great Expectations suites (a dataset plug-in's raw.json, labeled.json), with readable reports."""

@@ -1,4 +1,4 @@
-"""Data contracts: Great Expectations suites from data_contracts/, run as gates.
+"""Data contracts: Great Expectations suites (a dataset plug-in's raw.json and labeled.json), run as gates.
 
 A suite file is JSON: {"name", "description", "expectations": [{"type", "kwargs",
 "meta": {"guards": "<the failure this expectation stops>"}}]}. Its content hash is
@@ -18,9 +18,6 @@ from typing import Any
 import pandas as pd
 
 from tasks.core.files import json_safe
-from tasks.core.settings import REPO_ROOT
-
-CONTRACTS_DIR = REPO_ROOT / "data_contracts"
 
 
 class ContractError(ValueError):
@@ -147,8 +144,10 @@ class ContractResult:
 
 
 def suite_path(name: str) -> Path:
-    """A contract by name (data_contracts/<name>.json) or by path to its .json file."""
-    return Path(name) if name.endswith(".json") else CONTRACTS_DIR / f"{name}.json"
+    """A contract is the path of its .json file (a dataset plug-in's RAW_CONTRACT, LABELED_CONTRACT)."""
+    if not str(name).endswith(".json"):
+        raise ContractError(f"a contract is the path of a .json suite (a plug-in folder's raw.json), got {name!r}")
+    return Path(name)
 
 
 def load_suite_spec(name: str) -> dict[str, Any]:

@@ -1,34 +1,48 @@
-"""Datasets are plug-ins: one module each, chosen by params.yaml `dataset.module`.
+"""Datasets are plug-ins: one folder each, chosen by params.yaml `dataset.module`.
 
-A dataset module provides (checked when it is loaded):
+A plug-in is a package (`tasks/plugins/emails/`, or a user's own package outside the tree, named by
+its module path) holding everything about one dataset: its dataset module (the package's
+`__init__.py`), its labeling functions (`lfs.py`), its two contracts (`raw.json`, `labeled.json`)
+and its demo's params (`demo.yaml`, read by `make run DEMO=<name>`). The generic code knows a plug-in
+only through what this module checks and returns; it never imports one by name. docs/datasets.md
+starts from copying a folder.
+
+The dataset module provides (checked when it is loaded):
 
     NAME              short name; partitions live under data/<NAME>/ in the registry
-    ID_COLUMN         unique row id;  TIME_COLUMN: orders the nightly replay
+    ID_COLUMN         unique row id;  TIME_COLUMN: orders the nightly replay (None: no time column)
     GOLD_COLUMN       the gold label (a class index 0..K-1), present only in the source and the gold sets
     RAW_COLUMNS       the columns of a landing batch
     FEATURE_NAMES     names of the model's input features
     featurize(df)     raw rows -> float32 matrix [n, len(FEATURE_NAMES)]
-    load_source()     the labeled source the demo feed splits into gold sets and batches
-    LF_MODULE         module path of its labeling functions (exposing make_lfs(dev, y_dev))
-    RAW_CONTRACT      contract (a name in data_contracts/, or a path to a .json suite) of landing batches
-    LABELED_CONTRACT  contract of labeled batches
+    load_source()     -> pd.DataFrame: the labeled source the demo feed splits into gold sets and batches
+    LF_MODULE         module path of its labeling functions (exposing make_lfs(dev, y_dev)); in a
+                      folder, f"{__name__}.lfs"
+    RAW_CONTRACT      path of the Great Expectations suite (.json) of landing batches; in a folder,
+                      str(Path(__file__).with_name("raw.json"))
+    LABELED_CONTRACT  path of the suite of labeled batches (labeled.json)
 
 Optional:
 
     CLASS_NAMES       the K classes' names, label k named CLASS_NAMES[k] (K >= 2; the labeling queue's
                       buttons, reports). Without it the dataset is binary: ("0", "1"). K = 2 keeps
                       every binary shape (P(class 1) per row); K > 2 gives K probabilities per row
-    texts(df)         rows -> list[str], the cleaned texts a text model plug-in (bow, transformer)
+    texts(df)         -> list[str]: the cleaned texts a text model plug-in (bow, transformer)
                       tokenizes, in training, the server's /v1 rows and its self-test alike; those
                       plug-ins refuse a dataset without it (an OIP BYTES `text` input skips it: the
-                      client sends the texts themselves). By convention a text dataset names its raw
-                      text column TEXT_COLUMN for its own LFs; generic code never reads it
+                      client sends the texts themselves)
+    TEXT_COLUMN       str: by convention, a text dataset's raw text column, read by its own LFs;
+                      generic code never reads it
     slices(df)        gold rows -> {slice name: boolean mask over df's rows}; the compress step
                       holds every compressed candidate to its quality floor on each slice as well
                       as overall (without it, only the overall figures are gated)
+    replay_order      "time", "source" or "shuffle": how the demo feed orders the nightly batches
     Params            a pydantic model of the plug-in's own parameters, params.yaml `dataset.params`
                       (validated when the file is read; `dataset_params` gives the model). Without
                       it the plug-in takes none, and `dataset.params` must be {}.
+
+Registered artifacts and params files name module paths as they were when written: `MOVED` maps the
+paths of plug-ins that have moved since to where they are now, so those keep loading.
 
 See docs/datasets.md for adding one.
 """
@@ -62,6 +76,15 @@ REQUIRED = (
 
 BINARY = ("0", "1")  # the classes of a dataset that names none
 
+# Where plug-ins that moved live now: an old path in a registered data version, a reproduction's
+# params or a user's params file still loads (old -> new module path).
+MOVED = {
+    "tasks.datasets.emails": "tasks.plugins.emails",
+    "tasks.labeling.email_lfs": "tasks.plugins.emails.lfs",
+    "tasks.datasets.reviews": "tasks.plugins.reviews",
+    "tasks.labeling.review_lfs": "tasks.plugins.reviews.lfs",
+}
+
 
 class DatasetError(ValueError):
     """A dataset module is missing or incomplete."""
@@ -91,12 +114,25 @@ def dataset_params(dataset: DatasetParams, source: str = "params.yaml") -> BaseM
         raise ParamsError(f"{source}: {exc}") from None
 
 
+def import_plugin_module(module: str, what: str = "dataset module") -> ModuleType:
+    """The module at `module`, or where it moved (MOVED); DatasetError naming it if it cannot be imported."""
+    try:
+        return importlib.import_module(MOVED.get(module, module))
+    except ImportError as exc:
+        raise DatasetError(f"{what} {module!r} cannot be imported: {exc}") from exc
+
+
+def load_lfs(ds: ModuleType, module: str = "") -> ModuleType:
+    """The labeling-function module: `module` (params.yaml weak_label.lf_module) or the dataset's own."""
+    lfs = import_plugin_module(module or ds.LF_MODULE, "labeling-function module")
+    if not callable(getattr(lfs, "make_lfs", None)):
+        raise DatasetError(f"labeling-function module {lfs.__name__!r} has no make_lfs(dev, y_dev)")
+    return lfs
+
+
 @functools.lru_cache(maxsize=None)
 def _load_plugin(module: str) -> ModuleType:
-    try:
-        ds = importlib.import_module(module)
-    except ImportError as exc:
-        raise DatasetError(f"dataset module {module!r} cannot be imported: {exc}") from exc
+    ds = import_plugin_module(module)
     missing = [name for name in REQUIRED if not hasattr(ds, name)]
     if missing:
         raise DatasetError(f"dataset module {module!r} lacks {missing} (see tasks/datasets/__init__.py)")

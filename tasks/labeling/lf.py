@@ -1,6 +1,6 @@
 """Vectorized labeling functions: each maps a whole DataFrame to a vote per row.
 
-A vote is a class index 0..K-1 (binary: HAM 0, SPAM 1) or ABSTAIN (Snorkel's convention: -1). Working on
+A vote is a class index 0..K-1 (a dataset plug-in names its classes) or ABSTAIN (Snorkel's convention: -1). Working on
 columns rather than rows keeps LF application to numpy speed; the resulting
 label matrix is what Snorkel's LFAnalysis and LabelModel take.
 
@@ -20,8 +20,6 @@ import pandas as pd
 from tasks.core.log import Progress
 
 ABSTAIN = -1
-HAM = 0
-SPAM = 1
 
 
 @dataclass

@@ -121,8 +121,8 @@ def _training_data(info: dict[str, Any], data: dict[str, Any]) -> list[Block]:
         ("h2", "Data contracts"),
         (
             "table",
-            ["contract", "suite hash", "suite file"],
-            [[name, h, f"data_contracts/{name}.json"] for name, h in sorted((data.get("contracts") or {}).items())],
+            ["contract (its suite's name)", "suite hash"],
+            [[name, h] for name, h in sorted((data.get("contracts") or {}).items())],
         )
         if data.get("contracts")
         else ("p", "No contract hashes recorded with this data version."),

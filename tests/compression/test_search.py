@@ -5,7 +5,7 @@ import pandas as pd
 
 from tasks.compression.chain import apply_chain
 from tasks.compression.search import choose, gate, gate_reasons, measure, pareto_front, probe_inputs, quality_shortfalls
-from tasks.datasets.emails import slices
+from tasks.plugins.emails import slices
 
 
 def _row(name, size, lat, auc, slice_auc=None, baseline=False):

@@ -14,8 +14,10 @@ from tasks.contracts.schema import column_order_difference, describe_difference,
 from tasks.contracts.suite import validate_frame
 from tasks.contracts.truncation import find_truncation
 from tasks.core.context import StepContext
-from tasks.datasets.emails import GOLD_COLUMN
 from tasks.ingest import ingest
+from tasks.plugins.emails import GOLD_COLUMN
+from tasks.plugins.emails import LABELED_CONTRACT as LABELED
+from tasks.plugins.emails import RAW_CONTRACT as RAW
 from tasks.quarantine import main as quarantine_cli
 from tasks.quarantine import quarantine
 from tasks.validate_labeled import contract_view
@@ -24,7 +26,7 @@ from tasks.validate_raw import validate_raw
 
 def test_a_schema_difference_is_named_not_listed(raw_batch):
     broken = raw_batch.rename(columns={"cc": "carbon_copy", "num_char": "num_chars"}).drop(columns=["winner"])
-    r = validate_frame(broken.assign(extra=1), "raw_batch")
+    r = validate_frame(broken.assign(extra=1), RAW)
     summary = r.summary()
     assert "renamed: cc -> carbon_copy, num_char -> num_chars; missing: winner; unexpected: extra" in summary
     assert "'attach'" not in summary and "column_set" not in summary  # no full column list, either of them
@@ -60,13 +62,13 @@ def test_schema_difference_pairs_renames_by_name_or_by_values(raw_batch):
 def test_every_percentage_carries_its_unit(raw_batch):
     df = raw_batch.copy()
     df.loc[:24, "num_char"] = None  # 25 of 200 rows: 12.5%
-    summary = validate_frame(df, "raw_batch").summary()
+    summary = validate_frame(df, RAW).summary()
     assert "25 of 200 rows offend (12.5%)" in summary, summary
 
     labeled = raw_batch.copy()
     labeled["label"] = np.where(np.arange(len(labeled)) % 10 < 3, 0, -1)  # 30% covered, all ham
     labeled["label_prob"] = np.where(labeled["label"] == 0, 0.0, np.nan)
-    summary = validate_frame(contract_view(labeled), "labeled").summary()
+    summary = validate_frame(contract_view(labeled), LABELED).summary()
     assert "on column 'covered': observed 30%; expected between 50% and 100%" in summary, summary
     assert "on column 'spam_label': observed 0%; expected between 1% and 50%" in summary, summary
     # No bare fraction or percent: every number next to "observed" or a bound is followed by its % sign.

@@ -6,6 +6,8 @@ import pytest
 
 from tasks.contracts import suite as contracts
 from tasks.contracts.suite import ContractError, validate_frame
+from tasks.plugins.emails import LABELED_CONTRACT as LABELED
+from tasks.plugins.emails import RAW_CONTRACT as RAW
 from tasks.validate_labeled import contract_view
 
 
@@ -14,9 +16,9 @@ def failed(result):
 
 
 def test_real_batch_passes(raw_batch):
-    r = validate_frame(raw_batch, "raw_batch")
+    r = validate_frame(raw_batch, RAW)
     assert r.success, r.summary()
-    assert r.evaluated == len(contracts.load_suite_spec("raw_batch")["expectations"])
+    assert r.evaluated == len(contracts.load_suite_spec(RAW)["expectations"])
 
 
 @pytest.mark.parametrize(
@@ -41,7 +43,7 @@ def test_real_batch_passes(raw_batch):
     ],
 )
 def test_broken_batches_fail_naming_the_expectation(raw_batch, breakage, expected):
-    r = validate_frame(breakage(raw_batch.copy()), "raw_batch")
+    r = validate_frame(breakage(raw_batch.copy()), RAW)
     assert not r.success
     assert expected in failed(r), r.summary()
     assert all(f.guards for f in r.failures)  # every failure says what it guards against
@@ -51,7 +53,7 @@ def test_broken_batches_fail_naming_the_expectation(raw_batch, breakage, expecte
 def test_failure_report_samples_offending_values(raw_batch):
     df = raw_batch.copy()
     df.loc[[5, 9], "number"] = "lots"
-    r = validate_frame(df, "raw_batch")
+    r = validate_frame(df, RAW)
     f = next(f for f in r.failures if f.column == "number")
     assert f.unexpected_count == 2 and f.sample_values == ["lots", "lots"] and f.sample_rows == [5, 9]
 
@@ -62,24 +64,23 @@ def test_labeled_contract(raw_batch):
     df["label"] = np.where(rng.random(len(df)) < 0.1, 1, 0)
     df["label_prob"] = df["label"].astype(float)
     df["label_source"], df["label_weight"] = "weak", 1.0
-    assert validate_frame(contract_view(df), "labeled").success
+    assert validate_frame(contract_view(df), LABELED).success
     all_abstain = df.assign(label=-1, label_prob=np.nan)
-    r = validate_frame(contract_view(all_abstain), "labeled")
+    r = validate_frame(contract_view(all_abstain), LABELED)
     assert ("expect_column_mean_to_be_between", "covered") in failed(r)
     all_spam = df.assign(label=1, label_prob=1.0)
     assert ("expect_column_mean_to_be_between", "spam_label") in failed(
-        validate_frame(contract_view(all_spam), "labeled")
+        validate_frame(contract_view(all_spam), LABELED)
     )
 
 
-def _with_suite(monkeypatch, tmp_path, spec):
+def _with_suite(tmp_path, spec) -> str:
     (tmp_path / "custom.json").write_text(json.dumps(spec))
-    monkeypatch.setattr(contracts, "CONTRACTS_DIR", tmp_path)
+    return str(tmp_path / "custom.json")
 
 
-def test_unknown_expectation_type_is_refused_not_silently_dropped(monkeypatch, tmp_path, raw_batch):
-    _with_suite(
-        monkeypatch,
+def test_unknown_expectation_type_is_refused_not_silently_dropped(tmp_path, raw_batch):
+    suite = _with_suite(
         tmp_path,
         {
             "name": "custom",
@@ -89,29 +90,28 @@ def test_unknown_expectation_type_is_refused_not_silently_dropped(monkeypatch, t
         },
     )
     with pytest.raises(ContractError, match="did not load.*awesome"):
-        validate_frame(raw_batch, "custom")
+        validate_frame(raw_batch, suite)
 
 
-def test_expectation_without_guard_note_is_refused(monkeypatch, tmp_path):
-    _with_suite(
-        monkeypatch,
+def test_expectation_without_guard_note_is_refused(tmp_path):
+    suite = _with_suite(
         tmp_path,
         {"name": "custom", "expectations": [{"type": "expect_column_to_exist", "kwargs": {"column": "cc"}}]},
     )
     with pytest.raises(ContractError, match="guards"):
-        contracts.load_suite_spec("custom")
+        contracts.load_suite_spec(suite)
 
 
-def test_suite_hash_tracks_content(monkeypatch, tmp_path):
+def test_suite_hash_tracks_content(tmp_path):
     spec = {
         "name": "custom",
         "expectations": [{"type": "expect_column_to_exist", "kwargs": {"column": "cc"}, "meta": {"guards": "x"}}],
     }
-    _with_suite(monkeypatch, tmp_path, spec)
-    h1 = contracts.suite_hash("custom")
+    suite = _with_suite(tmp_path, spec)
+    h1 = contracts.suite_hash(suite)
     spec["expectations"][0]["kwargs"]["column"] = "dollar"
-    _with_suite(monkeypatch, tmp_path, spec)
-    assert contracts.suite_hash("custom") != h1
+    suite = _with_suite(tmp_path, spec)
+    assert contracts.suite_hash(suite) != h1
 
 
 def _labeled(raw_batch, spam_share=0.1, seed=0):
@@ -127,27 +127,27 @@ def _labeled(raw_batch, spam_share=0.1, seed=0):
 
 
 def test_distribution_checks_are_skipped_without_a_previous_version(raw_batch):
-    r = validate_frame(contract_view(_labeled(raw_batch)), "labeled")
+    r = validate_frame(contract_view(_labeled(raw_batch)), LABELED)
     assert r.success and len(r.skipped) == 3 and "skipped" in r.summary()
 
 
 def test_distribution_against_the_previous_version(emails):
-    from tasks.datasets.emails import GOLD_COLUMN
+    from tasks.plugins.emails import GOLD_COLUMN
 
     previous = _labeled(emails.iloc[:600].drop(columns=[GOLD_COLUMN]).reset_index(drop=True), seed=1)
     tonight = _labeled(emails.iloc[600:1200].drop(columns=[GOLD_COLUMN]).reset_index(drop=True), seed=2)
     ref = contract_view(previous)
-    ok = validate_frame(contract_view(tonight), "labeled", reference=ref)
-    assert ok.success and not ok.skipped and ok.evaluated == len(contracts.load_suite_spec("labeled")["expectations"])
+    ok = validate_frame(contract_view(tonight), LABELED, reference=ref)
+    assert ok.success and not ok.skipped and ok.evaluated == len(contracts.load_suite_spec(LABELED)["expectations"])
 
     flipped = tonight.assign(label=np.where(tonight["label"] == -1, -1, 1 - tonight["label"]))
     flipped["label_prob"] = flipped["label"].clip(lower=0).astype(float).where(flipped["label"] != -1)
     assert ("expect_column_kl_divergence_to_be_less_than", "label") in failed(
-        validate_frame(contract_view(flipped), "labeled", reference=ref)
+        validate_frame(contract_view(flipped), LABELED, reference=ref)
     )
 
     inflated = tonight.assign(num_char=tonight["num_char"] * 10)
-    r = validate_frame(contract_view(inflated), "labeled", reference=ref)
+    r = validate_frame(contract_view(inflated), LABELED, reference=ref)
     assert ("expect_column_median_to_be_between", "num_char") in failed(r)
 
 
@@ -173,5 +173,5 @@ def test_resolve_relative_is_pure_and_smoothed():
 def test_failure_report_carries_whole_offending_rows(raw_batch):
     df = raw_batch.copy()
     df.loc[[3], "cc"] = -4
-    f = next(f for f in validate_frame(df, "raw_batch").failures if f.column == "cc")
+    f = next(f for f in validate_frame(df, RAW).failures if f.column == "cc")
     assert f.rows and f.rows[0]["cc"] == -4 and f.rows[0]["email_id"] == int(df.loc[3, "email_id"])

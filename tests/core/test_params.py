@@ -18,7 +18,7 @@ def test_resolved_params_written_as_json_load_back_the_same(tmp_path):
     of a run, overrides applied, dumped to JSON."""
     import json
 
-    p = load_params(overrides={"train": {"epochs": 7}, "dataset": {"module": "tasks.datasets.reviews"}})
+    p = load_params(overrides={"train": {"epochs": 7}, "dataset": {"module": "tasks.plugins.reviews"}})
     (tmp_path / "p.json").write_text(json.dumps(p.model_dump(mode="json")))
     again = load_params(tmp_path / "p.json")
     assert again == p and again.digest() == p.digest()

@@ -1,6 +1,6 @@
 from tasks.core.params import load_params
 from tasks.datasets.demo_feed import DemoFeed, split_demo
-from tasks.datasets.emails import GOLD_COLUMN, ID_COLUMN, RAW_COLUMNS
+from tasks.plugins.emails import GOLD_COLUMN, ID_COLUMN, RAW_COLUMNS
 
 
 def test_split_keeps_gold_rows_out_of_the_batches(emails):

@@ -1,7 +1,7 @@
 import numpy as np
 import pandas as pd
 
-from tasks.datasets.emails import FEATURE_NAMES, featurize
+from tasks.plugins.emails import FEATURE_NAMES, featurize
 from tests.conftest import row
 
 

@@ -12,14 +12,14 @@ import pytest
 from tasks.core.params import load_params
 from tasks.core.settings import REPO_ROOT, Settings
 from tasks.datasets import REQUIRED, load_dataset
-from tasks.datasets import reviews as ds
 from tasks.datasets.demo_feed import replay_order, split_demo
-from tasks.labeling import review_lfs
 from tasks.labeling.lf import ABSTAIN, apply_lfs, apply_lfs_dev
+from tasks.plugins import reviews as ds
+from tasks.plugins.reviews import lfs as review_lfs
 from tasks.registry import Registry
 from tests.conftest import write_params
 
-MODULE = "tasks.datasets.reviews"
+MODULE = "tasks.plugins.reviews"
 
 
 @pytest.fixture(scope="module")

@@ -350,7 +350,6 @@ def test_copy_sources_exist_and_are_not_ignored():
         "pyproject.toml",
         "docker/requirements.py",
         "params.yaml",
-        "data_contracts",
         "tasks",
     } <= set(sources)
     for src in sources:

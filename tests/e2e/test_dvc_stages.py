@@ -40,7 +40,7 @@ def test_dvc_repro_trains_evaluates_compresses(tmp_path, emails):
     home = project / ".sluice"
     prepare = f"""
 import pandas as pd
-from tasks.datasets.emails import load_source
+from tasks.plugins.emails import load_source
 from tasks.datasets.demo_feed import DemoFeed
 from tasks.core.params import load_params
 from tasks.registry import Registry

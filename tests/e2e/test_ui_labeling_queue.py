@@ -27,9 +27,9 @@ SECOND = "labeler"
 
 
 def _fill(settings, params, emails) -> list[dict]:
-    from tasks.labeling.email_lfs import make_lfs
     from tasks.labeling.label_model import label_batch
     from tasks.labeling.lf import apply_lfs, apply_lfs_dev
+    from tasks.plugins.emails.lfs import make_lfs
 
     ds = load_dataset()
     dev, batch = emails.iloc[:400], emails.iloc[400:700].drop(columns=[ds.GOLD_COLUMN]).reset_index(drop=True)

@@ -224,7 +224,7 @@ def test_plan_train_sends_the_pods_every_train_value_the_step_was_given(
     )
     assert rec.server_version == SERVER and "Pod Security Admission" in rec.warnings[0], rec
     assert rec.init_from == ""  # warm_start false in the step's params: no prod model to start from
-    assert rec.dataset == ctx.params.dataset.module == "tasks.datasets.emails"  # the pods' engine loads the step's
+    assert rec.dataset == ctx.params.dataset.module == "tasks.plugins.emails"  # the pods' engine loads the step's
     from tasks.core.records import DriftRetrainRecord
 
     retrain = plan_train(ctx, drift_retrain=DriftRetrainRecord(data_version="data-v1", causes=[{"why": "drift"}]))

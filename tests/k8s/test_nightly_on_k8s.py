@@ -76,7 +76,7 @@ def test_the_nightly_dag_trains_in_a_real_pod_through_the_scheduler_and_evaluate
 
     run_dir = settings.layout.run_dir(run)
     plan = read_json(run_dir / "steps" / "plan_train.json")
-    assert plan["server_version"] == "v1.20.2" and plan["dataset"] == "tasks.datasets.emails", plan
+    assert plan["server_version"] == "v1.20.2" and plan["dataset"] == "tasks.plugins.emails", plan
     train = read_json(run_dir / "steps" / "train.json")
     assert train["outputs"] == plan["out_uri"] and train["outputs"].startswith(f"s3://{BUCKET}/nightly-runs/")
     snapshot = read_json(run_dir / "steps" / "snapshot.json")

@@ -88,7 +88,7 @@ def _scores(onnx: Path, x: np.ndarray) -> np.ndarray:
 
 
 def _rows(k: int, start: int = 0) -> list[dict]:
-    from tasks.datasets.emails import GOLD_COLUMN, load_source
+    from tasks.plugins.emails import GOLD_COLUMN, load_source
 
     df = load_source().drop(columns=[GOLD_COLUMN]).iloc[start : start + k]
     return json.loads(df.to_json(orient="records"))

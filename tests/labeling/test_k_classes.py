@@ -100,7 +100,7 @@ def test_k_class_metrics_are_macro_averages_and_name_a_label_outside_the_classes
 
 
 def test_a_dataset_names_its_classes_and_a_gold_label_outside_them_is_refused(monkeypatch):
-    emails = _load_plugin("tasks.datasets.emails")
+    emails = _load_plugin("tasks.plugins.emails")
     assert class_names(emails) == ("ham", "spam")
     with pytest.raises(DatasetError, match=r"label\(s\) \['2', '7'\] outside dataset emails's 2 classes"):
         check_labels(emails, pd.Series([0, 1, 2, 7]), "gold dev set")

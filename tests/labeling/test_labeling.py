@@ -3,9 +3,10 @@ import pandas as pd
 import pytest
 
 from tasks.core.params import load_params
-from tasks.labeling import email_lfs
 from tasks.labeling.label_model import label_batch
-from tasks.labeling.lf import ABSTAIN, HAM, SPAM, apply_lfs, labeling_function
+from tasks.labeling.lf import ABSTAIN, apply_lfs, labeling_function
+from tasks.plugins.emails import lfs as email_lfs
+from tasks.plugins.emails.lfs import HAM, SPAM
 from tests.conftest import row
 
 # (LF, row that should fire it, expected vote)
@@ -44,7 +45,7 @@ def test_refined_spam_rules_need_a_cold_sender():
 
 
 def test_too_little_gold_leaves_the_classifier_lf_out(emails):
-    from tasks.labeling.email_lfs import make_lfs
+    from tasks.plugins.emails.lfs import make_lfs
 
     dev = pd.concat([emails[emails["spam"] == 1].iloc[:3], emails[emails["spam"] == 0].iloc[:50]])
     y = dev["spam"].to_numpy()
@@ -95,8 +96,8 @@ def test_label_batch_on_real_rows(emails):
 
 
 def test_model_lf_votes_out_of_fold_on_dev_and_confidently_elsewhere(emails):
-    from tasks.labeling.email_lfs import MODEL_HAM_AT, MODEL_SPAM_AT, lf_dev_classifier, make_lfs
     from tasks.labeling.lf import apply_lfs_dev
+    from tasks.plugins.emails.lfs import MODEL_HAM_AT, MODEL_SPAM_AT, lf_dev_classifier, make_lfs
 
     dev, batch = emails.iloc[:500], emails.iloc[500:1500]
     y_dev = dev["spam"].to_numpy()

@@ -55,7 +55,7 @@ def test_gold_is_replayed_from_the_source_never_for_the_test_set(emails, params)
     from tasks.datasets import load_dataset
     from tasks.datasets.demo_feed import split_demo
 
-    ds = load_dataset("tasks.datasets.emails")
+    ds = load_dataset("tasks.plugins.emails")
     dev, test, batches = split_demo(emails, params.demo, ds)
     test_ids = set(test[ds.ID_COLUMN])
     assert not any(b[ds.ID_COLUMN].isin(test_ids).any() for b in batches)  # the demo feed never replays them

@@ -5,8 +5,9 @@ import pandas as pd
 
 from tasks.core.params import load_params
 from tasks.labeling.label_model import label_batch
-from tasks.labeling.lf import HAM, SPAM, apply_lfs, apply_lfs_dev, labeling_function, vote_where
+from tasks.labeling.lf import apply_lfs, apply_lfs_dev, labeling_function, vote_where
 from tasks.labeling.weak_weight import MIN_GOLD_PER_CLASS, choose_weak_weight, one_se_choice, proxy_fit_predict
+from tasks.plugins.emails.lfs import HAM, SPAM
 
 FEATURES = [f"f{i}" for i in range(8)]
 

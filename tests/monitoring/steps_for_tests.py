@@ -25,7 +25,7 @@ def weak_label_record(rows: int = 500, abstained: int = 55) -> WeakLabelRecord:
     return WeakLabelRecord(
         labeled="labeled.parquet",
         rows=rows,
-        lf_module="tasks.labeling.email_lfs",
+        lf_module="tasks.plugins.emails.lfs",
         lf_module_hash="0",
         labeling_stats={"coverage": 0.89, "conflict_rate": 0.102, "spam_share": 0.2},
         drift=[],

@@ -22,7 +22,7 @@ def data_meta(batch: str, spam_share: float, run_id: str) -> dict:
         "rows_by_batch": {batch: 20},
         "run_id": run_id,
         "contracts": {"raw_batch": "4783b2c9ac3a38e2", "labeled": "2bc21ba9295dba96"},
-        "lf_module": "tasks.labeling.email_lfs",
+        "lf_module": "tasks.plugins.emails.lfs",
         "lf_module_hash": "cbe77a877ffe68b9",
         "label_source": "majority_vote",
         "labeling_stats": {"coverage": 0.84, "conflict_rate": 0.09, "spam_share": spam_share},
@@ -51,7 +51,7 @@ def lineage(data_version: str, parent: str | None) -> dict:
             "dev_slices": {"format=plain": {**QUALITY, "roc_auc": 0.83}, "format=html": QUALITY},
         },
         "reproduce": {  # the part of the register step's `reproduce` record the card reads
-            "dataset": {"module": "tasks.datasets.emails", "name": "emails", "classes": ["ham", "spam"]},
+            "dataset": {"module": "tasks.plugins.emails", "name": "emails", "classes": ["ham", "spam"]},
             "params": {"train": {"model": {"module": "tasks.models.mlp", "params": {"hidden": [32, 16]}}}},
         },
     }
@@ -94,7 +94,7 @@ def test_card_holds_data_contracts_lfs_metrics_slices_chain_and_commit(registry)
         "| parent model (warm start) | model-v1 |",
         "| stage | candidate |",
         "| code commit | 0123456789abcdef0123456789abcdef01234567 |",
-        "| raw_batch | 4783b2c9ac3a38e2 | data_contracts/raw_batch.json |",
+        "| raw_batch | 4783b2c9ac3a38e2 |",
         "| lf_reply_subject | ham | 0.3 | 0.29 | 0.02 | 1 |",
         "| format=plain | 0.83 |",
         "| onnx_served | 0.85 |",

@@ -12,7 +12,7 @@ import pytest
 
 from tasks.core.context import StepContext, record_path
 from tasks.core.files import read_json
-from tasks.datasets.emails import FEATURE_NAMES
+from tasks.plugins.emails import FEATURE_NAMES
 from tasks.serving.paths import prediction_log
 from tasks.serving.predlog import PredictionLog, prediction_records
 from tests.conftest import write_params
@@ -29,7 +29,7 @@ def build_world(settings, emails: pd.DataFrame, tmp_path: Path) -> dict:
     """A data version of 2/3 of the emails (seeded), a logistic regression trained on it as ONNX and
     registered with that lineage; the other third is the unshifted traffic."""
     from bench.canary import fit_champion, lr_onnx
-    from tasks.datasets.emails import GOLD_COLUMN, featurize
+    from tasks.plugins.emails import GOLD_COLUMN, featurize
     from tasks.registry import Registry
 
     rng = np.random.default_rng(3)

@@ -17,10 +17,10 @@ def test_demo_params_is_params_yaml_with_the_dataset_named(tmp_path):
                           capture_output=True, text=True, check=True)  # fmt: skip
     assert f"params in {out}" in proc.stdout
     written, base = yaml.safe_load(out.read_text()), yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    assert written.pop("dataset") == {"module": "tasks.datasets.reviews", "params": {}}
+    assert written.pop("dataset") == {"module": "tasks.plugins.reviews", "params": {}}
     base.pop("dataset")
     assert written == base  # nothing else changed
-    assert load_params(out).dataset.module == "tasks.datasets.reviews"
+    assert load_params(out).dataset.module == "tasks.plugins.reviews"
 
 
 def test_an_unknown_demo_is_refused_naming_it_and_writes_nothing(tmp_path):

@@ -42,7 +42,7 @@ def test_the_record_holds_the_inputs_not_only_hashes(built):
     assert rep["params_digest"] == info["params_hash"]
     assert rep["world_size"] == 2 and rep["device"] == "cpu" and rep["warm_start"] is None
     assert rep["contracts"] and rep["lf_module"]["module"] and rep["lf_module"]["hash"]
-    assert rep["dataset"]["module"] == "tasks.datasets.emails" and rep["dataset"]["source_sha256"]
+    assert rep["dataset"]["module"] == "tasks.plugins.emails" and rep["dataset"]["source_sha256"]
     assert set(rep["versions"]) >= {"torch", "onnxruntime", "onnx", "apache-airflow"}
     assert rep["code_commit"] == info["code_commit"]
     assert rep["compression"]["chosen"] == records["compress"].chosen
@@ -158,7 +158,7 @@ def test_a_text_model_reproduces_bit_identically_with_its_registered_tokenizer(t
     home = tmp_path / "home"
     path = write_params_with_model(
         tmp_path / "params.yaml",
-        {"dataset": {"module": "tasks.datasets.reviews", "params": {}}, "evaluate": {"min_roc_auc": 0.5}},
+        {"dataset": {"module": "tasks.plugins.reviews", "params": {}}, "evaluate": {"min_roc_auc": 0.5}},
         TEXT_MODELS["transformer"],
     )
     with pytest.MonkeyPatch.context() as mp:
@@ -170,7 +170,7 @@ def test_a_text_model_reproduces_bit_identically_with_its_registered_tokenizer(t
         settings = Settings.from_env()
         version = records["register"].model_version
         registry = Registry(settings)
-        assert registry.model_version_info(version)["reproduce"]["dataset"]["module"] == "tasks.datasets.reviews"
+        assert registry.model_version_info(version)["reproduce"]["dataset"]["module"] == "tasks.plugins.reviews"
         registered = load_model(str(registry.model_path(version, "model.pt")))
         assert registered.tokenizer_json and registered.tokenizer_sha256
         rec = reproduce_model(settings, version, work_dir=tmp_path / "r", audit=False)

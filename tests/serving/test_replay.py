@@ -235,7 +235,7 @@ def gold_home(settings, emails):
 
 
 def test_load_replay_rows_gives_raw_json_rows(gold_home, emails):
-    from tasks.datasets import emails as ds
+    from tasks.plugins import emails as ds
 
     rows, keys, labels = rp.load_replay_rows(gold_home.layout.gold, ds)
     assert len(rows) == len(keys) == len(labels) == 30

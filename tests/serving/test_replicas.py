@@ -109,7 +109,7 @@ class Load:
 def a_row(emails) -> dict:
     import json
 
-    from tasks.datasets.emails import GOLD_COLUMN
+    from tasks.plugins.emails import GOLD_COLUMN
 
     return json.loads(emails.drop(columns=[GOLD_COLUMN]).iloc[:1].to_json(orient="records"))[0]
 

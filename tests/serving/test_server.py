@@ -108,7 +108,7 @@ def set_state(world, champion: str, challenger: str | None = None, weight: int =
 
 
 def rows(emails, k: int, start: int = 0) -> list[dict]:
-    from tasks.datasets.emails import GOLD_COLUMN
+    from tasks.plugins.emails import GOLD_COLUMN
 
     df = emails.drop(columns=[GOLD_COLUMN]).iloc[start : start + k]
     return json.loads(df.to_json(orient="records"))
@@ -184,7 +184,7 @@ def test_predict_scores_raw_rows_with_the_plugins_featurize(world, emails):
 def _bad_cases():
     good = row()
     many = [row(email_id=i) for i in range(MAX_ROWS + 1)]
-    from tasks.datasets.emails import FEATURE_NAMES
+    from tasks.plugins.emails import FEATURE_NAMES
 
     n = len(FEATURE_NAMES)
     infer_ok = {"inputs": [{"name": "features", "datatype": "FP32", "shape": [1, n], "data": [0.0] * n}]}

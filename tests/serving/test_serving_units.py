@@ -97,7 +97,7 @@ def test_schema_from_the_plugin_and_its_contract():
     from tasks.datasets import load_dataset
     from tasks.serving.v1_models import load_row_model, predict_request_model
 
-    Row = load_row_model(load_dataset("tasks.datasets.emails"))
+    Row = load_row_model(load_dataset("tasks.plugins.emails"))
     Req = predict_request_model(Row, 3)
     Req.model_validate({"rows": [row()], "key": "u1"})
     for bad in (
@@ -195,7 +195,7 @@ def test_a_non_finite_score_is_refused_logged_against_its_variant_and_counted(tm
         metrics,
     )
     assert variants.poll() and variants.ready
-    ds = load_dataset("tasks.datasets.emails")
+    ds = load_dataset("tasks.plugins.emails")
     store = LogStore(tmp_path / "predlog")
     predlog = PredictionLog(store, "r1", 0.1, 1000, 3600)
     ctx = ServingContext(

@@ -26,7 +26,7 @@ def served(tmp_path_factory):
     compress step writes it), registered and promoted; the server following the registry."""
     from tasks.datasets import load_dataset
 
-    ds = load_dataset("tasks.datasets.reviews")
+    ds = load_dataset("tasks.plugins.reviews")
     source = ds.load_source()
     train, held = source.iloc[:800], source.iloc[800:832]
     tok = train_tokenizer(ds.texts(train), 1000)
@@ -39,7 +39,7 @@ def served(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("text-serving")
     onnx_path = export_onnx(model, tmp / "model.served.onnx")
     write_metadata(onnx_path, {**read_metadata(onnx_path), **tokenizer_metadata(model)})
-    server = promoted_server(tmp, onnx_path, "tasks.datasets.reviews")
+    server = promoted_server(tmp, onnx_path, "tasks.plugins.reviews")
     try:
         server.start(timeout_s=90)
         encode = metadata_input_encoder(read_metadata(onnx_path), ds)

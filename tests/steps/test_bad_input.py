@@ -11,9 +11,9 @@ import yaml
 
 from tasks.core.context import StepContext
 from tasks.core.settings import REPO_ROOT, Settings
-from tasks.datasets.emails import GOLD_COLUMN
 from tasks.ingest import ingest
 from tasks.landing.quarantine import readmit
+from tasks.plugins.emails import GOLD_COLUMN
 from tasks.quarantine import quarantine
 from tasks.registry import Registry
 from tasks.snapshot import snapshot

@@ -1,4 +1,6 @@
-from tasks.labeling.lf import HAM, SPAM, labeling_function, vote_where
+from tasks.labeling.lf import labeling_function, vote_where
+
+HAM, SPAM = 0, 1  # the toy's classes: normal, faulty
 
 FAULT, OK = SPAM, HAM  # the pipeline's positive / negative classes
 

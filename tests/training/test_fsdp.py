@@ -384,7 +384,7 @@ def test_the_nightly_dag_trains_a_sharded_sequence_model_with_fsdp2_on_two_proce
     path = write_params_with_model(
         tmp_path / "params.yaml",
         {
-            "dataset": {"module": "tasks.datasets.reviews", "params": {}},
+            "dataset": {"module": "tasks.plugins.reviews", "params": {}},
             "train": {"strategy": "fsdp2", "nproc": 2, "epochs": 1, "lr": 0.0003, "checkpoint_every": 4},
             # 92 MB in fp32, ~35 ms a review at batch 1 (~24 ms as int8): the demo's 10 ms budget suits the small model
             "compress": {"candidates": [["int8_dynamic"]], "latency_repeats": 3, "latency_budget_ms": 100},

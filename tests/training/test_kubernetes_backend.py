@@ -137,7 +137,7 @@ def test_plan_needs_the_pod_side_settings(settings):
     from tasks.training.kubernetes import plan_training
 
     with pytest.raises(ValueError, match="SLUICE_TRAIN_OUT_URI"):
-        plan_training(RUN, settings, "data-v1", load_params().train, "tasks.datasets.emails")
+        plan_training(RUN, settings, "data-v1", load_params().train, "tasks.plugins.emails")
 
 
 @pytest.mark.slow
@@ -169,7 +169,7 @@ def test_the_rendered_pod_command_trains_here_and_the_pipeline_collects_it(
     (pod,) = render_dag(settings, monkeypatch, plan)["manifests"]
     c = pod["spec"]["containers"][0]
     engine = c["args"][c["args"].index("-m") :]  # after `torchrun --standalone ...`
-    assert engine[engine.index("--dataset") + 1] == "tasks.datasets.emails"  # the step's, not the image's file
+    assert engine[engine.index("--dataset") + 1] == "tasks.plugins.emails"  # the step's, not the image's file
     engine[engine.index("--workdir") + 1] = str(tmp_path / "pod-disk")
     env = {**os.environ, **{e["name"]: e["value"] for e in c["env"]}}
     subprocess.run([sys.executable, *engine], env=env, check=True, timeout=600)

@@ -2,27 +2,30 @@
 
 One row per email (3,921 from early 2012), counts and flags extracted from it, no
 text, a gold `spam` label and a `time` column. This module is the whole dataset
-plug-in (see docs/datasets.md): its source, schema, features, LF module and contracts.
+plug-in (see docs/datasets.md); its folder holds the rest: its labeling functions (`lfs.py`),
+its contracts (`raw.json`, `labeled.json`) and its demo's params (`demo.yaml`).
 `featurize` is the one mapping from raw rows to model inputs; training, evaluation,
 ONNX export and serving all call it.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 
 NAME = "emails"
-LF_MODULE = "tasks.labeling.email_lfs"
-RAW_CONTRACT = "raw_batch"  # data_contracts/raw_batch.json
-LABELED_CONTRACT = "labeled"  # data_contracts/labeled.json
+LF_MODULE = f"{__name__}.lfs"
+RAW_CONTRACT = str(Path(__file__).with_name("raw.json"))
+LABELED_CONTRACT = str(Path(__file__).with_name("labeled.json"))
 
 ID_COLUMN = "email_id"
 TIME_COLUMN = "time"
 CLASS_NAMES = ("ham", "spam")  # label k is CLASS_NAMES[k] (the labeling queue's buttons, reports)
 GOLD_COLUMN = "spam"  # gold label: only in the gold dev/test sets, never in landing batches
 
-# column -> kind; the raw contract (data_contracts/raw_batch.json) checks the same list.
+# column -> kind; the raw contract (raw.json) checks the same list.
 BINARY_COLUMNS = ["to_multiple", "from", "sent_email", "format", "re_subj", "exclaim_subj", "urgent_subj"]
 COUNT_COLUMNS = ["cc", "image", "attach", "dollar", "inherit", "viagra", "password", "line_breaks", "exclaim_mess"]
 FLOAT_COLUMNS = ["num_char"]  # thousands of characters

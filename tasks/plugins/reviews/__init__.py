@@ -29,14 +29,15 @@ from __future__ import annotations
 import functools
 import html
 import re
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 NAME = "reviews"
-LF_MODULE = "tasks.labeling.review_lfs"
-RAW_CONTRACT = "reviews_raw"  # data_contracts/reviews_raw.json
-LABELED_CONTRACT = "reviews_labeled"  # data_contracts/reviews_labeled.json
+LF_MODULE = f"{__name__}.lfs"
+RAW_CONTRACT = str(Path(__file__).with_name("raw.json"))
+LABELED_CONTRACT = str(Path(__file__).with_name("labeled.json"))
 
 ID_COLUMN = "review_id"
 TIME_COLUMN = None

@@ -5,7 +5,7 @@ complaints (disappointment, staleness, a waste of money, a return) and for the h
 good-not-great review ("however", "it's okay", "my only complaint", "three stars"; "a bit too
 sweet" and "pricey" were tried and dropped: as common in great reviews as in others); the rules for GREAT look
 for unreserved praise ("best ... ever", "highly recommend", "can't live without"). Every rule reads
-the cleaned text (tasks.datasets.reviews.clean_text: no HTML), lower-cased, through one regex, so
+the cleaned text (tasks.plugins.reviews.clean_text: no HTML), lower-cased, through one regex, so
 the same function votes on a frame (a column expression) and on one row (Snorkel's row-wise
 appliers). A VADER sentiment LF votes by the compound score; `make_lfs(dev, y_dev)` adds a TF-IDF
 logistic regression fitted on the gold dev set (out-of-fold votes on dev).
@@ -23,10 +23,10 @@ import re
 import numpy as np
 import pandas as pd
 
-from tasks.datasets.reviews import TEXT_COLUMN, clean_text, texts, vader_compound
-from tasks.labeling.lf import ABSTAIN, HAM, SPAM, LabelingFunction, labeling_function, vote_where
+from tasks.labeling.lf import ABSTAIN, LabelingFunction, labeling_function, vote_where
+from tasks.plugins.reviews import TEXT_COLUMN, clean_text, texts, vader_compound
 
-GREAT, OTHER = SPAM, HAM  # the positive class is 1 (tasks.labeling.lf)
+GREAT, OTHER = 1, 0  # the classes' indices (label 1: a great review)
 
 
 @functools.lru_cache(maxsize=65536)
