@@ -39,7 +39,7 @@ def _home(tmp: Path, versions: int = 12):
     art = tmp / "model.served.onnx"
     art.write_bytes(b"\0" * 8192)
     for i, (batch, path) in enumerate(sorted(parts.items()), start=1):
-        stats = {"coverage": 0.85, "conflict_rate": 0.09, "spam_share": 0.1 + 0.01 * i}
+        stats = {"coverage": 0.85, "conflict_rate": 0.09, "class_shares": [0.9 - 0.01 * i, 0.1 + 0.01 * i]}
         reg.snapshot(
             {batch: path},
             {"rows_by_batch": {batch: 500}, "labeling_stats": stats, "lf_analysis": LFS, "run_id": f"run-{i}",

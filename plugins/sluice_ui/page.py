@@ -98,6 +98,11 @@ def _link(href: str, text: str) -> Markup:
     return Markup('<a href="{}">{}</a>').format(href, text)
 
 
+def _shares(shares: list[float] | None) -> str:
+    """Each class's share of a batch's labeled rows, label 0 first ("-": none recorded)."""
+    return " / ".join(f"{v:.2f}" for v in shares) if shares else "-"
+
+
 def tables(state: dict[str, Any], base: str) -> list[dict[str, Any]]:
     """The page's tables: title, id (the browser test finds them by it), header, rows."""
     runs = [
@@ -117,8 +122,8 @@ def tables(state: dict[str, Any], base: str) -> list[dict[str, Any]]:
     ]  # fmt: skip
     data = [
         [d["version"], "yes" if d["current"] else "", d["rows"], d["parent"], ", ".join(d["batches"]),
-         ", ".join(d["reentered"]) or "none", ", ".join(d["held"]) or "none", d["spam_share"], d["label_source"],
-         d["created_at"]]
+         ", ".join(d["reentered"]) or "none", ", ".join(d["held"]) or "none", _shares(d["class_shares"]),
+         d["label_source"], d["created_at"]]
         for d in state["data_versions"]
     ]  # fmt: skip
     held = [[h["batch_id"], h["status"], h["from_version"], h["why"], h["next"]] for h in state["held"]]
@@ -131,7 +136,7 @@ def tables(state: dict[str, Any], base: str) -> list[dict[str, Any]]:
         {"title": "Model versions", "id": "model-versions", "rows": models, "header": ["version", "stage",
          "data version", "parent", "served ROC AUC (gold test)", "code commit", "card"]},
         {"title": "Data versions", "id": "data-versions", "rows": data, "header": ["version", "current", "rows",
-         "parent", "batches", "re-entered", "held after it", "spam share of its batch", "labels from", "created"]},
+         "parent", "batches", "re-entered", "held after it", "label shares (0 / 1 ...)", "labels from", "created"]},
         {"title": "Held batches (out of the current data)", "id": "held-batches", "rows": held, "header": [
          "batch", "status", "from", "why", "what brings it back"]},
         {"title": "Alerts", "id": "alerts", "rows": alerts, "header": ["time", "run", "task", "rule", "severity",

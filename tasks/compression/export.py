@@ -35,18 +35,22 @@ def export_onnx(
     with the plug-in's input and output names; batch axis dynamic."""
     import torch
 
-    from tasks.models import plugin_of
+    from tasks.models import plugin_of, served_output
 
     plugin = plugin_of(model)
     path = Path(path)
     raw = path.with_name(f".{path.name}.raw")
     wrapped = plugin.export_wrapper(model).eval()
+    example = plugin.example_input(model, 4)
+    with torch.no_grad():
+        probabilities = wrapped(example)  # [n]: binary; [n, K]: K classes
+    classes = 2 if probabilities.ndim == 1 else int(probabilities.shape[1])
     torch.onnx.export(
         wrapped,
-        (plugin.example_input(model, 4),),
+        (example,),
         str(raw),
         input_names=[plugin.INPUT],
-        output_names=[plugin.OUTPUT],
+        output_names=[served_output(plugin, classes)],
         dynamo=True,
         external_data=False,
         dynamic_shapes=(dynamic_axes(plugin, model),),

@@ -9,7 +9,9 @@ A model module provides (checked when it is loaded, with an error naming what is
                           "tokens": int64 ids [n, max_len] (0: padding) of the dataset's `texts`,
                           from a tokenizer trained with the model (tasks/models/tokens.py); its
                           Params then have `vocab_size` and `max_len`
-    INPUT, OUTPUT         the served tensor names (OIP) of the exported graph
+    INPUT, OUTPUT         the served tensor names (OIP) of the exported graph; OUTPUT names a binary
+                          model's P(class 1) [n] (clients rely on it), a K > 2 class model serves
+                          K_CLASS_OUTPUT [n, K] instead (served_output)
     build(stats, params)  a new module for inputs described by `stats` (`.mean`, `.std` per feature,
                           `.classes`: K, `.class_shares`), seeded by the caller; one logit when binary,
                           K when K > 2 (losses.logit_count); its weights are what training changes
@@ -66,6 +68,7 @@ REQUIRED = (
     "COMPRESSION",
 )
 BATCH_FORMATS = ("dense", "tokens")
+K_CLASS_OUTPUT = "class_probabilities"  # the served output of a K > 2 class model: [n, K], rows summing to 1
 BUILDS_STUDENTS = ("distil", "prune_structured")
 # Models saved before plug-ins existed carry no plug-in name: the MLP was the only model then.
 LEGACY_PLUGIN = "tasks.models.mlp"
@@ -102,6 +105,11 @@ def plugin_of(model) -> ModuleType:
     if module is None:
         raise ModelPluginError(f"{type(model).__name__} was not built by a model plug-in (no sluice_plugin)")
     return load_model_plugin(module)
+
+
+def served_output(plugin: ModuleType, classes: int) -> str:
+    """The served output tensor's name: the plug-in's OUTPUT for a binary model, K_CLASS_OUTPUT for K > 2."""
+    return plugin.OUTPUT if classes == 2 else K_CLASS_OUTPUT
 
 
 def build_model(module: str, stats, params: dict[str, Any]):

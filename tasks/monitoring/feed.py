@@ -32,6 +32,7 @@ from tasks.core.records import (
     TrainRecord,
     WeakLabelRecord,
 )
+from tasks.labeling.drift import class_shares
 from tasks.monitoring import cost
 from tasks.monitoring.store import Alert, CostLine, Metric, TaskUsage
 
@@ -107,13 +108,12 @@ def weak_label(rec: WeakLabelRecord, info: RunInfo) -> Fed:
     ms = _keep(
         _m("data", info, "coverage", rec.coverage),
         _m("data", info, "conflict_rate", stats.get("conflict_rate")),
-        _m("data", info, "spam_share", stats.get("spam_share")),
         _m("data", info, "rows", rec.rows),
         _m("data", info, "abstained_rows", rec.abstained_rows),
         _m("data", info, "labels_produced", rec.rows - rec.abstained_rows),
         _m("data", info, "n_lfs", rec.n_lfs),
-        # K classes: each class's share of the labeled rows, the class number as the subject
-        *(_m("data", info, "class_share", v, subject=str(c)) for c, v in enumerate(stats.get("class_shares") or [])),
+        # each class's share of the labeled rows, the class number as the subject
+        *(_m("data", info, "class_share", v, subject=str(c)) for c, v in enumerate(class_shares(stats) or [])),
     )
     for row in rec.lf_table:
         for key, name in (

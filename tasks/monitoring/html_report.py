@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tasks.core.files import atomic_write_text, read_json
+from tasks.labeling.drift import class_shares
 from tasks.monitoring.feed import train_lines
 from tasks.monitoring.pipeline_state import REPORT_NAME, branch_of, data_versions, serving
 from tasks.rendering import plots
@@ -120,14 +121,15 @@ def section_labeling(inp: ReportInputs) -> dict[str, Any]:
 
 
 def class_share_series(stats: list[dict[str, Any]], classes: list[str] | None) -> dict[str, list]:
-    """The label balance of each version's batch as chart series: binary, the share of class 1
-    (`spam_share`); K classes, one series a class (`class_shares`). Named by the run's class names when
-    the summary has them (summaries before K classes: the emails' ham and spam)."""
-    k = max((len(s.get("class_shares") or []) for s in stats), default=0)
-    names = classes or (["ham", "spam"] if k == 0 else [str(c) for c in range(k)])
-    if k == 0:
-        return {f"{names[1]} share of the labeled batch": [s.get("spam_share") for s in stats]}
-    shares = [s.get("class_shares") or [None] * k for s in stats]
+    """The label balance of each version's batch as chart series, one a class (`class_shares`); binary,
+    the share of class 1 alone. Named by the run's class names when the summary has them (older
+    summaries: by class number)."""
+    all_shares = [class_shares(s) for s in stats]
+    k = max((len(sh or []) for sh in all_shares), default=0)
+    names = classes or [str(c) for c in range(k)]
+    if k == 2:
+        return {f"{names[1]} share of the labeled batch": [sh[1] if sh else None for sh in all_shares]}
+    shares = [sh or [None] * k for sh in all_shares]
     return {
         f"{names[c] if c < len(names) else c} share": [sh[c] if c < len(sh) else None for sh in shares]
         for c in range(k)

@@ -146,6 +146,8 @@ def read_records(reg: Any, kind: str, versions: list[str]) -> list[dict[str, Any
 
 def data_versions(reg: Any, state: dict[str, Any], limit: int = LIMIT) -> list[dict[str, Any]]:
     """The newest data versions, newest first, each with its whole record under `record`."""
+    from tasks.labeling.drift import class_shares
+
     versions = reg.tags("data")[-limit:]
     out = []
     for v, info in reversed(list(zip(versions, read_records(reg, "data", versions)))):
@@ -157,8 +159,7 @@ def data_versions(reg: Any, state: dict[str, Any], limit: int = LIMIT) -> list[d
                 "rows": info.get("total_rows"),
                 "parent": info.get("parent"),
                 "created_at": info.get("created_at"),
-                "spam_share": stats.get("spam_share"),
-                "class_shares": stats.get("class_shares"),  # K classes (spam_share is binary's class 1)
+                "class_shares": class_shares(stats),  # label k's share of the batch's labeled rows
                 "label_source": info.get("label_source"),
                 "batches": [p["batch_id"] for p in info.get("partitions", [])],
                 "reentered": info.get("reentered") or [],

@@ -324,7 +324,7 @@ def render_text(s: dict[str, Any]) -> str:
             f"label model {fmt_quality(q['label_model'])} | majority vote {fmt_quality(q['majority_vote'])}"
             f" -> using {lab['chosen']}"
         )
-        names = s.get("classes") or ["ham", "spam"]  # label k's name (summaries before K classes: the emails')
+        names = s.get("classes") or []  # label k's name (older summaries: its number)
         table = lab["lf_table"] or []
         votes = ["/".join(names[v] if v < len(names) else str(v) for v in r["polarity"]) or "-" for r in table]
         width = max([6, *(len(v) + 1 for v in votes)])

@@ -68,9 +68,9 @@ def test_every_percentage_carries_its_unit(raw_batch):
     labeled = raw_batch.copy()
     labeled["label"] = np.where(np.arange(len(labeled)) % 10 < 3, 0, -1)  # 30% covered, all ham
     labeled["label_prob"] = np.where(labeled["label"] == 0, 0.0, np.nan)
-    summary = validate_frame(contract_view(labeled), LABELED).summary()
+    summary = validate_frame(contract_view(labeled, 2), LABELED).summary()
     assert "on column 'covered': observed 30%; expected between 50% and 100%" in summary, summary
-    assert "on column 'spam_label': observed 0%; expected between 1% and 50%" in summary, summary
+    assert "on column 'label_is_1': observed 0%; expected between 1% and 50%" in summary, summary
     # No bare fraction or percent: every number next to "observed" or a bound is followed by its % sign.
     for line in summary.splitlines()[1:]:
         for number in re.findall(r"(?:observed|between|and|offend \() ?(-?\d+(?:\.\d+)?)(?![\d.%])", line):

@@ -64,13 +64,13 @@ def test_labeled_contract(raw_batch):
     df["label"] = np.where(rng.random(len(df)) < 0.1, 1, 0)
     df["label_prob"] = df["label"].astype(float)
     df["label_source"], df["label_weight"] = "weak", 1.0
-    assert validate_frame(contract_view(df), LABELED).success
+    assert validate_frame(contract_view(df, 2), LABELED).success
     all_abstain = df.assign(label=-1, label_prob=np.nan)
-    r = validate_frame(contract_view(all_abstain), LABELED)
+    r = validate_frame(contract_view(all_abstain, 2), LABELED)
     assert ("expect_column_mean_to_be_between", "covered") in failed(r)
     all_spam = df.assign(label=1, label_prob=1.0)
-    assert ("expect_column_mean_to_be_between", "spam_label") in failed(
-        validate_frame(contract_view(all_spam), LABELED)
+    assert ("expect_column_mean_to_be_between", "label_is_1") in failed(
+        validate_frame(contract_view(all_spam, 2), LABELED)
     )
 
 
@@ -127,7 +127,7 @@ def _labeled(raw_batch, spam_share=0.1, seed=0):
 
 
 def test_distribution_checks_are_skipped_without_a_previous_version(raw_batch):
-    r = validate_frame(contract_view(_labeled(raw_batch)), LABELED)
+    r = validate_frame(contract_view(_labeled(raw_batch), 2), LABELED)
     assert r.success and len(r.skipped) == 3 and "skipped" in r.summary()
 
 
@@ -136,18 +136,18 @@ def test_distribution_against_the_previous_version(emails):
 
     previous = _labeled(emails.iloc[:600].drop(columns=[GOLD_COLUMN]).reset_index(drop=True), seed=1)
     tonight = _labeled(emails.iloc[600:1200].drop(columns=[GOLD_COLUMN]).reset_index(drop=True), seed=2)
-    ref = contract_view(previous)
-    ok = validate_frame(contract_view(tonight), LABELED, reference=ref)
+    ref = contract_view(previous, 2)
+    ok = validate_frame(contract_view(tonight, 2), LABELED, reference=ref)
     assert ok.success and not ok.skipped and ok.evaluated == len(contracts.load_suite_spec(LABELED)["expectations"])
 
     flipped = tonight.assign(label=np.where(tonight["label"] == -1, -1, 1 - tonight["label"]))
     flipped["label_prob"] = flipped["label"].clip(lower=0).astype(float).where(flipped["label"] != -1)
     assert ("expect_column_kl_divergence_to_be_less_than", "label") in failed(
-        validate_frame(contract_view(flipped), LABELED, reference=ref)
+        validate_frame(contract_view(flipped, 2), LABELED, reference=ref)
     )
 
     inflated = tonight.assign(num_char=tonight["num_char"] * 10)
-    r = validate_frame(contract_view(inflated), LABELED, reference=ref)
+    r = validate_frame(contract_view(inflated, 2), LABELED, reference=ref)
     assert ("expect_column_median_to_be_between", "num_char") in failed(r)
 
 

@@ -135,8 +135,11 @@ def test_drift_flags():
     p = load_params().weak_label
     L = np.array([[0, -1], [1, 0], [-1, -1], [1, -1]])
     stats = labeling_stats(L, np.array([0, 1, -1, 1]))
-    assert stats == {"coverage": 0.75, "conflict_rate": 0.25, "spam_share": 2 / 3}
+    assert stats == {"coverage": 0.75, "conflict_rate": 0.25, "class_shares": [1 / 3, 2 / 3]}
     assert drift_flags(stats, None, p) == []
     assert drift_flags(stats, dict(stats), p) == []
     (flag,) = drift_flags(stats, {**stats, "coverage": 0.4}, p)
     assert flag.startswith("coverage moved 0.400 -> 0.750")
+    before_class_shares = {"coverage": 0.75, "conflict_rate": 0.25, "spam_share": 0.2}  # a record of older code
+    (flag,) = drift_flags(stats, before_class_shares, p)
+    assert flag.startswith("class 1's share moved 0.200 -> 0.667")

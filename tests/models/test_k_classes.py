@@ -69,7 +69,7 @@ def test_a_three_class_model_exports_k_probabilities_and_compresses(trained, tmp
     X, y = _rows(600, 1)
     session = open_session(export_onnx(model, tmp_path / "m.onnx"))
     out = session.get_outputs()[0]
-    assert out.name == "p_spam" and out.shape[1] == K  # the plug-in's OUTPUT: [batch, K]
+    assert out.name == "class_probabilities" and out.shape[1] == K  # K_CLASS_OUTPUT: [batch, K] (binary: OUTPUT)
     served = predict(session, X)
     np.testing.assert_allclose(served, predict_proba(model, X), atol=1e-5)
 

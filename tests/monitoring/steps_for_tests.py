@@ -27,7 +27,7 @@ def weak_label_record(rows: int = 500, abstained: int = 55) -> WeakLabelRecord:
         rows=rows,
         lf_module="tasks.plugins.emails.lfs",
         lf_module_hash="0",
-        labeling_stats={"coverage": 0.89, "conflict_rate": 0.102, "spam_share": 0.2},
+        labeling_stats={"coverage": 0.89, "conflict_rate": 0.102, "class_shares": [0.8, 0.2]},
         drift=[],
         drift_compared_with=None,
         n_lfs=2,

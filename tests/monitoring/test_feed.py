@@ -132,13 +132,20 @@ def test_compress_feed_lists_candidates_and_slices(tmp_path):
 @pytest.mark.parametrize(
     "stats, expected",
     [
-        ({"coverage": 0.8, "conflict_rate": 0.1, "spam_share": 0.2}, {("spam_share", ""): 0.2}),
+        (
+            {"coverage": 0.8, "conflict_rate": 0.1, "class_shares": [0.8, 0.2]},
+            {("class_share", "0"): 0.8, ("class_share", "1"): 0.2},
+        ),
+        (  # a record written before class_shares: class 1's share alone
+            {"coverage": 0.8, "conflict_rate": 0.1, "spam_share": 0.2},
+            {("class_share", "0"): 0.8, ("class_share", "1"): 0.2},
+        ),
         (
             {"coverage": 0.8, "conflict_rate": 0.1, "class_shares": [0.5, 0.3, 0.2]},
             {("class_share", "0"): 0.5, ("class_share", "1"): 0.3, ("class_share", "2"): 0.2},
         ),
     ],
-    ids=["binary", "three classes"],
+    ids=["binary", "binary recorded before class shares", "three classes"],
 )
 def test_weak_label_feed_keeps_the_label_balance_of_any_number_of_classes(tmp_path, stats, expected):
     from tasks.core.records import WeakLabelRecord
@@ -149,7 +156,7 @@ def test_weak_label_feed_keeps_the_label_balance_of_any_number_of_classes(tmp_pa
         quality_dev={}, lf_table=[],
     )  # fmt: skip
     fed = feed.weak_label(rec, info(tmp_path))
-    balance = {(m.name, m.subject): m.value for m in fed.metrics if m.name in ("spam_share", "class_share")}
+    balance = {(m.name, m.subject): m.value for m in fed.metrics if m.name == "class_share"}
     assert balance == pytest.approx(expected)
 
 

@@ -137,8 +137,8 @@ def test_report_of_a_deployed_run_shows_every_section(deployed):
     assert 'href="../../model-cards/model-v2.html"' in html
     assert (settings.layout.home / "model-cards" / "model-v2.html").is_file()
     # Label balance across both data versions; LFs; loss curve of 3 points (the torn line skipped).
-    assert "<title>data-v1 spam share of the labeled batch: 0.18</title>" in html
-    assert "<title>data-v2 spam share of the labeled batch: 0.09</title>" in html
+    assert "<title>data-v1 1 share of the labeled batch: 0.18</title>" in html  # a record before class_shares
+    assert "<title>data-v2 1 share of the labeled batch: 0.09</title>" in html
     assert "lf_reply_subject" in html
     assert "<title>loss: 3 points, last 0.333</title>" in html
     # The store: the alert, the utilization rows (a metric without a value is "not available"), the costs.
@@ -218,9 +218,13 @@ def test_branch_of(outcome, failed, branch):
 
 
 def test_the_label_balance_is_named_by_the_runs_classes_one_series_a_class():
-    binary = [{"spam_share": 0.18}, {"spam_share": 0.09}]
-    assert class_share_series(binary, None) == {"spam share of the labeled batch": [0.18, 0.09]}  # before K classes
+    binary = [{"class_shares": [0.82, 0.18]}, {"class_shares": [0.91, 0.09]}]
+    assert class_share_series(binary, None) == {"1 share of the labeled batch": [0.18, 0.09]}
     assert class_share_series(binary, ["other", "great"]) == {"great share of the labeled batch": [0.18, 0.09]}
+    recorded_before_class_shares = [{"spam_share": 0.18}, {"class_shares": [0.91, 0.09]}]
+    assert class_share_series(recorded_before_class_shares, ["ham", "spam"]) == {
+        "spam share of the labeled batch": [0.18, 0.09]
+    }
     three = [{"class_shares": [0.5, 0.3, 0.2]}, {"class_shares": [0.4, 0.4, 0.2]}]
     assert class_share_series(three, ["ok", "hot", "loose"]) == {
         "ok share": [0.5, 0.4], "hot share": [0.3, 0.4], "loose share": [0.2, 0.2]

@@ -77,13 +77,15 @@ def test_tritonclient_gets_k_probabilities_a_row(served):
 
     client = triton.InferenceServerClient(served["server"].url.removeprefix("http://"))
     meta = client.get_model_metadata("toy3")
-    assert meta["outputs"] == [{"name": "p_spam", "datatype": "FP32", "shape": [-1, K]}]
+    assert meta["outputs"] == [{"name": "class_probabilities", "datatype": "FP32", "shape": [-1, K]}]
     x = three.featurize(served["held"])
     for binary in (True, False):
         inp = triton.InferInput("features", list(x.shape), "FP32")
         inp.set_data_from_numpy(x, binary_data=binary)
-        result = client.infer("toy3", [inp], outputs=[triton.InferRequestedOutput("p_spam", binary_data=binary)])
-        out = result.as_numpy("p_spam")
+        result = client.infer(
+            "toy3", [inp], outputs=[triton.InferRequestedOutput("class_probabilities", binary_data=binary)]
+        )
+        out = result.as_numpy("class_probabilities")
         assert out.shape == (len(x), K)
         np.testing.assert_allclose(out, served["expected"], rtol=1e-5, atol=1e-6)
     client.close()
@@ -152,15 +154,15 @@ def test_tritonclient_gets_k_probabilities_for_text(served_text):
     assert expected.shape == (30, K) and len(set(expected.argmax(1).tolist())) == K  # it tells the three apart
     client = triton.InferenceServerClient(served_text["server"].url.removeprefix("http://"))
     meta = client.get_model_metadata("toy_text3")
-    assert meta["outputs"] == [{"name": "p_positive", "datatype": "FP32", "shape": [-1, K]}]
+    assert meta["outputs"] == [{"name": "class_probabilities", "datatype": "FP32", "shape": [-1, K]}]
     texts = np.array([t.encode() for t in served_text["texts"]], dtype=np.object_)
     for binary in (True, False):
         inp = triton.InferInput("text", [len(texts)], "BYTES")
         inp.set_data_from_numpy(texts, binary_data=binary)
         result = client.infer(
-            "toy_text3", [inp], outputs=[triton.InferRequestedOutput("p_positive", binary_data=binary)]
+            "toy_text3", [inp], outputs=[triton.InferRequestedOutput("class_probabilities", binary_data=binary)]
         )
-        np.testing.assert_allclose(result.as_numpy("p_positive"), expected, rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(result.as_numpy("class_probabilities"), expected, rtol=1e-5, atol=1e-6)
     client.close()
     rows = served_text["held"][["review_id", "text"]].to_dict("records")
     r = httpx.post(served_text["server"].url + "/v1/predict", json={"rows": rows}, timeout=30)
