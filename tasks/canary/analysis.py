@@ -164,7 +164,7 @@ def psi(
     floor of about pseudo_count / n instead of 0 (log(0)), and the floor shrinks as the
     sample grows. sum((a - e) * ln(a / e)). NaN if either side is empty.
 
-    Small samples inflate PSI: with scores like a spam model's (most near 0) and the same
+    Small samples inflate PSI: with scores like a rare-class model's (most near 0) and the same
     model on both sides, 10 bins give a mean PSI of about 0.15 at 50 vs 250 scores (11%
     above 0.25), 0.11 at 150 vs 150 (1%), 0.06 at 300 vs 300 (0%); a hard floor of 1e-4
     instead gave 0.39 (80% above 0.25) at 50 vs 250.

@@ -6,7 +6,7 @@ training rows stratified by class: an empty sample, or one holding a single clas
 ranges would not cover the other class's activations), is refused.
 
 Static QDQ quantizes only Gemm/MatMul (their inputs and weights): a quantized Sigmoid
-output would map P(spam) onto 256 levels and tie many scores, costing ROC AUC.
+output would map P(class 1) onto 256 levels and tie many scores, costing ROC AUC.
 """
 
 from __future__ import annotations

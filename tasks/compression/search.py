@@ -54,7 +54,7 @@ def measure(
 
     `predicted`: probabilities on these rows by ONNX file, shared by one search's candidates, so the
     parent every candidate is compared with is predicted once (a 23M-parameter transformer's 500 dev
-    reviews, 32 tokens each, took ~9 s on 2 cores)."""
+    texts, 32 tokens each, took ~9 s on 2 cores)."""
     X = model_input(gold_dev_X)
     y = np.asarray(gold_dev_y).astype(int)
     predicted = {} if predicted is None else predicted

@@ -168,7 +168,7 @@ class Int8DynamicConfig(TechniqueBase):
     reduce_range: bool = True
     """Weights in 7 bits: on x86 CPUs without VNNI (AVX2 only, e.g. this project's AMD EPYC machines)
     onnxruntime's u8s8 kernels add pairs of products in int16 and saturate with full 8-bit weights
-    (measured: a served MLP off by up to 0.995 in P(spam)). The served file may run on any CPU, so
+    (measured: a served MLP off by up to 0.995 in P(class 1)). The served file may run on any CPU, so
     the file that is gated is the one that is safe everywhere."""
 
 

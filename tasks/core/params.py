@@ -149,7 +149,7 @@ class WeakLabelParams(Section):
     mix: Literal["weak_plus_gold", "weak_only", "gold_only"]
     """What the end model trains on: weak labels plus the gold that exists (gold wins), or one alone."""
     weak_weight: Literal["auto"] | Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
-    """Weak rows' weight in the noise-aware loss (their target is the label model's P(spam));
+    """Weak rows' weight in the noise-aware loss (their target is the label model's probabilities);
     auto: chosen on gold dev folds (tasks/labeling/weak_weight.py), 0 when weak labels do not help."""
     weak_weight_se: Annotated[float, Field(ge=0, le=10, allow_inf_nan=False)]
     """auto: weights within this many standard errors of the best out-of-fold ROC AUC count as best."""
@@ -472,7 +472,7 @@ class ScalingParams(Section):
     sharded_hidden: Widths
     """The MLP that needs sharding (train.strategy fsdp2; ~36M parameters with the demo features)."""
     sharded_sequence_model: ModelParams
-    """The sequence model that needs sharding (train.strategy fsdp2; ~23M parameters, 16-token reviews),
+    """The sequence model that needs sharding (train.strategy fsdp2; ~23M parameters, 16-token texts),
     a model plug-in and its params as in `train.model`."""
 
     @field_validator("profile")

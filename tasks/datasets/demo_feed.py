@@ -2,8 +2,8 @@
 
 Split once, deterministically: a gold dev set and a gold test set (labels kept,
 never trained on), and the rest replayed as unlabeled nightly landing batches. The
-feed delivers the next batch into landing/ when nothing is waiting. For the bundled
-`emails` dataset the source is OpenIntro's `email` set.
+feed delivers the next batch into landing/ when nothing is waiting. The source is the
+plug-in's `load_source()`.
 
 The replay's order is the plug-in's `replay_order` (docs/datasets.md):
     "time"     by TIME_COLUMN, then ID_COLUMN (the default when the plug-in has a TIME_COLUMN)

@@ -20,8 +20,8 @@ the model score before any prod model, drops out of the mean). The queue takes K
 
 Inclusion probabilities: a chosen row is taken for certain (pi = 1); a random row with
 pi = R / (N - (K - R)). A gold label's importance weight is 1 / pi, and `weighted_mean` (the
-Horvitz-Thompson estimator over the two strata) gives an unbiased estimate of a batch quantity (the
-spam share, the model's accuracy) from the queue's gold: the chosen rows stand for themselves, each
+Horvitz-Thompson estimator over the two strata) gives an unbiased estimate of a batch quantity (a
+class's share, the model's accuracy) from the queue's gold: the chosen rows stand for themselves, each
 random row for 1 / pi rows of the rest. Estimates of quality come from these weights, never from the
 chosen rows alone (they are the hard ones, on purpose).
 """

@@ -40,7 +40,7 @@ from tasks.labeling.lf import apply_lfs, apply_lfs_dev
 CANDIDATES = (0.0, 0.3, 1.0)
 FOLDS = 3
 # Fewer gold rows of a class than this and the folds cannot judge (a held-out fold with one or two
-# spam rows ranks one example): the weak labels are kept at full weight, the choice says why.
+# rows of a class ranks one example): the weak labels are kept at full weight, the choice says why.
 MIN_GOLD_PER_CLASS = 10
 
 
@@ -149,7 +149,7 @@ def gold_folds(
     folds: int,
     classes: int = 2,
 ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """(in-fold rows, out-of-fold rows, the pool's weak P(spam)) for each of `folds` stratified folds of
+    """(in-fold rows, out-of-fold rows, the pool's weak P(class 1)) for each of `folds` stratified folds of
     the judging gold rows, the labeling (LFs that learn from gold, the label model) rebuilt from the
     in-fold rows only: no out-of-fold row helped make the weak labels it is judged against."""
     from sklearn.model_selection import StratifiedKFold
@@ -233,7 +233,7 @@ def out_of_fold_scores(
     folds: int,
     classes: int = 2,
 ) -> list[dict[float, np.ndarray]]:
-    """Each candidate weight's out-of-fold P(spam) on every judging row (the judge model's), once per
+    """Each candidate weight's out-of-fold P(class 1) on every judging row (the judge model's), once per
     repeat of the cross-validation (wp.weak_weight_repeats, the folds reshuffled and the label model
     reseeded each time: seed wp.seed + repeat). Which rows share a fold moves a few dozen rows'
     ROC AUC by more than the weights' difference; the mean over repeats holds still."""

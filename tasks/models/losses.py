@@ -27,7 +27,7 @@ class NoiseAwareBCE(nn.Module):
 
 def binary_loss(positive_share: float) -> NoiseAwareBCE:
     """NoiseAwareBCE with the positive side weighted by the (row-weighted) imbalance, so the 0.5
-    threshold stays meaningful on imbalanced labels (~10% spam in the demo)."""
+    threshold stays meaningful on imbalanced labels (~10% of the demo's rows in class 1)."""
     positive_share = min(max(positive_share, 0.01), 0.99)
     return NoiseAwareBCE((1 - positive_share) / positive_share)
 

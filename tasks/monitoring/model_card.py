@@ -202,7 +202,7 @@ def _closing(version: str) -> list[Block]:
         (
             "p",
             "Training labels are weak labels (labeling functions), not ground truth; quality is measured on a "
-            "small hand-labeled gold set (the `n` column), where spam is a minority class: read ROC AUC and F1 "
+            "small hand-labeled gold set (the `n` column), where a class may be rare: read ROC AUC and F1 "
             "before accuracy.",
         ),
     ]

@@ -7,7 +7,7 @@ under a file lock; versions are immutable git tags (`data-vN`, `model-vN`).
 
     registry.json                   current_data, prod_model, serving state, model stages
     audit.jsonl                     one line per pointer move (who, when, from, to, why)
-    data/emails/<batch>.parquet     one partition per batch (DVC-tracked)
+    data/<dataset>/<batch>.parquet  one partition per batch (DVC-tracked; the plug-in's NAME)
     data/versions/data-vN.json      the partitions in that version + lineage
     models/model-vN/                model.pt, model.fp32.onnx, model.int8.onnx (DVC-tracked)
     models/model-vN.json            lineage: data version, code commit, params hash, metrics, sha256s

@@ -23,7 +23,7 @@ from tasks.registry.held import mark_reentered, mark_to_reenter, reentering, rel
 from tasks.registry.repo import RegistryError, RepoBase, check_version, remote_read_errors
 
 BATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-DEFAULT_DATASET = "emails"  # the bundled dataset; the snapshot step names the active one
+DEFAULT_DATASET = "dataset"  # for callers that name none (tools, tests); the snapshot step names the plug-in
 
 
 class DataVersions(RepoBase):

@@ -94,7 +94,7 @@ def worktree_env(settings: Settings, tree: Path, plan: Plan, folder: Path) -> di
     same state (SLUICE_*), the local backend's launcher settings (tasks/training/local.py), and
     SLUICE_PARAMS naming the recorded params, written to `folder`: the train section travels on the
     command line too, but the engine takes its dataset plug-in from the params file (a model trained
-    on `reviews` under a SLUICE_PARAMS of its own must not be retrained on the checkout's `emails`).
+    on one dataset under a SLUICE_PARAMS of its own must not be retrained on the checkout's default one).
     Not `--dataset`: the engine of a commit older than that flag would refuse it."""
     from tasks.training.local import worker_env
 

@@ -56,7 +56,7 @@ def column_specs(raw_columns: list[str], suite: dict[str, Any]) -> dict[str, dic
             spec["values"] = list(kw["value_set"])
         elif etype == "expect_column_values_to_match_regex":
             spec["pattern"], spec["kind"] = kw["regex"], "str"
-        elif etype == "expect_column_value_lengths_to_be_between":  # a text column's bounds (reviews)
+        elif etype == "expect_column_value_lengths_to_be_between":  # a text column's bounds
             spec["min_length"], spec["max_length"], spec["kind"] = kw.get("min_value"), kw.get("max_value"), "str"
         elif etype == "expect_column_values_to_be_between":
             spec["ge"], spec["le"] = kw.get("min_value"), kw.get("max_value")

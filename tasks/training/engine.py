@@ -5,7 +5,7 @@
         --data-version data-v2 --out runs/<run_id>/train --params '<json of params.train>'
 
 Streams the data version's partitions from the registry by tag (through DVC; see
-`data.py`) and trains on the weak labels (soft targets: the label source's P(spam)),
+`data.py`) and trains on the weak labels (soft targets: the label source's class probabilities),
 step by step: each step one global batch, split into per-rank micro-batches
 (re-split by throughput when balancing), gradients accumulated and averaged exactly.
 `train.strategy` wraps the model in DDP or shards it with FSDP2 (`sharded.py`).

@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from tasks.registry import Registry, RegistryError, check_version
+from tasks.registry import DEFAULT_DATASET, Registry, RegistryError, check_version
 
 
 def partition(tmp_path, name, n=20, seed=0):
@@ -52,8 +52,8 @@ def test_interrupted_transaction_is_rolled_back(settings, tmp_path):
     reg.snapshot({"batch-0001": p1}, {"rows_by_batch": {"batch-0001": len(df1)}})
     head = reg.git("rev-parse", "HEAD")
     # What a kill after `dvc add` and before the commit leaves behind:
-    (reg.root / "data" / "emails" / "batch-0002.parquet").write_bytes(b"half")
-    (reg.root / "data" / "emails" / "batch-0002.parquet.dvc").write_text("outs: []\n")
+    (reg.root / "data" / DEFAULT_DATASET / "batch-0002.parquet").write_bytes(b"half")
+    (reg.root / "data" / DEFAULT_DATASET / "batch-0002.parquet.dvc").write_text("outs: []\n")
     (reg.root / "registry.json").write_text('{"current_data": "data-v9"}')
     p2, df2 = partition(tmp_path, "b2", seed=2)
     v2 = reg.snapshot({"batch-0002": p2}, {"rows_by_batch": {"batch-0002": len(df2)}})
