@@ -24,8 +24,8 @@ $(STAMP): constraints.txt pyproject.toml
 
 env: $(STAMP)
 
-# DEMO=reviews (any plug-in in tasks/datasets/): the demo on that dataset, in a SLUICE_HOME of its own
-# (a registry holds one dataset), with params.yaml's values but the dataset (python -m ops demo-params).
+# DEMO=reviews (any plug-in in tasks/plugins/): the demo on that dataset, in a SLUICE_HOME of its own
+# (a registry holds one dataset), with the plug-in's demo.yaml over params.yaml (python -m ops demo-params).
 DEMO ?= emails
 ifneq ($(DEMO),emails)
 export SLUICE_HOME ?= $(CURDIR)/.sluice-$(DEMO)

@@ -11,7 +11,7 @@ run     run nightly_pipeline once through the scheduler (triggered via the REST 
         meanwhile a part that dies is restarted (the api-server too), and so is a scheduler or dag-processor
         that is alive but unhealthy (hung: no heartbeat) for --restart-hung-after seconds (60), saying so once
 clean-state  stop them and delete SLUICE_HOME, only if it carries the marker file .sluice-home
-demo-params NAME OUT  write params.yaml's values with the dataset plug-in tasks.datasets.NAME to OUT
+demo-params NAME OUT  write params.yaml's values with the plug-in tasks/plugins/NAME's demo.yaml over them to OUT
         (what `make run DEMO=reviews` runs with: the text demo, in a SLUICE_HOME of its own)
 """
 
@@ -291,28 +291,38 @@ def cmd_run(settings: Settings, conf: dict, timeout_s: float, hung_after_s: floa
 
 
 def cmd_demo_params(name: str, out: Path) -> int:
-    """params.yaml with `dataset` naming the demo plug-in tasks.datasets.<name> (checked on load, its
-    own params validated), written to `out`; every other value stays params.yaml's."""
+    """params.yaml's values with the demo's own laid over them, written to `out`: the plug-in
+    tasks/plugins/<name>/ (checked on load) as the dataset, and its folder's demo.yaml (what its demo
+    chooses: model, compression candidates, floors; {section: {dotted key: value}}, as `--set` gives
+    them) over the rest. Nothing another demo chooses reaches it: a value it does not set is params.yaml's."""
     import yaml
 
-    from tasks.core.params import ParamsError, load_params
+    from tasks.core.params import ParamsError, load_params, with_overrides
     from tasks.core.settings import REPO_ROOT
     from tasks.datasets import DatasetError, load_dataset
 
-    module = f"tasks.datasets.{name}"
+    module = f"tasks.plugins.{name}"
     try:
         if not name.isidentifier():
             raise DatasetError(f"{name!r} is not a module name")
-        load_dataset(module)
+        demo_file = Path(load_dataset(module).__file__).with_name("demo.yaml")
+        own = yaml.safe_load(demo_file.read_text()) or {} if demo_file.exists() else {}
+        if not isinstance(own, dict) or not all(isinstance(v, dict) for v in own.values()):
+            raise ParamsError(f"{demo_file}: expected {{section: {{key: value}}}}, got {own!r}")
+        values = with_overrides(
+            yaml.safe_load((REPO_ROOT / "params.yaml").read_text()),
+            {**own, "dataset": {**own.get("dataset", {}), "module": module}},
+        )
     except DatasetError as exc:
         print(f"[sluice] DEMO={name}: not a dataset plug-in ({exc})", file=sys.stderr)
         return 2
-    values = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
-    values["dataset"] = {"module": module, "params": {}}
+    except (ParamsError, yaml.YAMLError) as exc:
+        print(f"[sluice] DEMO={name}: {exc}", file=sys.stderr)
+        return 2
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
-        f"# params.yaml with the dataset {module} (python -m ops demo-params {name}); edit params.yaml\n"
-        + yaml.safe_dump(values, sort_keys=False)
+        f"# params.yaml with {demo_file.relative_to(REPO_ROOT)} over it (python -m ops demo-params {name}); "
+        "edit those, not this file\n" + yaml.safe_dump(values, sort_keys=False)
     )
     try:
         load_params(out)  # the same validation every step applies

@@ -715,12 +715,18 @@ def load_params(
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         raise ParamsError(f"{shown}:{where}: not valid YAML: {getattr(exc, 'problem', None) or exc}") from None
-    if isinstance(raw, dict):
-        for section, values in (overrides or {}).items():
-            if section not in Params.model_fields:
-                raise ParamsError(f"override: unknown section {section!r}; known: {sorted(Params.model_fields)}")
-            raw[section] = _overlaid(raw.get(section) or {}, {k: v for k, v in values.items() if v is not None})
-    return parse_params(raw, shown)
+    return parse_params(with_overrides(raw, overrides) if isinstance(raw, dict) else raw, shown)
+
+
+def with_overrides(raw: dict[str, Any], overrides: dict[str, dict[str, Any]] | None) -> dict[str, Any]:
+    """A params file's values with per-section overrides applied ({section: {dotted key: value}}, as
+    `--set`, a DAG run's Params and a demo's demo.yaml give them; None values keep the file's)."""
+    raw = dict(raw)
+    for section, values in (overrides or {}).items():
+        if section not in Params.model_fields:
+            raise ParamsError(f"override: unknown section {section!r}; known: {sorted(Params.model_fields)}")
+        raw[section] = _overlaid(raw.get(section) or {}, {k: v for k, v in values.items() if v is not None})
+    return raw
 
 
 def _overlaid(base: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:

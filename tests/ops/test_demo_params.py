@@ -1,26 +1,48 @@
 """`make run DEMO=reviews` (docs/datasets.md): one variable runs the demo on another dataset plug-in, in
-a SLUICE_HOME of its own, with params.yaml's values but the dataset."""
+a SLUICE_HOME of its own, with params.yaml's values and the plug-in's demo.yaml over them."""
 
 import os
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tasks.core.params import load_params
 from tasks.core.settings import REPO_ROOT
 
 
-def test_demo_params_is_params_yaml_with_the_dataset_named(tmp_path):
+def test_demo_params_is_params_yaml_with_the_plugins_demo_yaml_over_it(tmp_path):
     out = tmp_path / "home" / "params.reviews.yaml"
     proc = subprocess.run([sys.executable, "-m", "ops", "demo-params", "reviews", str(out)], cwd=REPO_ROOT,
                           capture_output=True, text=True, check=True)  # fmt: skip
     assert f"params in {out}" in proc.stdout
     written, base = yaml.safe_load(out.read_text()), yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    own = yaml.safe_load((REPO_ROOT / "tasks" / "plugins" / "reviews" / "demo.yaml").read_text())
     assert written.pop("dataset") == {"module": "tasks.plugins.reviews", "params": {}}
+    # the demo's own choices, whatever params.yaml says (its model is the emails demo's)
+    assert own["train"]["model.module"] == "tasks.models.mlp"
+    assert written["train"]["model"] == {"module": own["train"]["model.module"], "params": own["train"]["model.params"]}
+    assert written["evaluate"]["min_roc_auc"] == own["evaluate"]["min_roc_auc"]
+    # every value it does not set is params.yaml's
+    for section, values in own.items():
+        for key in values:
+            head = key.split(".")[0]
+            written[section].pop(head, None)
+            base[section].pop(head, None)
     base.pop("dataset")
-    assert written == base  # nothing else changed
+    assert written == base
     assert load_params(out).dataset.module == "tasks.plugins.reviews"
+
+
+def test_a_demo_key_params_yaml_lacks_is_an_error_naming_it():
+    from tasks.core.params import ParamsError, parse_params, with_overrides
+
+    base = yaml.safe_load((REPO_ROOT / "params.yaml").read_text())
+    with pytest.raises(ParamsError, match="evaluate.min_auc"):
+        parse_params(with_overrides(base, {"evaluate": {"min_auc": 0.8}}), "demo.yaml")
+    with pytest.raises(ParamsError, match="unknown section 'evaluation'"):
+        with_overrides(base, {"evaluation": {"min_roc_auc": 0.8}})
 
 
 def test_an_unknown_demo_is_refused_naming_it_and_writes_nothing(tmp_path):
