@@ -177,21 +177,21 @@ def test_the_scenario_table_matches_the_matrix():
 
 def architecture_claims(page: str) -> tuple[set[str], set[str]]:
     """docs/architecture.md's layout block: the steps it lists under `tasks/<step>.py` and the dataset
-    plug-ins named on its `tasks/datasets/` line."""
+    plug-ins named on its `tasks/plugins/<name>/` line."""
     block = page.split("tasks/<step>.py", 1)[1].split("thin:", 1)[0]
     steps = set(re.findall(r"[a-z_]+", block.split("\n", 1)[1]))
-    datasets = re.search(r"tasks/datasets/\s+dataset plug-ins \(([^)]*)\)", page)
+    datasets = re.search(r"tasks/plugins/<name>/\s+a dataset plug-in each \(([^)]*)\)", page)
     return steps, set(re.findall(r"[a-z_]+", datasets.group(1))) if datasets else set()
 
 
 def test_the_architecture_page_lists_every_step_and_dataset_the_code_has():
-    """The steps are the modules in tasks/ that declare one with @step; the datasets, the plug-in modules
-    in tasks/datasets/ (every module but the demo feed)."""
+    """The steps are the modules in tasks/ that declare one with @step; the datasets, the plug-in folders
+    in tasks/plugins/."""
     steps = {p.stem for p in (ROOT / "tasks").glob("*.py") if re.search(r"^@step\b", p.read_text(), re.M)}
-    datasets = {p.stem for p in (ROOT / "tasks" / "datasets").glob("*.py")} - {"__init__", "demo_feed"}
+    datasets = {p.parent.name for p in (ROOT / "tasks" / "plugins").glob("*/__init__.py")}
     listed_steps, listed_datasets = architecture_claims((ROOT / "docs" / "architecture.md").read_text())
     assert len(steps) > 20 and listed_steps == steps, (sorted(steps - listed_steps), sorted(listed_steps - steps))
     assert datasets and listed_datasets == datasets, (sorted(datasets), sorted(listed_datasets))
     # the check can fail: a page that leaves a step out
-    page = "tasks/<step>.py  x\n  ingest train\n  thin: y\ntasks/datasets/   dataset plug-ins (emails) and"
+    page = "tasks/<step>.py  x\n  ingest train\n  thin: y\ntasks/plugins/<name>/   a dataset plug-in each (emails): x"
     assert architecture_claims(page) == ({"ingest", "train"}, {"emails"})

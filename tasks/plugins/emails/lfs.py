@@ -151,7 +151,7 @@ def lf_dev_classifier(
     """
     from sklearn.model_selection import StratifiedKFold
 
-    from tasks.plugins.emails import featurize
+    from . import featurize
 
     x_dev = featurize(dev)
     if len(np.unique(y_dev)) < 2 or min(np.bincount(y_dev)) < MODEL_FOLDS:
