@@ -177,8 +177,9 @@ class QueueStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._get_engine().connect() as db:
             if not self._ready:  # the tables, made once (a queue from the sqlite3 days has them already)
-                with write_transaction(db, lock=WRITE_LOCK):
-                    _schema().create_all(db, checkfirst=True)
+                if not _has_tables(db):  # (checked first: the common case takes no write lock to read)
+                    with write_transaction(db, lock=WRITE_LOCK):
+                        _schema().create_all(db, checkfirst=True)
                 self._ready = True
             if write:
                 with write_transaction(db, lock=WRITE_LOCK):
@@ -579,6 +580,14 @@ def build_items(
         "mean_score_batch": float(np.mean(score)) if len(score) else None,
     }
     return items, account
+
+
+def _has_tables(db: "Connection") -> bool:
+    from sqlalchemy import inspect
+
+    present = all(inspect(db).has_table(name) for name in ("items", "answers"))
+    db.rollback()  # end the read the inspection began, so a write transaction can start on this connection
+    return present
 
 
 def _q(db: "Connection", sql: str, **args: Any):
