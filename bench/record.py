@@ -9,6 +9,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tasks.core.files import atomic_write_text
+
 _OPS = {"<=": operator.le, ">=": operator.ge}
 
 RESULTS_FILE = Path(__file__).resolve().parent / "results.json"
@@ -53,10 +55,8 @@ def load_results(path: Path = RESULTS_FILE) -> list[dict[str, Any]]:
 
 
 def write_results(entries: list[dict[str, Any]], path: Path = RESULTS_FILE) -> None:
-    """Write the entries atomically (a temp file renamed over the old one)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
-    tmp.replace(path)
+    """Write the entries atomically (core's atomic write: a temp file, fsynced, renamed over the old one)."""
+    atomic_write_text(path, json.dumps(entries, indent=2, ensure_ascii=False) + "\n")
 
 
 def merge_records(

@@ -15,7 +15,7 @@ four ways and scored by ROC AUC on the test set:
 - gold only, k%: the k% gold rows alone;
 - self-training, k% (K in SELF_TRAIN_KS): weak plus gold, then the end model's confident predictions
   on the rows every LF abstained on added as soft pseudo-labels and the model refit
-  (tasks/labeling/self_training.py); also judged out of fold on the k% gold (the fast judge model).
+  (bench/self_training.py); also judged out of fold on the k% gold (the fast judge model).
 
 Records, per dataset (the emails demo; the tests/toy plug-in with the suffix `_toy`; the reviews text
 plug-in with `_reviews`, bench/weak_vs_gold_reviews.py):
@@ -39,12 +39,12 @@ from typing import Any
 import numpy as np
 
 from bench.record import Record
+from bench.self_training import judge_self_training, self_train
 from tasks.core.params import load_params
 from tasks.datasets import load_dataset, load_lfs
 from tasks.evaluation.quality import classification_metrics
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import apply_lfs, apply_lfs_dev
-from tasks.labeling.self_training import judge_self_training, self_train
 from tasks.labeling.weak_weight import choose_weak_weight, fit_and_predict, fit_and_score, gold_targets, weak_targets
 
 KS = (1, 2, 3, 5, 7, 10, 15, 20, 30)

@@ -5,8 +5,9 @@ the acquisition rule (tasks/labeling/acquisition.py: LF conflict, label-model en
 uncertainty when there is a prod model, greedy diversity over the featurized rows) picks K - R rows,
 and R = round(K * queue.random_share) are drawn at random from the rest, each with its inclusion
 probability. Never queued: a gold test row, a row with gold already, a row queued before. The queue
-is SLUICE_HOME/queue/queue.sqlite (tasks/labeling/queue.py); a person works through it on the Sluice
-page, and the labels become gold for the next night (docs/training.md "Queue gold").
+is SLUICE_HOME/queue/queue.sqlite, or SLUICE_DATABASE_URL's PostgreSQL (tasks/labeling/queue.py); a
+person works through it on the Sluice page, and the labels become gold for the next night
+(docs/training.md "Queue gold").
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def fill_queue(ctx: StepContext, ingest: IngestRecord, weak_label: WeakLabelReco
     names = [c for c in votes.columns if not c.startswith("_")]
     L, prob = votes[names].to_numpy(), votes_probabilities(votes)
     registry = Registry(ctx.settings)
-    store = QueueStore.open(ctx.settings.layout)
+    store = QueueStore.open(ctx.settings)
     gold_sets = set()  # rows the gold dev and test sets hold: a label there is never used
     for name in ("test", "dev"):
         gold_sets |= set(map(str, pd.read_parquet(ctx.settings.layout.gold / f"{name}.parquet")[ds.ID_COLUMN]))

@@ -110,7 +110,7 @@ def add_queue_routes(app: FastAPI, current: Callable[[], Settings], user_dep: An
             raise HTTPException(403, why)
 
     def store() -> QueueStore:
-        return QueueStore.open(current().layout)
+        return QueueStore.open(current())
 
     def classes() -> dict[int, str]:
         ds = load_dataset(_dataset_module(current()))

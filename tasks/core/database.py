@@ -1,6 +1,7 @@
-"""Database URLs and the one way to connect (SQLAlchemy): the metrics store's backend, the registry's lock.
+"""Database URLs and the one way to connect (SQLAlchemy): the metrics store's and the labeling queue's
+backend, the registry's lock.
 
-SLUICE_DATABASE_URL empty: the metrics store is a SQLite file under SLUICE_HOME (one host);
+SLUICE_DATABASE_URL empty: each store is a SQLite file under SLUICE_HOME (one host);
 `postgresql://user@host:port/db`: PostgreSQL (many hosts), through psycopg 3. SQLAlchemy and the
 driver are imported when a connection is first made, never at import time (the model server's
 cold start pays for neither). Every engine here uses no pool: each use opens its own connection,
@@ -58,6 +59,49 @@ def make_engine(url: str) -> "Engine":
 
     connect_args = POSTGRES_CONNECT_ARGS if is_postgres(url) else {}
     return create_engine(sqlalchemy_url(url), poolclass=NullPool, connect_args=connect_args)
+
+
+def sqlite_engine(path: Path) -> "Engine":
+    """A SQLite file as the stores use it: the driver in autocommit mode (`write_transaction` says BEGIN
+    IMMEDIATE itself), WAL, a 30 s busy timeout, synchronous=NORMAL (WAL: consistent after a crash, one
+    fsync per checkpoint)."""
+    from sqlalchemy import event
+
+    engine = make_engine(sqlite_url(path))
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001 - SQLAlchemy's event signature
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        for pragma in ("journal_mode=WAL", "busy_timeout=30000", "synchronous=NORMAL"):
+            cur.execute(f"PRAGMA {pragma}")
+        cur.close()
+
+    return engine
+
+
+@contextlib.contextmanager
+def write_transaction(db: "Connection", lock: str | None = None) -> Iterator["Connection"]:
+    """One write transaction on `db` (committed at the end of the block, rolled back by an exception).
+    SQLite (an engine from `sqlite_engine`): BEGIN IMMEDIATE, the file's write lock taken up front, so
+    writers take turns and a read-then-write inside is never raced. PostgreSQL: a transaction; `lock`
+    names a transaction-level advisory lock taken first (held until commit), for writers that must take
+    turns the way SQLite's do (READ COMMITTED alone would let two of them read the same state)."""
+    if db.dialect.name == "sqlite":
+        db.exec_driver_sql("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.exec_driver_sql("ROLLBACK")
+            raise
+        db.exec_driver_sql("COMMIT")
+        return
+    from sqlalchemy import text
+
+    with db.begin():
+        if lock is not None:
+            db.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_key(lock)})
+        yield db
 
 
 def lock_key(name: str) -> int:

@@ -2,7 +2,8 @@
 
 Every write goes to a temp file in the target's folder, is fsynced, then renamed
 over the target, so a reader (or a crash) sees the old file or the new one, never
-a torn one.
+a torn one. `atomic_create_with` is the same write for a file that must never be
+replaced (a shared key, a quarantined batch): hard-linked in place instead of renamed.
 """
 
 from __future__ import annotations
@@ -20,6 +21,17 @@ def atomic_write_with(path: Path, write: Callable[[Path], None]) -> None:
     """Call `write(tmp)` to produce the file at a temp path beside `path`, fsync it, rename it over `path`.
 
     For writers that want a path rather than bytes (pandas, torch, onnx)."""
+    _atomic(path, write, os.replace)
+
+
+def atomic_create_with(path: Path, write: Callable[[Path], None]) -> None:
+    """As `atomic_write_with`, but `path` is never replaced: the finished temp file is hard-linked
+    there, and a file already at `path` is a FileExistsError (whoever made it first wins; nothing of
+    this write is left). The temp file is created 0o600 and keeps that mode unless `write` changes it."""
+    _atomic(path, write, os.link)
+
+
+def _atomic(path: Path, write: Callable[[Path], None], place: Callable[[str, Path], None]) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -28,10 +40,9 @@ def atomic_write_with(path: Path, write: Callable[[Path], None]) -> None:
         write(Path(tmp))
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        place(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)  # after os.replace there is nothing left to remove
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:

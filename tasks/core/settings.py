@@ -110,8 +110,9 @@ class Settings(BaseSettings):
     )
     database_url: str = Field(
         "",
-        description="the metrics store: empty, a SQLite file under SLUICE_HOME (monitoring/metrics.sqlite); or "
-        "postgresql://user@host:port/db (many hosts; the registry then also takes an advisory lock there)",
+        description="the metrics store and the labeling queue: empty, SQLite files under SLUICE_HOME "
+        "(monitoring/metrics.sqlite, queue/queue.sqlite); or postgresql://user@host:port/db (many hosts; the "
+        "registry then also takes an advisory lock there)",
     )
 
     @field_validator("home", mode="after")

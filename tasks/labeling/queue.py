@@ -1,6 +1,7 @@
-"""The labeling queue: the rows a person labels next, and what each person answered (SQLite).
+"""The labeling queue: the rows a person labels next, and what each person answered.
 
-SLUICE_HOME/queue/queue.sqlite (kept across runs), two tables:
+SLUICE_HOME/queue/queue.sqlite (kept across runs), or the PostgreSQL database SLUICE_DATABASE_URL names
+(the metrics store's; one code path for both, SQLAlchemy Core through tasks/core/database.py), two tables:
 
     items    one per queued row: the run that queued it, the row id, the raw row (JSON), the LF votes
              (name -> vote), the label model's P(positive), the prod model's score (when there was one),
@@ -27,51 +28,92 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sqlite3
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
+from tasks.core.database import is_postgres, make_engine, sqlite_engine, write_transaction
 from tasks.core.errors import RefusedError
+from tasks.core.settings import Settings
 from tasks.registry.gold import gold_number
 from tasks.registry.repo import MirrorError, RegistryError
 
+if TYPE_CHECKING:  # pragma: no cover - types only
+    from sqlalchemy.engine import Connection, Engine
+
 QUEUE_FILE = "queue.sqlite"
 SOURCE = "queue"
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS items (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    run_id TEXT NOT NULL,
-    row_id TEXT NOT NULL,
-    raw TEXT NOT NULL,
-    lf_votes TEXT NOT NULL,
-    label_prob REAL,
-    model_score REAL,
-    score REAL NOT NULL,
-    kind TEXT NOT NULL CHECK (kind IN ('chosen', 'random')),
-    inclusion REAL NOT NULL CHECK (inclusion > 0 AND inclusion <= 1),
-    rank INTEGER NOT NULL,
-    created_at TEXT NOT NULL,
-    UNIQUE (run_id, row_id)
-);
-CREATE TABLE IF NOT EXISTS answers (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    item_id INTEGER NOT NULL REFERENCES items (id),
-    action TEXT NOT NULL CHECK (action IN ('label', 'skip')),
-    label INTEGER,
-    who TEXT NOT NULL,
-    at TEXT NOT NULL,
-    request_id TEXT,
-    gold_version TEXT,
-    undone_at TEXT,
-    undone_by TEXT,
-    undone_version TEXT
-);
-CREATE INDEX IF NOT EXISTS answers_item ON answers (item_id);
-"""
+WRITE_LOCK = "sluice.queue"  # PostgreSQL: the advisory lock every write holds (SQLite: BEGIN IMMEDIATE)
+
+
+def _schema():
+    """The two tables, one definition for SQLite and PostgreSQL, with the names and columns the queue
+    had when it was plain sqlite3 (a queue.sqlite from then opens as it is). SQLite keeps AUTOINCREMENT:
+    an id is never used twice, so an answer `settle` removed can be put back under its own id
+    (`record_label`, step 3); PostgreSQL's bigserial never reuses one either."""
+    from sqlalchemy import (
+        BigInteger,
+        CheckConstraint,
+        Column,
+        Float,
+        ForeignKey,
+        Index,
+        Integer,
+        MetaData,
+        Table,
+        Text,
+        UniqueConstraint,
+    )
+
+    def rowid() -> Column:
+        return Column("id", BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+
+    def text(name: str, nullable: bool = False) -> Column:
+        return Column(name, Text, nullable=nullable)
+
+    md = MetaData()
+    Table(
+        "items",
+        md,
+        rowid(),
+        text("run_id"),
+        text("row_id"),
+        text("raw"),
+        text("lf_votes"),
+        Column("label_prob", Float),
+        Column("model_score", Float),
+        Column("score", Float, nullable=False),
+        text("kind"),
+        Column("inclusion", Float, nullable=False),
+        Column("rank", Integer, nullable=False),
+        text("created_at"),
+        UniqueConstraint("run_id", "row_id"),
+        CheckConstraint("kind IN ('chosen', 'random')"),
+        CheckConstraint("inclusion > 0 AND inclusion <= 1"),
+        sqlite_autoincrement=True,
+    )
+    Table(
+        "answers",
+        md,
+        rowid(),
+        Column("item_id", BigInteger().with_variant(Integer, "sqlite"), ForeignKey("items.id"), nullable=False),
+        text("action"),
+        Column("label", Integer),
+        text("who"),
+        text("at"),
+        text("request_id", nullable=True),
+        text("gold_version", nullable=True),
+        text("undone_at", nullable=True),
+        text("undone_by", nullable=True),
+        text("undone_version", nullable=True),
+        CheckConstraint("action IN ('label', 'skip')"),
+        Index("answers_item", "item_id"),
+        sqlite_autoincrement=True,
+    )
+    return md
 
 
 class QueueError(RefusedError):
@@ -87,38 +129,63 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
+def _sql(sql: str):
+    from sqlalchemy import text
+
+    return text(sql)
+
+
 @dataclass
 class QueueStore:
-    path: Path
+    """The queue in one SQLite file (`path`) or one PostgreSQL database (`url`). Each call opens its own
+    connection; nothing is created until the first write (a reader of a queue that is not there sees an
+    empty one)."""
+
+    path: Path | None = None
+    url: str | None = None
+    _engine: Any = field(default=None, init=False, repr=False, compare=False)
+    _ready: bool = field(default=False, init=False, repr=False, compare=False)
 
     @classmethod
-    def open(cls, layout: Any) -> "QueueStore":
-        return cls(queue_path(layout))
+    def open(cls, where: Any) -> "QueueStore":
+        """The queue of these settings (SLUICE_DATABASE_URL, else SLUICE_HOME/queue/queue.sqlite), of a
+        layout (its SQLite file), at a file path, or in a postgresql:// database."""
+        if isinstance(where, Settings):
+            return cls(url=where.database_url) if where.database_url else cls(queue_path(where.layout))
+        if isinstance(where, str) and is_postgres(where):
+            return cls(url=where)
+        if isinstance(where, (str, Path)):
+            return cls(Path(where))
+        return cls(queue_path(where))
+
+    def _get_engine(self) -> "Engine":
+        if self._engine is None:
+            self._engine = make_engine(self.url) if self.url is not None else sqlite_engine(self.path)
+        return self._engine
 
     @contextlib.contextmanager
-    def _db(self, write: bool = False) -> Iterator[sqlite3.Connection]:
-        if not write and not self.path.exists():  # a reader creates no store
-            db = sqlite3.connect(":memory:")
-            db.executescript(SCHEMA)
-        else:
+    def _db(self, write: bool = False) -> Iterator["Connection"]:
+        """A connection; `write`: in one write transaction, writers taking turns (SQLite: BEGIN IMMEDIATE;
+        PostgreSQL: the advisory lock WRITE_LOCK until commit), so two clicks on one item are ordered and
+        a read-then-write inside (is this person's label there already?) is never raced."""
+        if self.url is None and not write and not self.path.exists():  # a reader creates no store
+            with make_engine("sqlite://").connect() as db:
+                _schema().create_all(db)
+                yield db
+            return
+        if self.url is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.executescript(SCHEMA)
-        db.row_factory = sqlite3.Row
-        try:
+        with self._get_engine().connect() as db:
+            if not self._ready:  # the tables, made once (a queue from the sqlite3 days has them already)
+                if not _has_tables(db):  # (checked first: the common case takes no write lock to read)
+                    with write_transaction(db, lock=WRITE_LOCK):
+                        _schema().create_all(db, checkfirst=True)
+                self._ready = True
             if write:
-                db.execute("BEGIN IMMEDIATE")  # one writer at a time: two clicks on one item are ordered
-                try:
+                with write_transaction(db, lock=WRITE_LOCK):
                     yield db
-                except BaseException:
-                    db.execute("ROLLBACK")
-                    raise
-                db.execute("COMMIT")
             else:
                 yield db
-        finally:
-            db.close()
 
     # ---- filling ----------------------------------------------------------------------------------
     def add_items(self, run_id: str, items: Iterable[dict[str, Any]]) -> int:
@@ -127,22 +194,22 @@ class QueueStore:
         added, at = 0, _now()
         with self._db(write=True) as db:
             for it in items:
-                cur = db.execute(
-                    "INSERT OR IGNORE INTO items (run_id, row_id, raw, lf_votes, label_prob, model_score, score, "
-                    "kind, inclusion, rank, created_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run_id,
-                        str(it["row_id"]),
-                        json.dumps(it["raw"], sort_keys=True, default=str),
-                        json.dumps(it["lf_votes"], sort_keys=True),
-                        _num(it.get("label_prob")),
-                        _num(it.get("model_score")),
-                        float(it["score"]),
-                        it["kind"],
-                        float(it["inclusion"]),
-                        int(it["rank"]),
-                        at,
-                    ),
+                cur = _q(
+                    db,
+                    "INSERT INTO items (run_id, row_id, raw, lf_votes, label_prob, model_score, score, kind, "
+                    "inclusion, rank, created_at) VALUES (:run_id, :row_id, :raw, :lf_votes, :label_prob, "
+                    ":model_score, :score, :kind, :inclusion, :rank, :at) ON CONFLICT (run_id, row_id) DO NOTHING",
+                    run_id=run_id,
+                    row_id=str(it["row_id"]),
+                    raw=json.dumps(it["raw"], sort_keys=True, default=str),
+                    lf_votes=json.dumps(it["lf_votes"], sort_keys=True),
+                    label_prob=_num(it.get("label_prob")),
+                    model_score=_num(it.get("model_score")),
+                    score=float(it["score"]),
+                    kind=it["kind"],
+                    inclusion=float(it["inclusion"]),
+                    rank=int(it["rank"]),
+                    at=at,
                 )
                 added += cur.rowcount
         return added
@@ -150,7 +217,7 @@ class QueueStore:
     # ---- reading ----------------------------------------------------------------------------------
     def item(self, item_id: int) -> dict[str, Any]:
         with self._db() as db:
-            row = db.execute("SELECT * FROM items WHERE id = ?", (int(item_id),)).fetchone()
+            row = _q(db, "SELECT * FROM items WHERE id = :id", id=int(item_id)).mappings().first()
             if row is None:
                 raise QueueError(f"queue item {item_id} does not exist")
             return self._full(db, row)
@@ -159,28 +226,36 @@ class QueueStore:
         """The next item for `who`: the newest run's first in rank order that nobody has labeled (an
         undone label does not count) and that `who` has not skipped. None: the queue is done for them."""
         with self._db() as db:
-            row = db.execute(
-                "SELECT i.* FROM items i WHERE NOT EXISTS (SELECT 1 FROM answers a WHERE a.item_id = i.id "
-                "AND a.undone_at IS NULL AND (a.action = 'label' OR a.who = ?)) "
-                "ORDER BY i.created_at DESC, i.run_id DESC, i.rank, i.id LIMIT 1",
-                (who,),
-            ).fetchone()
+            row = (
+                _q(
+                    db,
+                    "SELECT i.* FROM items i WHERE NOT EXISTS (SELECT 1 FROM answers a WHERE a.item_id = i.id "
+                    "AND a.undone_at IS NULL AND (a.action = 'label' OR a.who = :who)) "
+                    "ORDER BY i.created_at DESC, i.run_id DESC, i.rank, i.id LIMIT 1",
+                    who=who,
+                )
+                .mappings()
+                .first()
+            )
             return self._full(db, row) if row is not None else None
 
     def counts(self, who: str | None = None) -> dict[str, int]:
         with self._db() as db:
-            total = db.execute("SELECT COUNT(*) FROM items").fetchone()[0]
-            labeled = db.execute(
-                "SELECT COUNT(DISTINCT item_id) FROM answers WHERE action = 'label' AND undone_at IS NULL"
-            ).fetchone()[0]
-            conflicted = db.execute(
+            total = _q(db, "SELECT COUNT(*) FROM items").scalar_one()
+            labeled = _q(
+                db, "SELECT COUNT(DISTINCT item_id) FROM answers WHERE action = 'label' AND undone_at IS NULL"
+            ).scalar_one()
+            conflicted = _q(
+                db,
                 "SELECT COUNT(*) FROM (SELECT item_id FROM answers WHERE action = 'label' AND undone_at IS NULL "
-                "GROUP BY item_id HAVING COUNT(DISTINCT label) > 1)"
-            ).fetchone()[0]
+                "GROUP BY item_id HAVING COUNT(DISTINCT label) > 1) AS conflicts",
+            ).scalar_one()
             mine = (
-                db.execute(
-                    "SELECT COUNT(*) FROM answers WHERE who = ? AND undone_at IS NULL AND action = 'label'", (who,)
-                ).fetchone()[0]
+                _q(
+                    db,
+                    "SELECT COUNT(*) FROM answers WHERE who = :who AND undone_at IS NULL AND action = 'label'",
+                    who=who,
+                ).scalar_one()
                 if who
                 else 0
             )
@@ -190,26 +265,29 @@ class QueueStore:
         """Every row id ever queued (a row is queued once, whichever batch brings it again), but those
         `but_run` queued (a retried run's own)."""
         with self._db() as db:
-            return {r[0] for r in db.execute("SELECT DISTINCT row_id FROM items WHERE run_id IS NOT ?", (but_run,))}
+            if but_run is None:
+                return set(_q(db, "SELECT DISTINCT row_id FROM items").scalars())
+            return set(_q(db, "SELECT DISTINCT row_id FROM items WHERE run_id <> :run", run=but_run).scalars())
 
     def answers(self, item_id: int | None = None) -> list[dict[str, Any]]:
         with self._db() as db:
-            sql, args = "SELECT * FROM answers", ()
+            sql, args = "SELECT * FROM answers", {}
             if item_id is not None:
-                sql, args = sql + " WHERE item_id = ?", (int(item_id),)
-            return [dict(r) for r in db.execute(sql + " ORDER BY id", args)]
+                sql, args = sql + " WHERE item_id = :item", {"item": int(item_id)}
+            return [dict(r) for r in _q(db, sql + " ORDER BY id", **args).mappings()]
 
     @staticmethod
-    def _full(db: sqlite3.Connection, row: sqlite3.Row) -> dict[str, Any]:
+    def _full(db: "Connection", row: Any) -> dict[str, Any]:
         out = dict(row)
         out["raw"], out["lf_votes"] = json.loads(out["raw"]), json.loads(out["lf_votes"])
         out["weight"] = 1.0 / out["inclusion"]
         out["labels"] = [
             {k: a[k] for k in ("label", "who", "at", "gold_version")}
-            for a in db.execute(
-                "SELECT * FROM answers WHERE item_id = ? AND action = 'label' AND undone_at IS NULL ORDER BY id",
-                (out["id"],),
-            )
+            for a in _q(
+                db,
+                "SELECT * FROM answers WHERE item_id = :item AND action = 'label' AND undone_at IS NULL ORDER BY id",
+                item=out["id"],
+            ).mappings()
         ]
         out["conflict"] = len({lab["label"] for lab in out["labels"]}) > 1
         return out
@@ -236,14 +314,20 @@ class QueueStore:
         # 1. the answer, pending (no gold version yet), in a transaction of its own: what a kill during the
         # registry's write leaves is found and settled by `settle` (step 3 below, or the other way)
         with self._db(write=True) as db:
-            row = db.execute("SELECT * FROM items WHERE id = ?", (int(item_id),)).fetchone()
+            row = _q(db, "SELECT * FROM items WHERE id = :id", id=int(item_id)).mappings().first()
             if row is None:
                 raise QueueError(f"queue item {item_id} does not exist: nothing recorded")
-            mine = db.execute(
-                "SELECT label, gold_version FROM answers WHERE item_id = ? AND who = ? AND action = 'label' "
-                "AND undone_at IS NULL",
-                (int(item_id), who),
-            ).fetchone()
+            mine = (
+                _q(
+                    db,
+                    "SELECT label, gold_version FROM answers WHERE item_id = :item AND who = :who AND action = 'label' "
+                    "AND undone_at IS NULL",
+                    item=int(item_id),
+                    who=who,
+                )
+                .mappings()
+                .first()
+            )
             if mine is not None:
                 if mine["label"] == label:
                     item = self._full(db, row)
@@ -256,10 +340,16 @@ class QueueStore:
                 )
             at, ts = _now(), time.time()
             request_id = f"queue-{int(item_id)}-{uuid.uuid4().hex[:16]}"  # never reused, whatever is rolled back
-            answer = db.execute(
-                "INSERT INTO answers (item_id, action, label, who, at, request_id) VALUES (?, 'label', ?, ?, ?, ?)",
-                (int(item_id), label, who, at, request_id),
-            ).lastrowid
+            answer = _q(
+                db,
+                "INSERT INTO answers (item_id, action, label, who, at, request_id) "
+                "VALUES (:item, 'label', :label, :who, :at, :request) RETURNING id",
+                item=int(item_id),
+                label=label,
+                who=who,
+                at=at,
+                request=request_id,
+            ).scalar_one()
         candidate = {
             "row_id": row["row_id"],
             "label": label,
@@ -296,13 +386,19 @@ class QueueStore:
         gold = result["accepted"][0]
         # 3. the answer names its gold version (back in place if a `settle` meanwhile took it for a dead one)
         with self._db(write=True) as db:
-            if not db.execute(
-                "UPDATE answers SET gold_version = ? WHERE id = ?", (gold["gold_version"], answer)
-            ).rowcount:
-                db.execute(
+            version = gold["gold_version"]
+            if not _q(db, "UPDATE answers SET gold_version = :v WHERE id = :id", v=version, id=answer).rowcount:
+                _q(
+                    db,
                     "INSERT INTO answers (id, item_id, action, label, who, at, request_id, gold_version) "
-                    "VALUES (?, ?, 'label', ?, ?, ?, ?, ?)",
-                    (answer, int(item_id), label, who, at, request_id, gold["gold_version"]),
+                    "VALUES (:id, :item, 'label', :label, :who, :at, :request, :v)",
+                    id=answer,
+                    item=int(item_id),
+                    label=label,
+                    who=who,
+                    at=at,
+                    request=request_id,
+                    v=version,
                 )
             item = self._full(db, row)
         gold.setdefault("conflict", item["conflict"])
@@ -334,9 +430,11 @@ class QueueStore:
         gold version holds is removed (its label never reached the store). Returns how many. A click in
         flight that this removes puts its answer back when its gold version is made (`record_label`)."""
         with self._db() as db:
-            pending = db.execute(
-                "SELECT id, request_id FROM answers WHERE action = 'label' AND gold_version IS NULL"
-            ).fetchall()
+            pending = (
+                _q(db, "SELECT id, request_id FROM answers WHERE action = 'label' AND gold_version IS NULL")
+                .mappings()
+                .all()
+            )
         if not pending:
             return 0
         live = {str(lab.get("request_id")): lab["gold_version"] for lab in registry.gold_labels()} if (
@@ -346,23 +444,27 @@ class QueueStore:
             for answer in pending:
                 version = live.get(str(answer["request_id"]))
                 if version:
-                    db.execute("UPDATE answers SET gold_version = ? WHERE id = ?", (version, answer["id"]))
+                    _q(db, "UPDATE answers SET gold_version = :v WHERE id = :id", v=version, id=answer["id"])
                 else:
-                    db.execute("DELETE FROM answers WHERE id = ? AND gold_version IS NULL", (answer["id"],))
+                    _q(db, "DELETE FROM answers WHERE id = :id AND gold_version IS NULL", id=answer["id"])
         return len(pending)
 
     def _drop(self, answer: int) -> None:
         with self._db(write=True) as db:
-            db.execute("DELETE FROM answers WHERE id = ?", (answer,))
+            _q(db, "DELETE FROM answers WHERE id = :id", id=answer)
 
     def skip(self, item_id: int, *, who: str) -> dict[str, Any]:
         if not who:
             raise QueueError("a skip needs who gave it")
         with self._db(write=True) as db:
-            if db.execute("SELECT 1 FROM items WHERE id = ?", (int(item_id),)).fetchone() is None:
+            if _q(db, "SELECT 1 FROM items WHERE id = :id", id=int(item_id)).mappings().first() is None:
                 raise QueueError(f"queue item {item_id} does not exist: nothing recorded")
-            db.execute(
-                "INSERT INTO answers (item_id, action, who, at) VALUES (?, 'skip', ?, ?)", (int(item_id), who, _now())
+            _q(
+                db,
+                "INSERT INTO answers (item_id, action, who, at) VALUES (:item, 'skip', :who, :at)",
+                item=int(item_id),
+                who=who,
+                at=_now(),
             )
         return {"item_id": int(item_id), "message": f"item {item_id} skipped"}
 
@@ -373,9 +475,11 @@ class QueueStore:
         before it is in the data already and is not undone."""
         self.settle(registry)
         with self._db() as db:
-            last = db.execute(
-                "SELECT * FROM answers WHERE who = ? AND undone_at IS NULL ORDER BY id DESC LIMIT 1", (who,)
-            ).fetchone()
+            last = (
+                _q(db, "SELECT * FROM answers WHERE who = :who AND undone_at IS NULL ORDER BY id DESC LIMIT 1", who=who)
+                .mappings()
+                .first()
+            )
         if last is None:
             raise QueueError(f"{who} has nothing to undo")
         version = None
@@ -402,10 +506,14 @@ class QueueStore:
                 if version is None:
                     raise
         with self._db(write=True) as db:
-            db.execute(
-                "UPDATE answers SET undone_at = ?, undone_by = ?, undone_version = ? "
-                "WHERE id = ? AND undone_at IS NULL",
-                (_now(), who, version, last["id"]),
+            _q(
+                db,
+                "UPDATE answers SET undone_at = :at, undone_by = :who, undone_version = :v "
+                "WHERE id = :id AND undone_at IS NULL",
+                at=_now(),
+                who=who,
+                v=version,
+                id=last["id"],
             )
         what = f"label {last['label']} retracted ({version})" if version else "skip undone"
         return {"item_id": last["item_id"], "gold_version": version, "message": f"item {last['item_id']}: {what}"}
@@ -472,6 +580,19 @@ def build_items(
         "mean_score_batch": float(np.mean(score)) if len(score) else None,
     }
     return items, account
+
+
+def _has_tables(db: "Connection") -> bool:
+    from sqlalchemy import inspect
+
+    present = all(inspect(db).has_table(name) for name in ("items", "answers"))
+    db.rollback()  # end the read the inspection began, so a write transaction can start on this connection
+    return present
+
+
+def _q(db: "Connection", sql: str, **args: Any):
+    """One statement with named arguments (its rows as mappings: `.mappings()`)."""
+    return db.execute(_sql(sql), args)
 
 
 def _num(x: Any) -> float | None:

@@ -13,7 +13,7 @@ import os
 import shutil
 from pathlib import Path
 
-from tasks.core.files import atomic_write_bytes, atomic_write_json, file_sha256
+from tasks.core.files import atomic_create_with, atomic_write_bytes, atomic_write_json, file_sha256
 from tasks.core.log import log
 from tasks.core.settings import Settings, StateLayout, safe_run_id
 from tasks.landing.batches import MAX_BATCH_ATTEMPTS, forget_batch, load_attempts
@@ -26,12 +26,7 @@ def _link_or_copy(src: Path, dest: Path) -> None:
     except OSError as exc:
         if exc.errno != errno.EXDEV:
             raise
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
-        shutil.copy2(src, tmp)
-        try:
-            os.link(tmp, dest)
-        finally:
-            tmp.unlink(missing_ok=True)
+        atomic_create_with(dest, lambda tmp: shutil.copy2(src, tmp))  # another filesystem: copied whole, then linked
 
 
 def move_without_replacing(src: Path, folder: Path) -> Path:

@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from tasks.core.database import describe, is_postgres, lock_key, make_engine, sqlite_url
+from tasks.core.database import describe, is_postgres, make_engine, sqlite_engine, write_transaction
 from tasks.core.settings import Settings, StateLayout, redact
 
 if TYPE_CHECKING:  # pragma: no cover - types only
@@ -273,9 +273,8 @@ class MetricsStore:
         else:
             store = cls(store_path(where))
             store.path.parent.mkdir(parents=True, exist_ok=True)
-        with store._transaction() as db:
-            if store.is_postgres:  # one process creates the tables; the others wait, then see them
-                db.execute(_sql("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_key("sluice.metrics.schema")})
+        # on PostgreSQL one process creates the tables; the others wait for its lock, then see them
+        with store._transaction(lock="sluice.metrics.schema") as db:
             _schema().create_all(db, checkfirst=True)
             row = db.execute(_sql("SELECT version FROM schema_version")).fetchone()
             if row is None:
@@ -292,7 +291,7 @@ class MetricsStore:
             if self.url is not None:
                 self._engine = make_engine(self.url)
             else:
-                self._engine = _sqlite_engine(self.path)
+                self._engine = sqlite_engine(self.path)
         return self._engine
 
     @contextmanager
@@ -306,20 +305,9 @@ class MetricsStore:
             raise StoreUnavailable(f"the metrics store {self.where} cannot be used: {describe(exc)}") from None
 
     @contextmanager
-    def _transaction(self) -> Iterator["Connection"]:
-        with self._connect() as db:
-            if self.is_postgres:
-                with db.begin():
-                    yield db
-                return
-            # SQLite: the driver is in autocommit mode (_sqlite_engine); take the write lock up front
-            db.exec_driver_sql("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.exec_driver_sql("ROLLBACK")
-                raise
-            db.exec_driver_sql("COMMIT")
+    def _transaction(self, lock: str | None = None) -> Iterator["Connection"]:
+        with self._connect() as db, write_transaction(db, lock):
+            yield db
 
     # --- writes -------------------------------------------------------------------------------
 
@@ -340,12 +328,10 @@ class MetricsStore:
             raise StoreError(f"run id and task must not be empty (got {run_id!r}, {task!r})")
         now = utc_now()
         key = {"run_id": run_id, "task": task}
-        with self._transaction() as db:
-            if self.is_postgres:
-                # SQLite's BEGIN IMMEDIATE makes a replace atomic. Here, under READ COMMITTED, two writers of one
-                # (run, task) could each delete what they see and both insert: this lock (held until commit)
-                # makes them take turns. (The runs-row upsert below would too, but only by its place first.)
-                db.execute(_sql("SELECT pg_advisory_xact_lock(:k)"), {"k": lock_key(f"sluice.metrics:{run_id}:{task}")})
+        # SQLite's BEGIN IMMEDIATE makes a replace atomic. On PostgreSQL, under READ COMMITTED, two writers of one
+        # (run, task) could each delete what they see and both insert: the lock (held until commit) makes them
+        # take turns. (The runs-row upsert below would too, but only by its place first.)
+        with self._transaction(lock=f"sluice.metrics:{run_id}:{task}") as db:
             _touch_run(db, run_id, now, dag_id, kind)
             if usage is not None:
                 db.execute(
@@ -522,24 +508,6 @@ def _sql(sql: str):
 
 def _binds(columns: tuple[str, ...] | list[str]) -> str:
     return ", ".join(f":{c}" for c in columns)
-
-
-def _sqlite_engine(path: Path):
-    """SQLite as before SQLAlchemy: the driver in autocommit mode (the store says BEGIN IMMEDIATE itself),
-    WAL, a 30 s busy timeout, synchronous=NORMAL (WAL: consistent after a crash, one fsync per checkpoint)."""
-    from sqlalchemy import event
-
-    engine = make_engine(sqlite_url(path))
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_conn, _record) -> None:  # noqa: ANN001 - SQLAlchemy's event signature
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        for pragma in ("journal_mode=WAL", "busy_timeout=30000", "synchronous=NORMAL"):
-            cur.execute(f"PRAGMA {pragma}")
-        cur.close()
-
-    return engine
 
 
 def _touch_run(db: "Connection", run_id: str, now: datetime, dag_id: str | None, kind: str) -> None:

@@ -17,12 +17,24 @@ still reads in the right order.
 
 `sync` is idempotent: it compares the tags with the registry's state and adds only what is
 missing, so a transaction killed between its commit and its tags is caught up by the next one.
+
+What goes through gto's library and what does not: the tag names (`gto.tag.name_tag`), their parsing
+(`gto.tag.parse_name`: artifact, action, stage, counter) are GTO's; the messages are worded as
+gto's own (`gto/registry.py`), with the registry version added to a registration's. The tags are
+written by `git tag -a` here, not by `gto.api.register/assign` nor `gto.tag.create_tag`, because
+neither can date a tag: create_tag goes through scmrepo, whose default backend (dulwich's
+`tag_create`) stamps `time.time()` and is given no `tag_time`, so two stage moves within one second
+(a promote, then a rollback) would tie and GTO could read them in the wrong order. (scmrepo's
+gitpython backend would honour GIT_COMMITTER_DATE, but only from os.environ, which is process-wide
+and would also date any other thread's git commits.) The api functions would also read the whole
+GTO registry state per tag and count the `#N` counter again from the repository for each one, where
+`plan` numbers a batch of new tags at once, purely. gto is imported when a tag is named or read,
+not with this module (its import takes about 0.2 s, which the registry's readers need not pay).
 """
 
 from __future__ import annotations
 
 import os
-import re
 import subprocess
 import time
 from dataclasses import dataclass
@@ -36,8 +48,6 @@ STAGES: dict[str, Callable[[dict[str, Any]], str | None]] = {
     "prod": lambda state: state.get("prod_model"),
     "canary": lambda state: ((state.get("serving") or {}).get("challenger") or {}).get("model_version"),
 }
-_STAGE_TAG = re.compile(rf"^{ARTIFACT}#(?P<stage>[a-z]+)(?P<cancel>!?)#(?P<counter>[0-9]+)$")
-_COUNTER = re.compile(r"#(?P<counter>[0-9]+)$")
 
 
 def gto_version(model_version: str) -> str:
@@ -46,7 +56,30 @@ def gto_version(model_version: str) -> str:
 
 
 def registration_tag(model_version: str) -> str:
-    return f"{ARTIFACT}@{gto_version(model_version)}"
+    """model-v3 -> model@v3.0.0 (GTO's registration, no counter)."""
+    from gto.constants import Action
+    from gto.tag import name_tag
+
+    return name_tag(Action.REGISTER, ARTIFACT, version=gto_version(model_version), simple=True)
+
+
+def stage_tag(stage: str, counter: int, assign: bool = True) -> str:
+    """GTO's stage event: model#prod#5 (assigned), model#prod!#6 (unassigned)."""
+    from gto.constants import Action
+    from gto.tag import COUNT_DELIMITER, name_tag
+
+    action = Action.ASSIGN if assign else Action.UNASSIGN
+    return f"{name_tag(action, ARTIFACT, stage=stage, simple=True)}{COUNT_DELIMITER}{counter}"
+
+
+def parsed(name: str) -> dict[str, Any]:
+    """GTO's reading of a tag name when it is one of the artifact's tags, else {}: its action (gto's
+    Action), and its stage, version and counter where it has them (keys: gto.constants' names)."""
+    from gto.constants import NAME
+    from gto.tag import parse_name
+
+    out = parse_name(name, raise_on_fail=False)
+    return out if out.get(NAME) == ARTIFACT else {}
 
 
 @dataclass(frozen=True)
@@ -66,12 +99,14 @@ class NewTag:
 def active_stages(tags: list[ExistingTag], version_of: dict[str, str]) -> dict[str, set[str]]:
     """Stage -> the model versions it is assigned to now: per (stage, version) the last stage tag
     (by GTO's counter) decides. Pure."""
+    from gto.constants import ACTION, COUNTER, STAGE, Action
+
     last: dict[tuple[str, str], tuple[int, bool]] = {}
     for t in tags:
-        m = _STAGE_TAG.match(t.name)
-        if not m or t.commit not in version_of:
+        m = parsed(t.name)
+        if m.get(ACTION) not in (Action.ASSIGN, Action.UNASSIGN) or COUNTER not in m or t.commit not in version_of:
             continue
-        key, event = (m["stage"], version_of[t.commit]), (int(m["counter"]), not m["cancel"])
+        key, event = (m[STAGE], version_of[t.commit]), (m[COUNTER], m[ACTION] is Action.ASSIGN)
         last[key] = max(last.get(key, event), event)
     out: dict[str, set[str]] = {}
     for (stage, version), (_, assigned) in last.items():
@@ -84,6 +119,8 @@ def plan(state: dict[str, Any], commits: dict[str, str], tags: list[ExistingTag]
     """The tags to add so that GTO reads what `state` says. Pure.
 
     commits: model version -> its registration commit; tags: the artifact's existing tags."""
+    from gto.constants import COUNTER
+
     names = {t.name for t in tags}
     new: list[NewTag] = []
     for version in sorted(commits, key=version_number):
@@ -96,18 +133,18 @@ def plan(state: dict[str, Any], commits: dict[str, str], tags: list[ExistingTag]
                     f"Registering artifact {ARTIFACT} version {gv} (registry {version})",
                 )
             )
-    counter = max((int(m["counter"]) for t in tags if (m := _COUNTER.search(t.name))), default=0)
+    counter = max((m[COUNTER] for t in tags if COUNTER in (m := parsed(t.name))), default=0)  # GTO's rule
     active = active_stages(tags, {c: v for v, c in commits.items()})
     for stage, read in STAGES.items():
         wanted = {v for v in [read(state)] if v in commits}
         for version in sorted(active.get(stage, set()) - wanted, key=version_number):
             counter += 1
             message = f"Unassigning stage '{stage}' to artifact '{ARTIFACT}' version '{gto_version(version)}'"
-            new.append(NewTag(f"{ARTIFACT}#{stage}!#{counter}", commits[version], message))
+            new.append(NewTag(stage_tag(stage, counter, assign=False), commits[version], message))
         for version in sorted(wanted - active.get(stage, set()), key=version_number):
             counter += 1
             message = f"Assigning stage {stage} to artifact {ARTIFACT} version {gto_version(version)}"
-            new.append(NewTag(f"{ARTIFACT}#{stage}#{counter}", commits[version], message))
+            new.append(NewTag(stage_tag(stage, counter), commits[version], message))
     return new
 
 
@@ -132,7 +169,7 @@ def read_tags(root) -> tuple[dict[str, str], list[ExistingTag]]:
         commit = peeled or obj
         if is_model_version(name):
             commits[name] = commit
-        elif name.startswith((f"{ARTIFACT}@", f"{ARTIFACT}#")):
+        elif parsed(name):
             tags.append(ExistingTag(name, commit, int(when) if when.strip() else 0))
     return commits, tags
 
@@ -140,11 +177,13 @@ def read_tags(root) -> tuple[dict[str, str], list[ExistingTag]]:
 def sync(root, state: dict[str, Any], clock: Callable[[], float] = time.time) -> list[str]:
     """Add the GTO tags `state` calls for to the repository at `root` (annotated, each dated after the
     newest existing one); returns the names added. Idempotent."""
+    from gto.constants import COUNTER
+
     commits, tags = read_tags(root)
     new = plan(state, commits, tags)
     when = max([int(clock())] + [t.time + 1 for t in tags])
     for tag in new:
         env = {**os.environ, "GIT_COMMITTER_DATE": f"{when} +0000"}
         _git(root, "tag", "-a", tag.name, "-m", tag.message, tag.commit, env=env)
-        when += "#" in tag.name  # stage events in order, a second apart; registrations need no order
+        when += COUNTER in parsed(tag.name)  # stage events in order, a second apart; registrations need none
     return [t.name for t in new]

@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from tasks.core.files import atomic_create_with
 
 KEY_BYTES = 32
 SIG_HEX = 32
@@ -80,19 +81,10 @@ def load_key(path: Path) -> bytes:
             if len(data) >= 32:
                 return data
         except FileNotFoundError:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                fd = os.open(path.with_name(path.name + ".tmp"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-            except FileExistsError:  # another replica is writing it
-                time.sleep(0.05)
-                continue
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(KEY_BYTES) + "\n")
-            try:
-                os.link(path.with_name(path.name + ".tmp"), path)  # never replaces a key already there
+            try:  # written whole (0o600) and linked in place: never replaces a key another replica made first
+                atomic_create_with(path, lambda tmp: tmp.write_text(secrets.token_hex(KEY_BYTES) + "\n"))
             except FileExistsError:
                 pass
-            os.unlink(path.with_name(path.name + ".tmp"))
             continue
         time.sleep(0.05)  # shorter than a key: being written
     raise RuntimeError(f"the request-id key at {path} is missing or shorter than 32 bytes")

@@ -1,7 +1,7 @@
 import pytest
 
 from bench.orchestration_overhead import idle_share
-from bench.record import Record
+from bench.record import Record, load_results, write_results
 
 
 def test_idle_share_merges_overlaps_and_clips():
@@ -16,6 +16,13 @@ def test_record_goal_comparison():
     assert not Record("x", 1.6, "ratio", "<= 1.5").passed
     assert Record("x", 0.9, "ratio", ">= 0.85").passed
     assert Record("x", 0.9, "ratio", ">= 0.85").to_dict()["passed"] is True
+
+
+def test_the_results_file_is_written_whole_and_leaves_no_temp_file(tmp_path):
+    path = tmp_path / "results.json"
+    write_results([{"name": "a", "notes": "é"}], path)
+    write_results([{"name": "b"}], path)  # over the old one
+    assert load_results(path) == [{"name": "b"}] and [p.name for p in tmp_path.iterdir()] == ["results.json"]
 
 
 @pytest.mark.slow  # two processes (gloo): the whole machine, in the serial part

@@ -166,7 +166,7 @@ def test_fill_queue_from_a_real_night_and_ten_labels_train_the_next(settings, pa
     assert {i for i, k in kinds.items() if k == "chosen"} <= set(trains[ds.ID_COLUMN].astype(str))  # they only train
     rec2 = fill_queue(ctx2, ingest=ing2, weak_label=wl)  # the labeled rows, and every row queued, never again
     with store._db() as db:
-        queued = [r["row_id"] for r in db.execute("SELECT row_id FROM items")]
+        queued = [r[0] for r in db.exec_driver_sql("SELECT row_id FROM items")]
     assert len(queued) == len(set(queued)) == 30 + rec2.added
 
 
@@ -180,10 +180,10 @@ def test_what_a_kill_between_the_queue_and_the_gold_store_leaves_is_settled(sett
     one = store.next_item("alice")
     pending = "INSERT INTO answers (item_id, action, label, who, at, request_id) VALUES (?, 'label', ?, ?, 'then', ?)"
     with store._db(write=True) as db:  # killed after the gold version was made, before the answer named it
-        db.execute(pending, (one["id"], 1, "alice", "queue-1-dead0001"))
+        db.exec_driver_sql(pending, (one["id"], 1, "alice", "queue-1-dead0001"))
     two = store.next_item("bob")
     with store._db(write=True) as db:  # killed before the gold write
-        db.execute(pending, (two["id"], 0, "bob", "queue-2-dead0002"))
+        db.exec_driver_sql(pending, (two["id"], 0, "bob", "queue-2-dead0002"))
     lost = {"row_id": one["row_id"], "label": 1, "who": "alice", "at": "then", "ts": 1.0, "row": 0,
             "request_id": "queue-1-dead0001", "source": "queue", "raw": one["raw"]}  # fmt: skip
     made = reg.add_gold([lost], classes=(0, 1), test_ids=[], who="alice")["accepted"][0]["gold_version"]

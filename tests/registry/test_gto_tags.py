@@ -49,6 +49,19 @@ def test_plan_mirrors_the_serving_challenger_as_the_canary_stage():
     assert [t.name for t in plan(state, commits, tags)] == ["model#prod#1", "model#canary#2"]
 
 
+def test_the_counter_is_gtos_one_more_than_any_of_the_artifacts_tags():
+    """GTO's rule (gto.tag.name_tag): the highest `#N` on any tag of the artifact, a deprecation's included;
+    another artifact's tags and lightweight look-alikes that GTO cannot parse do not count."""
+    commits = {"model-v1": "a" * 40}
+    tags = [
+        ExistingTag("model@v1.0.0", "a" * 40, 1),
+        ExistingTag("model@deprecated#4", "a" * 40, 2),
+        ExistingTag("reviews#prod#9", "a" * 40, 3),
+        ExistingTag("model#prod#x", "a" * 40, 4),
+    ]
+    assert [t.name for t in plan({"prod_model": "model-v1"}, commits, tags)] == ["model#prod#5"]
+
+
 def test_gto_show_lists_the_versions_and_the_prod_stage_through_promote_and_rollback(settings, tmp_path, monkeypatch):
     """Register and promote through the real Registry; `gto show` (the CLI) in the registry repo and in a
     clone of the git mirror sees the versions and prod; a rollback moves prod back."""

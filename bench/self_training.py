@@ -11,6 +11,9 @@ memory (`weak_weight.fit_and_predict`, the engine's model and noise-aware loss) 
 the fast judge model (`weak_weight.proxy_fit_predict`) when judging on gold folds. Both are seeded,
 so the result is deterministic. `judge_self_training` judges it the way the weak weight is judged:
 out of fold on gold rows, the labeling rebuilt from the other folds, no row judging labels it trained.
+
+Only the `self_train_kK` benchmark (bench/weak_vs_gold.py) uses it (the pipeline does not apply
+self-training: no switch in params.yaml), so it lives under bench/, not tasks/labeling/.
 """
 
 from __future__ import annotations

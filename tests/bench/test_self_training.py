@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from bench.self_training import judge_self_training, pseudo_targets, self_train
 from tasks.core.params import load_params
 from tasks.labeling.lf import labeling_function, vote_where
-from tasks.labeling.self_training import judge_self_training, pseudo_targets, self_train
 from tasks.labeling.weak_weight import fit_and_predict, gold_targets, proxy_fit_predict
 from tasks.plugins.emails.lfs import HAM, SPAM
 
