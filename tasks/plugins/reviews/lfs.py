@@ -24,6 +24,7 @@ import numpy as np
 import pandas as pd
 
 from tasks.labeling.lf import ABSTAIN, LabelingFunction, labeling_function, vote_where
+
 from . import TEXT_COLUMN, clean_text, texts, vader_compound
 
 GREAT, OTHER = 1, 0  # the classes' indices (label 1: a great review)
