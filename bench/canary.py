@@ -304,11 +304,14 @@ class CanaryWorld:
         (run_canary), then roll it back whatever the verdict (the failed branch's rollback_canary;
         a passing one too, to leave the champion for the next case). -> the Rollout."""
         from tasks.canary.rollout import run_canary
+        from tasks.datasets import load_dataset
 
         version, champion = self.versions[case], self.versions["champion"]
         self.registry.start_canary(version, self.params.canary.steps[0], reason=f"bench: canary of {case}", who="bench")
         try:
-            return run_canary(self.settings, self.params, champion, version, self.url)
+            return run_canary(
+                self.settings, self.params, load_dataset(self.params.dataset.module), champion, version, self.url
+            )
         finally:
             self.reset()
 
@@ -392,8 +395,9 @@ def requests_until_verdict(rollout: Any) -> int:
 # ---- swap_failed_requests ----------------------------------------------------------------------
 def gold_bodies(world: CanaryWorld) -> list[dict]:
     from tasks.canary.replay import load_replay_rows
+    from tasks.datasets import load_dataset
 
-    rows, keys, _ = load_replay_rows(world.settings.layout.gold)
+    rows, keys, _ = load_replay_rows(world.settings.layout.gold, load_dataset(world.params.dataset.module))
     return [{"rows": [r], "key": k} for r, k in zip(rows, keys)]
 
 

@@ -23,7 +23,7 @@ def canary_analysis(ctx: StepContext, deploy_canary: CanaryRecord) -> CanaryAnal
     d = deploy_canary
     if d.promoted_directly:
         return CanaryAnalysisRecord(passed=True, reasons=[], model_version=d.model_version, champion=None, steps=[])
-    rollout = analyse(ctx.settings, ctx.params, d.champion, d.model_version)
+    rollout = analyse(ctx.settings, ctx.params, ctx.dataset, d.champion, d.model_version)
     return CanaryAnalysisRecord(
         passed=rollout.passed,
         reasons=rollout.reasons,

@@ -33,12 +33,11 @@ def compress(ctx: StepContext, train: TrainRecord) -> CompressRecord:
     import pandas as pd
 
     from tasks.compression.pipeline import FP32_FILE, GoldSplit, compress_model, tune_sample
-    from tasks.datasets import load_dataset
     from tasks.evaluation.scoring import load_gold_test
     from tasks.models import input_encoder, load_model, tokenizer_metadata
     from tasks.registry import Registry
 
-    p, ds, registry = ctx.params.compress, load_dataset(ctx.params.dataset.module), Registry(ctx.settings)
+    p, ds, registry = ctx.params.compress, ctx.dataset, Registry(ctx.settings)
     model = load_model(train.model)
     inputs = input_encoder(model, ds)  # features, or the model's own tokenizer over texts
     gold = ctx.settings.layout.gold

@@ -37,11 +37,12 @@ def model_gate(
 def evaluate(ctx: StepContext, train: TrainRecord) -> EvaluateRecord:
     p = ctx.params.evaluate
     gold = load_gold_test(ctx.settings.layout.gold)
-    challenger = gold_quality(predict_torch(Path(train.model), gold), gold)
+    ds = ctx.dataset
+    challenger = gold_quality(predict_torch(Path(train.model), gold, ds), gold, ds)
     registry = Registry(ctx.settings)
     prod = registry.state()["prod_model"]
     champion_file = registry.model_path(prod, served_artifact(registry, prod)) if prod else None
-    champion = gold_quality(predict_onnx(champion_file, gold), gold) if prod else None
+    champion = gold_quality(predict_onnx(champion_file, gold, ds), gold, ds) if prod else None
     reasons = model_gate(challenger, champion, p.min_roc_auc, p.max_regression)
     log(
         f"challenger: {fmt_quality(challenger)}; champion {prod or '(none)'}: {fmt_quality(champion)}; "

@@ -13,6 +13,7 @@ person works through it on the Sluice page, and the labels become gold for the n
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,6 @@ import pandas as pd
 from tasks.core.context import StepContext
 from tasks.core.log import log
 from tasks.core.records import FillQueueRecord, IngestRecord, WeakLabelRecord
-from tasks.datasets import load_dataset
 from tasks.labeling.lf import ROW_ID, votes_probabilities
 from tasks.labeling.queue import QueueStore, build_items
 from tasks.registry import Registry, served_artifact
@@ -30,7 +30,7 @@ from tasks.runner import step
 @step
 def fill_queue(ctx: StepContext, ingest: IngestRecord, weak_label: WeakLabelRecord) -> FillQueueRecord:
     p = ctx.params.queue
-    ds = load_dataset(ctx.params.dataset.module)
+    ds = ctx.dataset
     batch = pd.read_parquet(ingest.staged)[ds.RAW_COLUMNS].reset_index(drop=True)
     votes = pd.read_parquet(weak_label.lf_votes) if weak_label.lf_votes else None
     if votes is None or list(votes[ROW_ID]) != list(batch[ds.ID_COLUMN].astype(str)):
@@ -49,7 +49,7 @@ def fill_queue(ctx: StepContext, ingest: IngestRecord, weak_label: WeakLabelReco
     queued = store.row_ids(but_run=ctx.run_id)
     ids = batch[ds.ID_COLUMN].astype(str)
     eligible = ~(ids.isin(gold_sets) | ids.isin(has_gold) | ids.isin(queued))
-    model_version, score = prod_scores(registry, batch) if p.model_scores else (None, None)
+    model_version, score = prod_scores(registry, batch, ds) if p.model_scores else (None, None)
     seed = int.from_bytes(hashlib.blake2b(f"{p.seed}:{ctx.run_id}".encode(), digest_size=4).digest(), "big")
     items, account = build_items(
         batch, L, names, prob, score, ds.featurize(batch), id_column=ds.ID_COLUMN, raw_columns=list(ds.RAW_COLUMNS),
@@ -76,14 +76,14 @@ def fill_queue(ctx: StepContext, ingest: IngestRecord, weak_label: WeakLabelReco
     )
 
 
-def prod_scores(registry: Registry, batch: pd.DataFrame) -> tuple[str | None, np.ndarray | None]:
+def prod_scores(registry: Registry, batch: pd.DataFrame, ds: Any) -> tuple[str | None, np.ndarray | None]:
     """(the prod model version, its served ONNX's P(positive) per batch row, or [n, K]), or (None, None)."""
     prod = registry.state()["prod_model"]
     if not prod:
         return None, None
     from tasks.evaluation.scoring import predict_onnx
 
-    return prod, predict_onnx(registry.model_path(prod, served_artifact(registry, prod)), batch)
+    return prod, predict_onnx(registry.model_path(prod, served_artifact(registry, prod)), batch, ds)
 
 
 if __name__ == "__main__":

@@ -32,10 +32,9 @@ from tasks.runner import step
 def ingest(ctx: StepContext, *, batch: str | None = None) -> IngestRecord:
     layout = ctx.settings.layout.ensure()
     if ctx.settings.demo_feed:
-        from tasks.datasets import load_dataset
         from tasks.datasets.demo_feed import DemoFeed
 
-        feed = DemoFeed(layout, ctx.params.demo, load_dataset(ctx.params.dataset.module))
+        feed = DemoFeed(layout, ctx.params.demo, ctx.dataset)
         feed.ensure_gold()
         if not pending_batches(layout) and batch is None:
             feed.deliver_next()

@@ -41,7 +41,7 @@ def monitor_serving(ctx: StepContext, *, window_end: str | None = None) -> Monit
 
     from tasks.monitoring.serving_drift import judge_window
 
-    out = judge_window(ctx.settings, ctx.params, _end(window_end), ctx.run_dir / "models", ctx.run_id)
+    out = judge_window(ctx.settings, ctx.params, ctx.dataset, _end(window_end), ctx.run_dir / "models", ctx.run_id)
     verdicts = out.pop("verdicts")
     report = ctx.run_dir / "serving_drift.json"
     atomic_write_json(report, json_safe({**out, "findings": [asdict(v) for v in verdicts]}))

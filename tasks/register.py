@@ -104,11 +104,10 @@ def reproduce_inputs(ctx: StepContext, train: TrainRecord, compress: CompressRec
     """Everything `python -m tasks.reproduce` needs to rebuild this model, not only hashes: the full
     resolved params (after overrides), the code, dataset plug-in and LF module, the data contracts'
     hashes (from the data version's record), the warm start, the library versions, device, world size."""
-    from tasks.datasets import class_names, load_dataset, load_lfs
+    from tasks.datasets import class_names, load_lfs
 
     data = Registry(ctx.settings).data_version_info(train.data_version)
-    dataset = ctx.params.dataset.module
-    ds = load_dataset(dataset)
+    dataset, ds = ctx.params.dataset.module, ctx.dataset
     lfs = load_lfs(ds, data.get("lf_module") or ctx.params.weak_label.lf_module)
     return {
         "params": trained_params(ctx, train).to_dict(),

@@ -10,7 +10,7 @@ from tasks.core.context import StepContext, load_records, load_refusals
 from tasks.core.files import atomic_write_bytes, atomic_write_json
 from tasks.core.log import log
 from tasks.core.records import ReportRecord
-from tasks.datasets import class_names, load_dataset
+from tasks.datasets import class_names
 from tasks.monitoring.run_summary import build_summary, render_text, run_monitoring, trigger_summary
 from tasks.registry import Registry
 from tasks.runner import step
@@ -29,7 +29,7 @@ def report(ctx: StepContext, *, failed_steps: str = "", drift_causes: str = "[]"
     failed = [s for s in failed_steps.split(",") if s]
     records = load_records(run_dir)
     summary = build_summary(ctx.run_id, records, Registry(ctx.settings).state(), failed, load_refusals(run_dir))
-    summary["classes"] = list(class_names(load_dataset(ctx.params.dataset.module)))  # label k's name
+    summary["classes"] = list(class_names(ctx.dataset))  # label k's name
     summary["trigger"] = trigger_summary(json.loads(drift_causes), records)
     summary["monitoring"] = run_monitoring(ctx.settings, ctx.params, ctx.run_id)  # alerts and cost so far
     text = render_text(summary)

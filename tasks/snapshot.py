@@ -25,8 +25,6 @@ def snapshot(
     validate_raw: ContractRecord,
     validate_labeled: ContractRecord,
 ) -> SnapshotRecord:
-    from tasks.datasets import load_dataset
-
     layout = ctx.settings.layout.ensure()
     batch_id = ingest.batch_id
     meta = {
@@ -50,7 +48,7 @@ def snapshot(
     result = Registry(ctx.settings).snapshot(
         {batch_id: Path(weak_label.labeled)},
         meta,
-        dataset=load_dataset(ctx.params.dataset.module).NAME,
+        dataset=ctx.dataset.NAME,
         sources=sources,
     )
     if source.exists():

@@ -25,10 +25,10 @@ def contract_view(labeled: pd.DataFrame, classes: int) -> pd.DataFrame:
 
 @step
 def validate_labeled(ctx: StepContext, weak_label: WeakLabelRecord) -> ContractRecord:
-    from tasks.datasets import class_names, load_dataset
+    from tasks.datasets import class_names
     from tasks.registry import Registry
 
-    ds = load_dataset(ctx.params.dataset.module)
+    ds = ctx.dataset
     classes = len(class_names(ds))
     labeled = pd.read_parquet(weak_label.labeled)
     registry = Registry(ctx.settings)

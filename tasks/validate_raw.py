@@ -30,9 +30,7 @@ CUT_SHORT = "a file cut short (an interrupted copy or upload) must not reach lab
 def validate_raw(ctx: StepContext, ingest: IngestRecord) -> ContractRecord:
     import pandas as pd
 
-    from tasks.datasets import load_dataset
-
-    suite = load_dataset(ctx.params.dataset.module).RAW_CONTRACT
+    suite = ctx.dataset.RAW_CONTRACT
     cut = find_truncation(Path(ingest.source)) if ingest.source else None
     if ingest.status == "unreadable":
         result = ContractResult(

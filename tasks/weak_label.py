@@ -24,7 +24,7 @@ from tasks.core.context import StepContext
 from tasks.core.files import atomic_write_json, atomic_write_parquet
 from tasks.core.log import log
 from tasks.core.records import IngestRecord, WeakLabelRecord
-from tasks.datasets import check_labels, class_names, load_dataset, load_lfs
+from tasks.datasets import check_labels, class_names, load_lfs
 from tasks.labeling.drift import drift_flags, labeling_stats
 from tasks.labeling.feedback import NightlyFeedback, describe, grow_dev, mix_in, nightly_feedback, trained_through
 from tasks.labeling.label_model import label_batch
@@ -43,7 +43,7 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     p = ctx.params.weak_label
     layout = ctx.settings.layout
     run_dir = ctx.run_dir
-    ds = load_dataset(ctx.params.dataset.module)
+    ds = ctx.dataset
     module = load_lfs(ds, p.lf_module)
     lf_module = module.__name__
     lf_hash = hashlib.sha256(Path(module.__file__).read_bytes()).hexdigest()[:16]  # the LF code's version

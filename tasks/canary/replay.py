@@ -66,19 +66,15 @@ class ReplayResult:
         self._error(f"{message} [{variant}]" if variant != "none" else message)
 
 
-def load_replay_rows(
-    gold_dir: Path | str | None = None, dataset: Any = None
-) -> tuple[list[dict], list[str], list[int]]:
+def load_replay_rows(gold_dir: Path | str | None, dataset: Any) -> tuple[list[dict], list[str], list[int]]:
     """(raw rows as JSON-able dicts, their ids as keys, their gold labels) from the gold test set."""
     import pandas as pd
-
-    from tasks.datasets import load_dataset
 
     if gold_dir is None:
         from tasks.core.settings import Settings
 
         gold_dir = Settings.from_env().layout.gold
-    ds = dataset if dataset is not None else load_dataset()
+    ds = dataset
     df = pd.read_parquet(Path(gold_dir) / "test.parquet")
     rows = json_rows(df, ds)
     keys = [str(v) for v in df[ds.ID_COLUMN].tolist()]
@@ -328,7 +324,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.rows < 0 or args.rate <= 0 or (args.max_seconds is not None and args.max_seconds <= 0):
         ap.error("--rows must be >= 0, --rate and --max-seconds > 0")
-    gold_rows, keys, labels = load_replay_rows()
+    from tasks.datasets import load_dataset
+
+    gold_rows, keys, labels = load_replay_rows(None, load_dataset())  # this process's params (SLUICE_PARAMS)
     max_seconds = args.max_seconds if args.max_seconds is not None else args.rows / args.rate * 1.5 + 5.0
     result = replay(
         args.url or server_url(),

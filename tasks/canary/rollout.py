@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any, Callable
 
 import httpx
@@ -245,16 +246,16 @@ def set_weight(registry: Registry, weight: int, step: int, steps: int) -> None:
         registry.set_canary_weight(weight, reason=f"canary step {step}/{steps}", who=WHO)
 
 
-def run_canary(settings: Settings, params: Params, champion: str, challenger: str, url: str) -> Rollout:
+def run_canary(
+    settings: Settings, params: Params, dataset: ModuleType, champion: str, challenger: str, url: str
+) -> Rollout:
     """Walk `params.canary.steps` (the challenger already beside the champion); stop at the first failed
     step. A failing step is measured again with fresh traffic until it fails
     `canary.failures_before_rollback` times in a row (each attempt is in the evidence, and each is
     judged on all the canary's traffic so far): one noisy window cannot decide alone."""
-    from tasks.datasets import load_dataset
     from tasks.serving.paths import replica_urls
 
     c, registry = params.canary, Registry(settings)
-    dataset = load_dataset(params.dataset.module)
     rollout, started, sent = Rollout(passed=True), time.time(), 0
     tracker = Progress(f"canary {challenger} vs {champion}", len(c.steps), unit="weight step", every_s=0)
     for i, weight in enumerate(c.steps):
@@ -342,13 +343,13 @@ def _measure(
     )
 
 
-def analyse(settings: Settings, params: Params, champion: str, challenger: str) -> Rollout:
+def analyse(settings: Settings, params: Params, dataset: ModuleType, champion: str, challenger: str) -> Rollout:
     """`run_canary` against the server whose address is in $SLUICE_HOME; no server there, or one that
     does not follow the registry, fails closed (a Rollout that did not pass, with the reason)."""
     from tasks.serving.paths import server_url
 
     try:
-        return run_canary(settings, params, champion, challenger, server_url(settings.home))
+        return run_canary(settings, params, dataset, champion, challenger, server_url(settings.home))
     except (RolloutError, FileNotFoundError) as exc:
         log(f"canary cannot be judged: {exc}")
         return Rollout(passed=False, refused=f"canary cannot be judged: {exc}")

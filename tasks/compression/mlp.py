@@ -2,7 +2,7 @@
 
 Low rank works on the MLP plug-in's `net` stack of Linear/ReLU pairs (tasks/models/mlp_net.py
 `plain_linears` checks it, naming what differs); structured pruning and distillation ask the model's
-plug-in (`prunable`, `narrower`: tasks/models/__init__.py)."""
+plug-in (`prunable`, `narrower`: tasks/core/plugins.py)."""
 
 from __future__ import annotations
 

@@ -1,24 +1,29 @@
 """What every step gets and where its records live: the run, the deployment settings, params.yaml
-loaded once, and the run folder's step records. Running a step (its CLI, its Airflow task body,
-the monitoring hook) is one floor up, in tasks/runner/."""
+loaded once with the plug-ins it names resolved once, and the run folder's step records. Running a
+step (its CLI, its Airflow task body, the monitoring hook) is one floor up, in tasks/runner/."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import yaml
 
 from tasks.core.files import atomic_write_json, read_json
 from tasks.core.params import Params, ParamsError, load_params
+from tasks.core.plugins import load_dataset, load_model_plugin
 from tasks.core.records import RECORDS, Record
 from tasks.core.settings import Settings
 
 
 @dataclass(frozen=True)
 class StepContext:
-    """What every step gets: the run, the deployment settings, and params.yaml loaded once."""
+    """What every step gets: the run, the deployment settings, params.yaml loaded once, and the dataset
+    and model plug-ins those params name, each resolved (imported and checked) once, on first use:
+    a step hands them to the subsystems it calls, which never look a plug-in up by name."""
 
     run_id: str
     settings: Settings
@@ -34,6 +39,16 @@ class StepContext:
     @property
     def run_dir(self) -> Path:
         return self.settings.layout.run_dir(self.run_id)
+
+    @cached_property
+    def dataset(self) -> ModuleType:
+        """The dataset plug-in (params `dataset.module`)."""
+        return load_dataset(self.params.dataset.module)
+
+    @cached_property
+    def model(self) -> ModuleType:
+        """The model plug-in training builds (params `train.model.module`)."""
+        return load_model_plugin(self.params.train.model.module)
 
 
 def record_path(run_dir: Path, name: str) -> Path:

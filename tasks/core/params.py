@@ -60,7 +60,7 @@ class Section(BaseModel):
 
 class DatasetParams(Section):
     module: ModulePath
-    """The dataset plug-in (tasks/datasets/__init__.py)."""
+    """The dataset plug-in (its protocol: tasks/core/plugins.py)."""
     params: dict[str, Any]
     """The plug-in's own parameters ({}: none). A plug-in that takes some declares a pydantic model
     `Params` in its module; when this is not empty, reading params.yaml imports the plug-in and
@@ -226,7 +226,7 @@ class PretrainedWeights(Section):
 
 class ModelParams(Section):
     module: ModulePath
-    """The model plug-in (tasks/models/__init__.py; tasks.models.mlp is the default)."""
+    """The model plug-in (its protocol: tasks/core/plugins.py; tasks.models.mlp is the default)."""
     params: dict[str, Any]
     """The plug-in's own parameters, validated by the `Params` model its module declares (for the
     MLP: `hidden`, the hidden layers' widths)."""

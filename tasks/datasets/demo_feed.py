@@ -23,7 +23,7 @@ from tasks.core.files import atomic_write_bytes, atomic_write_json, atomic_write
 from tasks.core.log import log
 from tasks.core.params import DemoParams
 from tasks.core.settings import StateLayout
-from tasks.datasets import DatasetError, load_dataset
+from tasks.datasets import DatasetError
 
 REPLAY_ORDERS = ("time", "source", "shuffle")
 
@@ -42,13 +42,12 @@ def replay_order(ds: ModuleType) -> str:
 
 
 def split_demo(
-    df: pd.DataFrame, p: DemoParams, ds: ModuleType | None = None
+    df: pd.DataFrame, p: DemoParams, ds: ModuleType
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[pd.DataFrame]]:
     """-> (gold dev, gold test, unlabeled batches in replay order). Stratified on the gold label."""
     import numpy as np
     from sklearn.model_selection import train_test_split
 
-    ds = ds or load_dataset()
     order = replay_order(ds)
     gold = ds.GOLD_COLUMN
     df = df.reset_index(drop=True)  # the index is the source order from here on
@@ -75,10 +74,10 @@ def batch_name(index: int) -> str:
 class DemoFeed:
     """Writes the gold sets once and hands out landing batches one per night."""
 
-    def __init__(self, layout: StateLayout, params: DemoParams, ds: ModuleType | None = None):
+    def __init__(self, layout: StateLayout, params: DemoParams, ds: ModuleType):
         self.layout = layout
         self.params = params
-        self.ds = ds or load_dataset()
+        self.ds = ds
         self.cursor_file = layout.landing / ".demo_feed.json"
 
     def ensure_gold(self) -> tuple[Path, Path]:

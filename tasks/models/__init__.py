@@ -1,102 +1,23 @@
 """Models are plug-ins: one module each, chosen by params.yaml `train.model.module`, as datasets are.
-
-A model module provides (checked when it is loaded, with an error naming what is missing):
-
-    NAME                  short name, recorded in lineage and the model card
-    Params                a pydantic model of its own parameters, params.yaml `train.model.params`
-    TUNABLE               {name in Params: "choices" | "int" | "float"}: what a tuning study may search
-    BATCH_FORMAT          "dense": a float32 matrix [n, features] from the dataset's `featurize`;
-                          "tokens": int64 ids [n, max_len] (0: padding) of the dataset's `texts`,
-                          from a tokenizer trained with the model (tasks/models/tokens.py); its
-                          Params then have `vocab_size` and `max_len`
-    INPUT, OUTPUT         the served tensor names (OIP) of the exported graph; OUTPUT names a binary
-                          model's P(class 1) [n] (clients rely on it), a K > 2 class model serves
-                          K_CLASS_OUTPUT [n, K] instead (served_output)
-    build(stats, params)  a new module for inputs described by `stats` (`.mean`, `.std` per feature,
-                          `.classes`: K, `.class_shares`), seeded by the caller; one logit when binary,
-                          K when K > 2 (losses.logit_count); its weights are what training changes
-    arch(model) / from_arch(arch)
-                          the architecture as plain values, and a module built from it (saved beside
-                          the weights, so an artifact rebuilds without params.yaml)
-    loss(class_shares)    the noise-aware loss on soft targets with row weights: binary targets `[n]` or
-                          `[n, 2]` (P(class 1), row weight), K classes `[n, K + 1]` (class probabilities,
-                          row weight); gold rows hard at weight 1, weak rows the label model's
-                          probabilities at the weak weight; summed over rows (losses.noise_aware_loss)
-    probabilities(model, x)
-                          binary: P(class 1) of each row, shape [n]; K classes: [n, K]
-    shard_units(model)    the blocks a sharded strategy wraps one by one (then the root)
-    export_wrapper(model) raw inputs -> probabilities, what ONNX export traces
-    example_input(model, n)
-                          a batch of n rows of raw inputs for tracing
-    COMPRESSION           the compression techniques (tasks/core/compression_config.py names) that apply
-    narrower(model, widths)
-                          a new module of the same kind with other hidden widths and the same input
-                          handling (distillation and structured pruning build their students with it);
-                          required only when "distil" or "prune_structured" is in COMPRESSION
-    prunable(model)       for each width `narrower` takes, the (producer, consumer) Linear layers'
-                          names whose units it counts: structured pruning keeps the producer's
-                          strongest rows and the consumer's matching columns; required only when
-                          "prune_structured" is in COMPRESSION
-
-See docs/models.md for adding one. `tasks.models.mlp` is the default.
+The protocol (what a model module provides) is documented and checked in tasks/core/plugins.py;
+this package holds what works on any plug-in's models: building, saving and reading them, their
+tokenizers and input encoders. `tasks.models.mlp` is the default.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib
 import io
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-REQUIRED = (
-    "NAME",
-    "Params",
-    "TUNABLE",
-    "BATCH_FORMAT",
-    "INPUT",
-    "OUTPUT",
-    "build",
-    "arch",
-    "from_arch",
-    "loss",
-    "probabilities",
-    "shard_units",
-    "export_wrapper",
-    "example_input",
-    "COMPRESSION",
-)
-BATCH_FORMATS = ("dense", "tokens")
+from tasks.core.plugins import ModelPluginError, load_model_plugin
+
+__all__ = ["ModelPluginError", "load_model_plugin"]  # the protocol's, re-exported where models are used
+
 K_CLASS_OUTPUT = "class_probabilities"  # the served output of a K > 2 class model: [n, K], rows summing to 1
-BUILDS_STUDENTS = ("distil", "prune_structured")
 # Models saved before plug-ins existed carry no plug-in name: the MLP was the only model then.
 LEGACY_PLUGIN = "tasks.models.mlp"
-
-
-class ModelPluginError(ValueError):
-    """A model module is missing, incomplete, or does not fit the artifact it is asked to read."""
-
-
-@functools.lru_cache(maxsize=None)
-def load_model_plugin(module: str) -> ModuleType:
-    """The model plug-in `module`, checked complete."""
-    try:
-        mod = importlib.import_module(module)
-    except ImportError as exc:
-        raise ModelPluginError(f"model module {module!r} cannot be imported: {exc}") from exc
-    missing = [name for name in REQUIRED if not hasattr(mod, name)]
-    if any(t in getattr(mod, "COMPRESSION", ()) for t in BUILDS_STUDENTS) and not hasattr(mod, "narrower"):
-        missing.append("narrower (it lists distil or prune_structured in COMPRESSION)")
-    if "prune_structured" in getattr(mod, "COMPRESSION", ()) and not hasattr(mod, "prunable"):
-        missing.append("prunable (it lists prune_structured in COMPRESSION)")
-    if missing:
-        raise ModelPluginError(f"model module {module!r} lacks {missing} (see tasks/models/__init__.py)")
-    if mod.BATCH_FORMAT not in BATCH_FORMATS:
-        raise ModelPluginError(
-            f"model module {module!r} has BATCH_FORMAT {mod.BATCH_FORMAT!r}; the engine streams {list(BATCH_FORMATS)}"
-        )
-    return mod
 
 
 def plugin_of(model) -> ModuleType:

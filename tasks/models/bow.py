@@ -1,5 +1,5 @@
 """Bag-of-embeddings text plug-in (fastText-style): fast, and the student of the transformer.
-Token ids from the tokenizer trained with it (tasks/models/tokens.py); see tasks/models/__init__.py."""
+Token ids from the tokenizer trained with it (tasks/models/tokens.py); see tasks/core/plugins.py."""
 
 from __future__ import annotations
 

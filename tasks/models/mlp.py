@@ -2,7 +2,7 @@
 
 Feature scaling lives inside the model (buffers), so the exported ONNX graph takes raw
 features and the serving side needs no separate scaler. The plug-in interface is described
-in tasks/models/__init__.py. This module stays light (no torch at import: params.yaml is read,
+in tasks/core/plugins.py. This module stays light (no torch at import: params.yaml is read,
 and these Params validated, when DAG files are parsed); the torch modules are in mlp_net.py.
 """
 

@@ -1,5 +1,5 @@
 """What the two text plug-ins share: token inputs, their Params' common keys, export and loss.
-Light (no torch at import); see tasks/models/__init__.py for the plug-in interface."""
+Light (no torch at import); see tasks/core/plugins.py for the plug-in interface."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Transformer encoder text plug-in, trained from scratch: width, depth and heads from params.
-Token ids from the tokenizer trained with it (tasks/models/tokens.py); see tasks/models/__init__.py."""
+Token ids from the tokenizer trained with it (tasks/models/tokens.py); see tasks/core/plugins.py."""
 
 from __future__ import annotations
 

@@ -241,20 +241,20 @@ def version_summary(v: VersionVerdict) -> dict[str, Any]:
     }
 
 
-def onnx_scorer(path: Any) -> Scorer:
-    """The offline score of raw rows by a served model file (ONNX, through featurize: the evaluation's)."""
+def onnx_scorer(path: Any, ds: Any) -> Scorer:
+    """The offline score of raw rows of dataset plug-in `ds` by a served model file (ONNX, as the
+    evaluation reads it)."""
     from tasks.evaluation.scoring import predict_onnx
 
-    return lambda df: predict_onnx(path, df)
+    return lambda df: predict_onnx(path, df, ds)
 
 
-def judge_window(settings: Any, params: Any, end: float, artifact_dir: Any, run_id: str) -> dict[str, Any]:
+def judge_window(settings: Any, params: Any, ds: Any, end: float, artifact_dir: Any, run_id: str) -> dict[str, Any]:
     """The monitor_serving verdict on [end - window_h, end): the fields of MonitorServingRecord, and
     `verdicts` (every finding, for the report file). Reads the prediction log and the registry; writes
     only model files it fetches into `artifact_dir`."""
     from pathlib import Path
 
-    from tasks.datasets import load_dataset
     from tasks.registry import Registry
     from tasks.registry.models import served_artifact
     from tasks.serving.paths import prediction_log
@@ -283,7 +283,6 @@ def judge_window(settings: Any, params: Any, end: float, artifact_dir: Any, run_
             f"{out['window_start']} and {out['window_end']}: nothing to compare{skipped}"
         )
         return out
-    ds = load_dataset(params.dataset.module)
     registry = Registry(settings)
     for version, served in sorted(windows.items()):
         if len(served) < p.min_rows:
@@ -300,7 +299,7 @@ def judge_window(settings: Any, params: Any, end: float, artifact_dir: Any, run_
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(registry.read_model_artifact(version, artifact))
         verdict = judge(served, reference, ds.featurize, list(ds.FEATURE_NAMES), p, version, data_version,
-                        onnx_scorer(path), end)  # fmt: skip
+                        onnx_scorer(path, ds), end)  # fmt: skip
         out["versions"].append(version_summary(verdict))
         out["verdicts"].append(verdict)
     flagged = [v for v in out["verdicts"] if v.flagged]

@@ -39,7 +39,7 @@ def test_a_bad_plugin_param_is_an_error_naming_the_file_and_the_key(tmp_path, va
 def test_a_plugin_without_params_takes_none(params, tmp_path):
     assert params.dataset.params == {} and dataset_params(params.dataset) is None  # emails declares none
     path = write_params(tmp_path / "params.yaml", {"dataset": {"params": {"sites": ["north"]}}})
-    with pytest.raises(ParamsError, match=r"dataset\.params: .*tasks\.datasets\.emails declares no Params"):
+    with pytest.raises(ParamsError, match=r"dataset\.params: .*tasks\.plugins\.emails declares no Params"):
         load_params(path)
 
 

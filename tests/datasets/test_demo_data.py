@@ -1,11 +1,12 @@
 from tasks.core.params import load_params
 from tasks.datasets.demo_feed import DemoFeed, split_demo
+from tasks.plugins import emails as ds
 from tasks.plugins.emails import GOLD_COLUMN, ID_COLUMN, RAW_COLUMNS
 
 
 def test_split_keeps_gold_rows_out_of_the_batches(emails):
     p = load_params().demo
-    dev, test, batches = split_demo(emails, p)
+    dev, test, batches = split_demo(emails, p, ds)
     batch_ids = set().union(*(set(b[ID_COLUMN]) for b in batches))
     assert not batch_ids & set(dev[ID_COLUMN]) and not batch_ids & set(test[ID_COLUMN])
     assert not set(dev[ID_COLUMN]) & set(test[ID_COLUMN])
@@ -22,7 +23,7 @@ def test_split_keeps_gold_rows_out_of_the_batches(emails):
 
 def test_feed_delivers_batches_in_order_then_stops(settings):
     layout = settings.layout.ensure()
-    feed = DemoFeed(layout, load_params(overrides={"demo": {"batch_size": 1000}}).demo)
+    feed = DemoFeed(layout, load_params(overrides={"demo": {"batch_size": 1000}}).demo, ds)
     feed.ensure_gold()
     names = []
     while (path := feed.deliver_next()) is not None:
@@ -35,7 +36,7 @@ def test_changing_the_split_after_the_fact_is_refused(settings):
     import pytest
 
     layout = settings.layout.ensure()
-    DemoFeed(layout, load_params().demo).ensure_gold()
-    other = DemoFeed(layout, load_params(overrides={"demo": {"seed": 99}}).demo)
+    DemoFeed(layout, load_params().demo, ds).ensure_gold()
+    other = DemoFeed(layout, load_params(overrides={"demo": {"seed": 99}}).demo, ds)
     with pytest.raises(ValueError, match="differs from the split"):
         other.deliver_next()

@@ -41,13 +41,14 @@ def test_dvc_repro_trains_evaluates_compresses(tmp_path, emails):
     prepare = f"""
 import pandas as pd
 from tasks.plugins.emails import load_source
+from tasks.datasets import load_dataset
 from tasks.datasets.demo_feed import DemoFeed
 from tasks.core.params import load_params
 from tasks.registry import Registry
 from tasks.core.settings import Settings
 s = Settings.from_env()
 assert str(s.home) == {str(home)!r}, s.home
-DemoFeed(s.layout.ensure(), load_params().demo).ensure_gold()
+DemoFeed(s.layout.ensure(), load_params().demo, load_dataset()).ensure_gold()
 df = load_source().iloc[:800]
 df = df.assign(label=df.pop("spam"), label_prob=lambda d: d["label"].astype(float))
 df.to_parquet("part.parquet", index=False)

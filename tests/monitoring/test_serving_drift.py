@@ -63,8 +63,9 @@ def serve(settings, version: str, rows: pd.DataFrame, model: Path, score_shift: 
     """The rows as /v1/predict served them, through the real writer (one request of 50 rows at a time):
     the model's scores (+ `score_shift`: a serving path that scores otherwise)."""
     from tasks.evaluation.scoring import predict_onnx
+    from tasks.plugins import emails
 
-    scores = predict_onnx(model, rows) + score_shift
+    scores = predict_onnx(model, rows, emails) + score_shift
     log = PredictionLog(prediction_log(settings), "replica-0", flush_s=60, flush_rows=200, retention_s=7 * 86400)
     try:
         inputs = as_inputs(rows)

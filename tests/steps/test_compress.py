@@ -14,6 +14,7 @@ from tasks.core.params import ParamsError, load_params
 from tasks.datasets.demo_feed import DemoFeed
 from tasks.models import save_model
 from tasks.models.mlp_net import MLP
+from tasks.plugins import emails as emails_plugin
 from tasks.plugins.emails import FEATURE_NAMES, featurize
 from tasks.registry import Registry
 from tests.conftest import write_params
@@ -50,7 +51,7 @@ def home(settings, trained, tmp_path):
     """Gold dev/test sets, a data version holding the training rows, and the train step's record."""
     path, train = trained
     layout = settings.layout.ensure()
-    DemoFeed(layout, load_params().demo).ensure_gold()
+    DemoFeed(layout, load_params().demo, emails_plugin).ensure_gold()
     part = tmp_path / "part.parquet"
     train.assign(label=train["spam"], label_prob=train["spam"].astype(float)).drop(columns=["spam"]).to_parquet(
         part, index=False

@@ -14,9 +14,10 @@ TINY_SPACE = {"lr": {"low": 1.0e-3, "high": 3.0e-2, "log": True}, "epochs": {"lo
 def tuning_home(settings, emails, tmp_path):
     """A registry data version of 600 real rows (gold labels stand in for weak ones) and the gold dev set."""
     from tasks.datasets.demo_feed import DemoFeed
+    from tasks.plugins import emails as emails_plugin
 
     settings.layout.ensure()
-    DemoFeed(settings.layout, load_params().demo).ensure_gold()
+    DemoFeed(settings.layout, load_params().demo, emails_plugin).ensure_gold()
     df = emails.iloc[:600].drop(columns=["spam"]).copy()
     df["label"] = emails["spam"].iloc[:600].to_numpy()
     df["label_prob"] = df["label"].astype(float)
