@@ -114,7 +114,7 @@ def _run_folder(settings, tmp: Path) -> dict:
 
 
 def run(repeats: int = 5) -> list[Record]:
-    from tasks.monitoring.html_report import gather, render_report, write_report
+    from tasks.reports.html_report import gather, render_report, write_report
 
     with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
         tmp = Path(tmp)

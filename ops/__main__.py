@@ -133,7 +133,7 @@ def cmd_down(settings: Settings) -> int:
 def cmd_status(settings: Settings) -> int:
     """The services' state (the exit code: 0 running, 1 degraded, 3 down), then the pipeline's."""
     code = _services_status(settings)
-    from tasks.monitoring.pipeline_state import read_state, state_lines
+    from tasks.reports.pipeline_state import read_state, state_lines
 
     try:
         print("\n" + "\n".join(state_lines(read_state(settings))))

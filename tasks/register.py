@@ -79,9 +79,9 @@ def register(
 
 
 def write_card(ctx: StepContext, version: str) -> None:
-    """The version's model card (tasks/monitoring/model_card.py); the version is registered either way,
+    """The version's model card (tasks/reports/model_card.py); the version is registered either way,
     so a card that cannot be written is a log line (the report step writes it again)."""
-    from tasks.monitoring.model_card import write_model_card
+    from tasks.reports.model_card import write_model_card
 
     try:
         paths = write_model_card(ctx.settings, version)

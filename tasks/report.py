@@ -11,8 +11,8 @@ from tasks.core.files import atomic_write_bytes, atomic_write_json
 from tasks.core.log import log
 from tasks.core.records import ReportRecord
 from tasks.datasets import class_names
-from tasks.monitoring.run_summary import build_summary, render_text, run_monitoring, trigger_summary
 from tasks.registry import Registry
+from tasks.reports.run_summary import build_summary, render_text, run_monitoring, trigger_summary
 from tasks.runner import step
 
 
@@ -36,7 +36,7 @@ def report(ctx: StepContext, *, failed_steps: str = "", drift_causes: str = "[]"
     atomic_write_json(run_dir / "summary.json", summary)
     atomic_write_bytes(run_dir / "summary.txt", text.encode())
     log("run summary:\n" + text)
-    from tasks.monitoring.html_report import write_report
+    from tasks.reports.html_report import write_report
 
     log(f"run report: {write_report(ctx.settings, ctx.run_id, summary)}")
     return ReportRecord(

@@ -6,10 +6,10 @@ a request with no token is 401, one with an invalid token 403. The token is the 
 Bearer` header (the REST API's token) or the `_token` cookie that Airflow's login sets, which the UI's
 frame sends along.
 
-    GET /sluice/                          the page (HTML: tasks/monitoring/pipeline_state.py's read model,
+    GET /sluice/                          the page (HTML: tasks/reports/pipeline_state.py's read model,
                                           drawn by sluice_ui/page.py)
     GET /sluice/api/overview              the same read model as JSON
-    GET /sluice/runs/<folder>/report.html a run's report (tasks/monitoring/html_report.py)
+    GET /sluice/runs/<folder>/report.html a run's report (tasks/reports/html_report.py)
     GET /sluice/model-cards/<file>        a model card, model-vN.html or .md
     /sluice/queue, /sluice/api/queue/...  the labeling queue: the page and its REST endpoint
                                           (sluice_ui/queue_api.py: who from the token, CSRF-guarded writes)
@@ -25,8 +25,8 @@ from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 
 from tasks.core.files import json_safe
 from tasks.core.settings import Settings
-from tasks.monitoring.model_card import card_dir
-from tasks.monitoring.pipeline_state import REPORT_NAME, read_state
+from tasks.reports.model_card import card_dir
+from tasks.reports.pipeline_state import REPORT_NAME, read_state
 
 from .page import render_page
 from .queue_api import add_queue_routes

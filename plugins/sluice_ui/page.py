@@ -1,4 +1,4 @@
-"""The Sluice page (pure): the read model of the pipeline now (tasks/monitoring/pipeline_state.py) as
+"""The Sluice page (pure): the read model of the pipeline now (tasks/reports/pipeline_state.py) as
 HTML, through the rendering layer's template (tasks/rendering/templates/sluice_page.html) and charts
 (tasks/rendering/plots.py): served quality by model version, requests and p99 per day, billed cost
 per day, labels per night; then the tables (runs, model versions, data versions, alerts, costs)."""
@@ -10,9 +10,9 @@ from urllib.parse import quote
 
 from markupsafe import Markup
 
-from tasks.monitoring.pipeline_state import REPORT_NAME
 from tasks.rendering import plots
 from tasks.rendering.html import render, usd
+from tasks.reports.pipeline_state import REPORT_NAME
 
 CHART_WIDTH = 6.0  # inches: two charts side by side on a wide screen
 

@@ -8,7 +8,7 @@ alerts.py          the rules of params.yaml monitoring.alerts and delivery throu
 cost.py            prices applied: compute, storage, labor, labor avoided, idle-GPU waste
 ledger.py          the ledger per task, run and day; the daily report's content
 serving_window.py  a day of the model server's prediction log (the business layer between runs)
-run_summary.py     the run summary's alerts and cost lines
-html_report.py     the HTML run report; model_card.py: model cards (both drawn by tasks/rendering)
-pipeline_state.py  the one read model of the pipeline now: ops status, the Sluice page, the report
+serving_drift.py   served inputs and scores against the training data's (monitor_serving)
+
+What is measured here is shown by tasks/reports (run summary, HTML report, model cards, page state).
 """

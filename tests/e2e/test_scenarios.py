@@ -107,7 +107,7 @@ def test_an_mlp_on_three_classes_held_back_then_rolled_back_by_its_canary(settin
                  batches wait to re-enter, the unjudged hold not counted as a second rejection"""
     import pandas as pd
 
-    from tasks.monitoring.model_card import card_paths
+    from tasks.reports.model_card import card_paths
     from tests.toy import three
 
     conf = {"epochs": 10}

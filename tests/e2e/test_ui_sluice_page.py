@@ -72,9 +72,9 @@ def test_plugin_file_is_light_at_import():
 
 
 def test_overview_from_a_real_registry_and_store(tmp_path_factory, monkeypatch):
-    from tasks.monitoring.pipeline_state import read_state
     from tasks.monitoring.store import Alert, CostLine, MetricsStore
-    from tests.monitoring.test_model_card import HOSTILE, build_registry
+    from tasks.reports.pipeline_state import read_state
+    from tests.reports.test_model_card import HOSTILE, build_registry
 
     ui = _ui()
     monkeypatch.setenv("DVC_NO_ANALYTICS", "1")
@@ -131,8 +131,8 @@ def test_trends_from_the_daily_reports_serving_rows_and_the_runs_label_counts(se
 
     from tasks.core.records import CostReportRecord
     from tasks.monitoring.feed import RunInfo, cost_report
-    from tasks.monitoring.pipeline_state import read_state
     from tasks.monitoring.store import MetricsStore
+    from tasks.reports.pipeline_state import read_state
 
     store = MetricsStore.open(settings)
     for day, requests, p99 in (("2026-11-28", 400, 5.0), ("2026-11-30", 700, 7.5)):
@@ -175,7 +175,7 @@ def test_trends_from_the_daily_reports_serving_rows_and_the_runs_label_counts(se
 
 
 def test_a_part_that_cannot_be_read_is_named_on_the_page(settings):
-    from tasks.monitoring.pipeline_state import read_state
+    from tasks.reports.pipeline_state import read_state
 
     ui = _ui()
     settings.layout.runs.mkdir(parents=True)

@@ -15,8 +15,8 @@ from tasks.core.settings import REPO_ROOT
 from tasks.datasets import load_dataset
 from tasks.datasets.demo_feed import DemoFeed, split_demo
 from tasks.ingest import ingest
-from tasks.monitoring.run_summary import training_label_lines
 from tasks.registry import TEST_REFUSAL, Registry
+from tasks.reports.run_summary import training_label_lines
 from tasks.validate_labeled import validate_labeled
 from tasks.weak_label import weak_label
 from tests.serving.server import ServerProcess, write_onnx

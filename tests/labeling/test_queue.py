@@ -127,7 +127,7 @@ def test_fill_queue_from_a_real_night_and_ten_labels_train_the_next(settings, pa
     assert rec.random_inclusion == pytest.approx(6 / (rec.eligible - 24))
     assert rec.mean_score_chosen > rec.mean_score_batch  # the rule picks the uncertain rows
     from tasks.core.context import load_records
-    from tasks.monitoring.run_summary import build_summary, render_text
+    from tasks.reports.run_summary import build_summary, render_text
 
     summary = build_summary("night-1", load_records(ctx.run_dir), reg.state(), [])
     assert "  labeling queue 30 row(s) queued: 24 chosen by conflict+entropy+uncertainty, 6 at random" in (

@@ -228,7 +228,7 @@ def test_a_k_class_models_scores_are_compared_within_each_predicted_class_and_ch
 def test_the_drift_cause_and_the_retrain_reach_the_summary():
     """An Asset-triggered run has no conf: the events' extras are the cause the summary shows."""
     from tasks.core.records import DriftRetrainRecord, IngestRecord
-    from tasks.monitoring.run_summary import build_summary, render_text, trigger_summary
+    from tasks.reports.run_summary import build_summary, render_text, trigger_summary
 
     cause = {
         "event": "serving_drift",

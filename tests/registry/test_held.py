@@ -8,12 +8,12 @@ import pandas as pd
 from tasks.core.context import StepContext
 from tasks.core.records import EvaluateRecord
 from tasks.landing.quarantine import readmit_any
-from tasks.monitoring.pipeline_state import read_state, state_lines
-from tasks.monitoring.run_summary import build_summary, render_text
 from tasks.quarantine import main as quarantine_cli
 from tasks.registry import Registry
 from tasks.registry.held import listing
 from tasks.reject_model import reject_model
+from tasks.reports.pipeline_state import read_state, state_lines
+from tasks.reports.run_summary import build_summary, render_text
 from tests.registry.test_registry import partition
 
 
@@ -57,7 +57,7 @@ def test_a_rejected_models_batch_is_held_and_reenters_the_next_snapshot_with_its
 
     page = _ui().render_page(read_state(settings), "/sluice")
     assert 'id="held-batches"' in page and "batch-0002" in page
-    from tasks.monitoring.html_report import ReportInputs, render_report
+    from tasks.reports.html_report import ReportInputs, render_report
 
     report = render_report(ReportInputs("run-2", summary, reg.state(), [reg.data_version_info("data-v2")]))
     assert (

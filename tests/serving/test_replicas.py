@@ -334,7 +334,7 @@ def test_make_ups_replicas_part_runs_and_stops_as_one_process_group(world, email
 
 def open_alerts(home) -> list[dict]:
     """What make status lists as open alerts for `home`."""
-    from tasks.monitoring.pipeline_state import read_state
+    from tasks.reports.pipeline_state import read_state
 
     return read_state(Settings.from_env({"SLUICE_HOME": str(home)}))["open_alerts"]
 

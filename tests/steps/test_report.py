@@ -1,7 +1,7 @@
 """The run summary names why a step was refused (a store said no and changed nothing)."""
 
 from tasks.core.context import load_refusals, record_refusal
-from tasks.monitoring.run_summary import build_summary, outcome_of
+from tasks.reports.run_summary import build_summary, outcome_of
 
 
 def test_a_refused_step_shows_its_reason_in_the_outcome(tmp_path):

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tasks.core.context import StepContext
-from tasks.monitoring.run_summary import monitoring_lines
 from tasks.monitoring.store import MetricsStore
 from tasks.report import report
+from tasks.reports.run_summary import monitoring_lines
 from tests.monitoring.steps_for_tests import canary_work, labeling_work
 
 

@@ -8,7 +8,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from tasks.compression.plot import pareto_svg
-from tasks.monitoring.html_report import (
+from tasks.monitoring.store import Alert, CostLine, Metric, MetricsStore, TaskUsage
+from tasks.reports.html_report import (
     REPORT_NAME,
     SECTIONS,
     ReportInputs,
@@ -18,8 +19,7 @@ from tasks.monitoring.html_report import (
     render_report,
     write_report,
 )
-from tasks.monitoring.store import Alert, CostLine, Metric, MetricsStore, TaskUsage
-from tests.monitoring.test_model_card import HOSTILE, LF_TABLE, QUALITY, build_registry
+from tests.reports.test_model_card import HOSTILE, LF_TABLE, QUALITY, build_registry
 
 RUN = "manual__2026-11-30T22:16:53+00:00"
 

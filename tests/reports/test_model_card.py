@@ -4,8 +4,8 @@ compression chain, code commit; markdown and HTML, escaped."""
 import pytest
 
 from tasks.core.settings import Settings
-from tasks.monitoring.model_card import card_blocks, card_paths, render_html, render_markdown, write_model_card
 from tasks.registry import Registry
+from tasks.reports.model_card import card_blocks, card_paths, render_html, render_markdown, write_model_card
 
 HOSTILE = "<script>alert(1)</script>|pipe"
 LF_TABLE = [

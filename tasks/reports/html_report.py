@@ -8,7 +8,7 @@ absent (the run stopped before it, the metrics store holds nothing) says why it 
 whose input is malformed says what failed; neither stops the others.
 
 `gather` reads the inputs (run folder, registry and metrics store; the serving state and the data versions
-through the read model, tasks/monitoring/pipeline_state.py); `render_report` is pure: each section's
+through the read model, tasks/reports/pipeline_state.py); `render_report` is pure: each section's
 function turns the inputs into plain values and charts (tasks/rendering/plots.py), its macro in
 tasks/rendering/templates/report_sections.html lays them out (autoescaped: every string from data is
 escaped), report.html puts them on the shared base page.
@@ -25,9 +25,9 @@ from typing import Any, Callable
 from tasks.core.files import atomic_write_text, read_json
 from tasks.labeling.drift import class_shares
 from tasks.monitoring.feed import train_lines
-from tasks.monitoring.pipeline_state import REPORT_NAME, branch_of, data_versions, serving
 from tasks.rendering import plots
 from tasks.rendering.html import cell, macro, render
+from tasks.reports.pipeline_state import REPORT_NAME, branch_of, data_versions, serving
 
 BALANCE_VERSIONS = 20  # the label balance plot shows the newest data versions, this many
 BILLED_KINDS = ("compute", "storage", "labor")  # the ledger's kinds that are paid (tasks/monitoring/store.py)
@@ -479,10 +479,10 @@ def gather(settings: Any, run_id: str, summary: dict[str, Any]) -> ReportInputs:
 
 
 def model_card_link(settings: Any, version: str, run_dir: Path) -> str | None:
-    """A relative link from the run folder to the model card's HTML (tasks/monitoring/model_card.py)."""
+    """A relative link from the run folder to the model card's HTML (tasks/reports/model_card.py)."""
     import os
 
-    from tasks.monitoring.model_card import card_paths
+    from tasks.reports.model_card import card_paths
 
     html = card_paths(settings, version)["html"]
     return os.path.relpath(html, run_dir) if html.is_file() else None
@@ -500,7 +500,7 @@ def write_report(settings: Any, run_id: str, summary: dict[str, Any], refresh_ca
 
 def refresh_model_cards(settings: Any, versions: list[str | None]) -> None:
     from tasks.core.log import log
-    from tasks.monitoring.model_card import write_model_card
+    from tasks.reports.model_card import write_model_card
 
     for v in sorted({v for v in versions if v}):
         try:

@@ -2,7 +2,7 @@
 `$SLUICE_HOME/model-cards/<version>.{md,html}`, written by the `register` step (and rewritten, the
 same, on a retry). Outside the registry's git tree on purpose: a card is derived from the version's
 record and its data version's record (which the registry keeps immutable), so it can always be made
-again with `python -m tasks.monitoring.model_card model-vN`.
+again with `python -m tasks.reports.model_card model-vN`.
 
 Contents (TFX model cards' sections, from Sluice's own records): what the model is and where it came
 from (data version, parent, code commit, params hash, run), training data (partitions, label source,

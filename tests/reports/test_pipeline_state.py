@@ -1,7 +1,7 @@
-"""The read model's pure parts (tasks/monitoring/pipeline_state.py): serving shares, per-day series with
+"""The read model's pure parts (tasks/reports/pipeline_state.py): serving shares, per-day series with
 their gaps, labels per night, and the status text when a part could not be read."""
 
-from tasks.monitoring.pipeline_state import daily_costs, labels_by_night, serving, state_lines
+from tasks.reports.pipeline_state import daily_costs, labels_by_night, serving, state_lines
 
 
 def test_serving_shares_split_and_shadow():

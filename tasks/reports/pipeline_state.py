@@ -1,6 +1,6 @@
 """The pipeline now: one read model of Sluice's state, used by `python -m ops status` (text,
 `state_lines`), the Sluice page in the Airflow UI (plugins/sluice_ui) and the run report
-(tasks/monitoring/html_report.py reads the serving state and the data versions through it).
+(tasks/reports/html_report.py reads the serving state and the data versions through it).
 
 `read_state(settings)` reads SLUICE_HOME and returns plain JSON values:
 
@@ -28,7 +28,7 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-REPORT_NAME = "report.html"  # runs/<id>/report.html (tasks/monitoring/html_report.py writes it)
+REPORT_NAME = "report.html"  # runs/<id>/report.html (tasks/reports/html_report.py writes it)
 LIMIT = 20  # rows per table
 DAYS = 7  # days of the cost table
 TREND_DAYS = 30  # days of the per-day charts
@@ -38,7 +38,7 @@ ISO_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def branch_of(outcome: str | None, failed_steps: list[str] | None = None) -> str:
-    """The DAG branch a run ended on, from its summary's outcome (tasks/monitoring/run_summary.py outcome_of)."""
+    """The DAG branch a run ended on, from its summary's outcome (tasks/reports/run_summary.py outcome_of)."""
     text = outcome or ""
     if failed_steps or text.startswith("FAILED"):
         return "failed"
@@ -172,7 +172,7 @@ def data_versions(reg: Any, state: dict[str, Any], limit: int = LIMIT) -> list[d
 
 def model_versions(reg: Any, state: dict[str, Any], settings: Any) -> list[dict[str, Any]]:
     """The newest model versions, newest first: stage, lineage, served ROC AUC on gold test, card."""
-    from tasks.monitoring.model_card import card_paths
+    from tasks.reports.model_card import card_paths
 
     stages = state.get("models") or {}
     versions = reg.tags("model")[-LIMIT:]
