@@ -39,10 +39,12 @@ def saves(shape: tuple[int, int], rank: int) -> bool:
 
 
 def low_rank(model, cfg: LowRankConfig, X: np.ndarray) -> tuple[Any, dict[str, Any]]:
-    """Factorize (in place) every Linear of `model.net` where rank `cfg.rank` saves parameters; fine-tune."""
-    from tasks.models.mlp_net import plain_linears  # the MLP's stack (lowrank is in no other plug-in's COMPRESSION)
+    """Factorize (in place) every Linear layer the model's plug-in offers (`low_rank_layers`) where rank
+    `cfg.rank` saves parameters; fine-tune."""
+    from tasks.models import plugin_of
 
-    linears = plain_linears(model)
+    stack, positions = plugin_of(model).low_rank_layers(model)
+    linears = [stack[j] for j in positions]
     shapes = [(m.in_features, m.out_features) for m in linears]
     chosen = [i for i, s in enumerate(shapes) if saves(s, cfg.rank)]
     if not chosen:
@@ -53,9 +55,8 @@ def low_rank(model, cfg: LowRankConfig, X: np.ndarray) -> tuple[Any, dict[str, A
         )
     target = teacher_logits(model, X)
     before = param_count(model)
-    positions = [j for j, m in enumerate(model.net) if m in linears]
     for i in chosen:
-        model.net[positions[i]] = factorize(linears[i], cfg.rank)
+        stack[positions[i]] = factorize(linears[i], cfg.rank)
     losses = fit_soft_targets(
         model, X, target, epochs=cfg.fine_tune_epochs, lr=cfg.fine_tune_lr, batch_size=cfg.batch_size, seed=cfg.seed
     )

@@ -92,6 +92,9 @@ A model module provides (checked when it is loaded, with an error naming what is
                           names whose units it counts: structured pruning keeps the producer's
                           strongest rows and the consumer's matching columns; required only when
                           "prune_structured" is in COMPRESSION
+    low_rank_layers(model)
+                          (a Sequential, the positions of the Linear layers in it that low rank may
+                          factorize in place); required only when "lowrank" is in COMPRESSION
 
 See docs/models.md for adding one. `tasks.models.mlp` is the default.
 """
@@ -255,6 +258,8 @@ def load_model_plugin(module: str) -> ModuleType:
         missing.append("narrower (it lists distil or prune_structured in COMPRESSION)")
     if "prune_structured" in getattr(mod, "COMPRESSION", ()) and not hasattr(mod, "prunable"):
         missing.append("prunable (it lists prune_structured in COMPRESSION)")
+    if "lowrank" in getattr(mod, "COMPRESSION", ()) and not hasattr(mod, "low_rank_layers"):
+        missing.append("low_rank_layers (it lists lowrank in COMPRESSION)")
     if missing:
         raise ModelPluginError(f"model module {module!r} lacks {missing} (see tasks/core/plugins.py)")
     if mod.BATCH_FORMAT not in BATCH_FORMATS:

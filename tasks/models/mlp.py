@@ -92,6 +92,17 @@ def narrower(model: MLP, hidden: list[int]) -> MLP:
     return student
 
 
+def low_rank_layers(model: MLP) -> tuple[Any, list[int]]:
+    """The Sequential whose Linear layers low rank may factorize, and their positions in it (a plain
+    Linear/ReLU stack, checked: a factorized model is refused)."""
+    from torch import nn
+
+    from tasks.models.mlp_net import plain_linears
+
+    plain_linears(model)
+    return model.net, [j for j, m in enumerate(model.net) if isinstance(m, nn.Linear)]
+
+
 def prunable(model: MLP) -> list[list[tuple[str, str]]]:
     """Each hidden layer's units, one width of `narrower` each: made by `net.{2i}`, read by `net.{2i+2}`
     (a plain Linear/ReLU stack, checked: a factorized model is refused)."""
