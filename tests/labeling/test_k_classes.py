@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 
 from tasks.core.params import load_params
-from tasks.datasets import DatasetError, _load_plugin, check_labels, class_names
+from tasks.core.plugins import DatasetError, _load_plugin, check_labels, class_names
 from tasks.evaluation.quality import classification_metrics
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import ABSTAIN
