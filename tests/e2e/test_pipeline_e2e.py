@@ -7,7 +7,7 @@ import pytest
 
 from tasks.registry import Registry
 from tests.airflow_helpers import dags_test, migrate, task_states
-from tests.serving.server import server_env
+from tests.helpers.server import server_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.paired]
 FAST = {"epochs": 8}

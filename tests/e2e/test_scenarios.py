@@ -56,7 +56,7 @@ def test_a_transformer_behind_replicas_held_back_by_a_gate_then_promoted(setting
 
     from ops.replicas import ReplicaSet
     from tasks.core.params import load_params
-    from tests.serving.server import server_env
+    from tests.helpers.server import server_env
 
     conf = {"epochs": 6}
     write = functools.partial(moods_params, tmp_path, MOODS_TRANSFORMER)

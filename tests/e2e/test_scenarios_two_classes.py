@@ -92,7 +92,7 @@ def test_a_bag_of_embeddings_model_on_two_text_classes_behind_replicas_held_back
     from tasks.core.params import load_params
     from tasks.models import load_model
     from tasks.models.artifact import read_metadata
-    from tests.serving.server import server_env
+    from tests.helpers.server import server_env
     from tests.toy import fault
 
     conf = {"epochs": 6}

@@ -19,7 +19,7 @@ from tasks.monitoring.run_summary import training_label_lines
 from tasks.registry import TEST_REFUSAL, Registry
 from tasks.validate_labeled import validate_labeled
 from tasks.weak_label import weak_label
-from tests.serving.server import ServerProcess, write_onnx
+from tests.helpers.server import ServerProcess, write_onnx
 
 pytestmark = [pytest.mark.slow, pytest.mark.paired]
 

@@ -14,7 +14,7 @@ from tasks.core.settings import REPO_ROOT, Settings
 from tasks.registry import Registry
 from tasks.registry.follow import RemoteRegistry
 from tasks.registry.repo import RegistryError
-from tests.serving.server import ServerProcess, wait_for, write_onnx
+from tests.helpers.server import ServerProcess, wait_for, write_onnx
 
 pytestmark = pytest.mark.slow
 
