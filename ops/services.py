@@ -584,11 +584,13 @@ class ApiClient:
         {"api-server": why}); it returns the parts it restarted. An API unreachable for `unreachable_s` and
         not restarted by `watch` (the services were stopped) is a ServiceError saying so."""
         seen: dict[str, str] = {}
-        deadline = time.monotonic() + timeout_s
         next_health = time.monotonic() + health_every_s
         unreachable_since: float | None = None
         warned: set[str] = set()
-        while time.monotonic() < deadline:
+
+        def ended() -> str | None:
+            """One poll: the run's final state once it has one; health reads and the lost API on the way."""
+            nonlocal next_health, unreachable_since, warned
             try:
                 run_state = self.dag_run(dag_id, run_id)["state"]  # read first: the tasks below are newer
                 for ti in self.task_instances(dag_id, run_id):
@@ -619,12 +621,15 @@ class ApiClient:
                 unreachable_since = unreachable_since or time.monotonic()
                 if watch and watch({"api-server": f"its API does not answer ({type(exc).__name__})"}):
                     unreachable_since = None  # restarted: poll on
-                    continue
-                if time.monotonic() - unreachable_since >= unreachable_s:
+                elif time.monotonic() - unreachable_since >= unreachable_s:
                     raise ServiceError(
                         f"lost the Airflow API at {self.base_url} while waiting for run {run_id} "
                         f"({type(exc).__name__}: {exc}); were the services stopped (make down)? "
                         f"`make status` says what is running"
                     ) from None
-            time.sleep(1)
-        raise ServiceError(f"run {run_id} did not finish within {timeout_s:.0f}s")
+            return None
+
+        try:
+            return wait_until(ended, timeout_s=timeout_s, interval_s=1, what=f"run {run_id} finished")
+        except TimeoutError:
+            raise ServiceError(f"run {run_id} did not finish within {timeout_s:.0f}s") from None
