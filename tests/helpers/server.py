@@ -1,5 +1,5 @@
-"""Test helpers for the model server: real ONNX models in a real registry, and the server as a
-real subprocess (ops/model_server.py's ServerProcess, the one launcher, re-exported here for the tests)."""
+"""Test helpers for the model server: real ONNX models in a real registry, and a server for them
+(ops/model_server.py's ServerProcess, the one launcher the tests, ops and the benchmarks share)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,9 @@ from typing import Any
 
 import numpy as np
 
-from ops.model_server import ServerProcess, server_env
+from ops.model_server import ServerProcess
 from tasks.core.settings import REPO_ROOT
 from tasks.core.wait import wait_until
-
-__all__ = ["ServerProcess", "promoted_server", "server_env", "wait_for", "write_onnx"]
 
 
 def write_onnx(path: Path, n_features: int, seed: int) -> Path:
