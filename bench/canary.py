@@ -49,6 +49,7 @@ import yaml
 
 from bench.record import Record
 from tasks.core.settings import REPO_ROOT, Settings
+from tasks.core.wait import wait_until
 
 ARTIFACT = "model.int8.onnx"
 SLOW_TARGET_MS = 200.0  # the slow challenger's added time per request
@@ -277,18 +278,14 @@ class CanaryWorld:
         return httpx.get(self.url + "/v1/serving", timeout=5).json()
 
     def wait_served(self, champion: str, challenger: str | None = None, timeout_s: float = 30) -> dict:
-        deadline = time.monotonic() + timeout_s
-        while True:
+        want = {"champion": champion, **({"challenger": challenger} if challenger else {})}
+
+        def served() -> dict | None:
             got = self.serving()
             have = {v: m["model_version"] for v, m in got["variants"].items()}
-            if not got["pending"] and have == {
-                "champion": champion,
-                **({"challenger": challenger} if challenger else {}),
-            }:
-                return got
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"the server serves {have}, not champion {champion} + challenger {challenger}")
-            time.sleep(0.05)
+            return got if not got["pending"] and have == want else None
+
+        return wait_until(served, timeout_s=timeout_s, interval_s=0.05, what=f"the server serving {want}")
 
     def reset(self) -> None:
         """Champion at 100%, no challenger (after a case, passed or not)."""

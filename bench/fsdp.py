@@ -37,6 +37,7 @@ from bench.slow_engine import slowed
 from bench.training import _data_version, blocked_fraction
 from tasks.core.files import read_json
 from tasks.core.params import load_params
+from tasks.training.command import entry, launcher
 from tasks.training.local import run_torchrun, worker_env
 
 MEMORY_HIDDEN = (5120, 5120, 5120)  # with 64 features: ~52.8M parameters
@@ -55,24 +56,17 @@ def _worker_run(tmp: Path, strategy: str, k: int) -> dict:
     store.mkdir(parents=True)
     out = tmp / f"{strategy}-{k}.json"
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes=1",
-        "--nproc-per-node=2",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={store / 'rendezvous'}",
-        "--rdzv-conf=store_type=file",
-        "--local-addr=127.0.0.1",
-        "-m",
-        "bench.fsdp_worker",
-        str(store),
-        str(out),
-        strategy,
-        str(MEMORY_STEPS),
-        str(MEMORY_BATCH),
-        str(MEMORY_FEATURES),
-        ",".join(map(str, MEMORY_HIDDEN)),
+        *launcher(2, file_store=store),
+        *entry(
+            "bench.fsdp_worker",
+            str(store),
+            str(out),
+            strategy,
+            str(MEMORY_STEPS),
+            str(MEMORY_BATCH),
+            str(MEMORY_FEATURES),
+            ",".join(map(str, MEMORY_HIDDEN)),
+        ),
     ]
     subprocess.run(cmd, env={**worker_env(), "PYTHONPATH": os.pathsep.join(sys.path)}, check=True, timeout=1200)
     return read_json(out)

@@ -10,43 +10,23 @@ advantage of hierarchical allreduce across real nodes does not show here).
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
 from bench.record import Record
 from tasks.core.settings import REPO_ROOT
+from tasks.training.command import entry, launcher
+from tasks.training.local import worker_env
 
 
 def run_two_nodes(out: Path, width: int = 64, steps: int = 1) -> list[dict]:
     store = out / "store"
     store.mkdir()
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "GLOO_SOCKET_IFNAME": "lo",
-        "TORCH_DISABLE_SHARE_RDZV_TCP_STORE": "1",
-        "PYTHONPATH": str(REPO_ROOT),
-        "HIER_WIDTH": str(width),
-        "HIER_STEPS": str(steps),
-    }
+    env = {**worker_env(), "PYTHONPATH": str(REPO_ROOT), "HIER_WIDTH": str(width), "HIER_STEPS": str(steps)}
     cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes=2",
-        "--nproc-per-node=2",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={store / 'rendezvous'}",
-        "--rdzv-conf=store_type=file",
-        "--rdzv-id=hier",
-        "--local-addr=127.0.0.1",
-        "-m",
-        "bench.hier_allreduce_worker",
-        str(out),
-        str(store),
+        *launcher(2, nnodes=2, file_store=store, rdzv_id="hier"),
+        *entry("bench.hier_allreduce_worker", str(out), str(store)),
     ]
     nodes = [subprocess.Popen(cmd, env=env, cwd=REPO_ROOT, start_new_session=True) for _ in range(2)]
     codes = [n.wait(timeout=600) for n in nodes]

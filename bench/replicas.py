@@ -32,6 +32,8 @@ import numpy as np
 from bench.record import Record
 from bench.registry_data import settings_at
 from bench.serving import BATCH, infer_body, write_mlp_onnx
+from ops.model_server import server_env
+from tasks.core.wait import wait_until
 
 CLIENT_THREADS = 4
 ARM_S = 6.0
@@ -121,9 +123,7 @@ def run() -> list[Record]:
         model = write_mlp_onnx(Path(tmp) / "bench.onnx", widths)
         version = reg.register_model("bench", {"model.int8.onnx": model}, {"data_version": "data-v1"})
         reg.promote(version["model_version"], "bench")
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")}
-        env.update({"SLUICE_HOME": str(home), "DVC_NO_ANALYTICS": "1"})
-        with ReplicaSet(home, params, env) as rs:
+        with ReplicaSet(home, params, server_env(home)) as rs:
             rs.start(1)
             # scale 1 -> 2 -> 3 -> 2 -> 1 under load
             joins = []
@@ -132,10 +132,12 @@ def run() -> list[Record]:
                 added = []
                 for _ in range(2):
                     r = rs.add()
-                    while r.name not in load.first:
-                        time.sleep(0.01)
-                        if time.monotonic() - r.started_at > 60:
-                            raise RuntimeError(f"{r.name} never answered through the balancer")
+                    wait_until(
+                        lambda r=r: r.name in load.first,
+                        timeout_s=60 - (time.monotonic() - r.started_at),
+                        interval_s=0.01,
+                        what=f"{r.name} answering through the balancer",
+                    )
                     joins.append((load.first[r.name] - r.started_at, r.ready_at - r.started_at))
                     added.append(r.name)
                     time.sleep(1.0)

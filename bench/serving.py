@@ -19,7 +19,6 @@ the demo model's figures stand beside them (there HTTP and JSON dominate a ~1,20
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -33,9 +32,8 @@ import numpy as np
 
 from bench.record import Record
 from bench.registry_data import settings_at
-from tasks.core.processes import stop_groups
+from ops.model_server import ServerProcess
 from tasks.core.settings import REPO_ROOT
-from tasks.serving.paths import address_file
 
 BATCH = 32
 
@@ -74,49 +72,6 @@ def write_mlp_onnx(path: Path, widths: tuple[int, ...] = (21, 32, 16, 1), seed: 
     path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return path
-
-
-def start_server(home: Path, timeout_s: float = 60, params: Path | None = None) -> tuple[subprocess.Popen, str, float]:
-    """(process, url, seconds from Popen to ready); `params`: a params.yaml of its own (SLUICE_PARAMS)."""
-    address = address_file(home)
-    address.unlink(missing_ok=True)
-    env = {
-        **{k: v for k, v in os.environ.items() if not k.startswith("SLUICE_")},
-        "SLUICE_HOME": str(home),
-        "DVC_NO_ANALYTICS": "1",
-        **({"SLUICE_PARAMS": str(params)} if params is not None else {}),
-    }
-    t0 = time.monotonic()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tasks.serving"],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
-    url = ""
-    try:
-        while time.monotonic() - t0 < timeout_s:
-            if proc.poll() is not None:
-                raise RuntimeError(f"server exited with {proc.returncode}")
-            if not url:
-                try:
-                    info = json.loads(address.read_text())
-                    url = info["url"] if info.get("pid") == proc.pid else ""
-                except (OSError, ValueError):
-                    pass
-            if url:
-                try:
-                    if httpx.get(url + "/v2/health/ready", timeout=2).status_code == 200:
-                        return proc, url, time.monotonic() - t0
-                except httpx.HTTPError:
-                    pass
-            time.sleep(0.01)
-        raise TimeoutError("server not ready")
-    except BaseException:
-        stop_groups({"model-server": proc.pid}, grace_s=5)
-        raise
 
 
 def infer_body(x: np.ndarray) -> bytes:
@@ -226,19 +181,16 @@ def measure(home: Path, model: Path, version_tag: str, starts: int) -> dict:
     )
     cold = []
     for _ in range(starts):
-        proc, url, seconds = start_server(home)
-        cold.append(seconds)
-        stop_groups({"model-server": proc.pid}, grace_s=10)
+        with ServerProcess(home, poll_s=0.01) as server:
+            cold.append(server.start().ready_s)
     x = np.random.default_rng(1).random((BATCH, 21), dtype=np.float32)
     body = infer_body(x)
     raw = raw_ort_rate(model, x)
-    proc, url, _ = start_server(home)
-    try:
+    with ServerProcess(home, poll_s=0.01) as server:
+        url = server.start().url
         served = server_rate(url, body)
         rate = min(100.0, served / 4)
         lat = sorted(fixed_rate_latencies(url, body, rate))
-    finally:
-        stop_groups({"model-server": proc.pid}, grace_s=10)
     return {"cold": cold, "raw": raw, "served": served, "rate": rate, "lat": lat, "model_bytes": model.stat().st_size}
 
 

@@ -35,8 +35,8 @@ import numpy as np
 
 from bench.record import Record
 from bench.registry_data import settings_at
-from bench.serving import BATCH, raw_ort_rate, server_rate, start_server
-from tasks.core.processes import stop_groups
+from bench.serving import BATCH, raw_ort_rate, server_rate
+from ops.model_server import ServerProcess
 
 SEED = 0
 BATCHES = 64  # distinct request bodies (64 x 32 = 2,048 review rows), cycled through by both arms
@@ -190,8 +190,9 @@ def run() -> list[Record]:
         reg = Registry(settings_at(home))
         version = reg.register_model("bench-text", {"model.served.onnx": onnx_path}, {"data_version": "data-v1"})
         reg.promote(version["model_version"], "bench")
-        proc, url, _ = start_server(home, timeout_s=120, params=_server_params(tmp))
-        try:
+        with ServerProcess(home, _server_params(tmp)) as server:
+            server.start(timeout_s=120)
+            url, proc = server.url, server.proc
             # The two arms score the same: the same model and the same ids.
             r = httpx.post(url + "/v1/predict", content=bodies[0], headers={"content-type": "application/json"})
             assert r.status_code == 200, r.text
@@ -206,8 +207,6 @@ def run() -> list[Record]:
                 raw.append(raw_ort_rate(onnx_path, ids, RAW_S, input_name=input_name, warm=3))
                 splits.append(split(bodies[(i * SPLIT_BODIES) % BATCHES :][:SPLIT_BODIES]))
                 print(f"server {served[-1]:.1f} req/s, raw onnxruntime {raw[-1]:.1f} batches/s")
-        finally:
-            stop_groups({"model-server": proc.pid}, grace_s=10)
 
     ratios = [a / b for a, b in zip(served, raw)]
 

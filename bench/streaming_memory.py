@@ -21,7 +21,7 @@ from bench.record import Record
 from tasks.core.params import load_params
 from tasks.core.settings import Settings
 from tasks.registry import Registry
-from tasks.training.local import engine_args, params_json
+from tasks.training.command import engine_args, params_json
 
 ROWS_PER_PARTITION = 50_000
 CACHE_MB = 16

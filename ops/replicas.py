@@ -30,11 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
+from ops.model_server import ServerProcess, free_port
 from tasks.core.files import atomic_write_json
 from tasks.core.processes import group_alive, stop_groups
-from tasks.core.settings import REPO_ROOT
 from tasks.core.wait import wait_until
 from tasks.serving.balancer import Admin, Server, admin_socket_path, render_config
 from tasks.serving.paths import address_file, balancer_dir, replica_address_file
@@ -52,16 +50,8 @@ def haproxy_binary() -> str:
     return found
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Replica:
-    """One `python -m tasks.serving --replica NAME` process."""
+class Replica(ServerProcess):
+    """One `python -m tasks.serving --replica NAME` process on a port of its own (ops/model_server.py)."""
 
     def __init__(
         self,
@@ -72,85 +62,34 @@ class Replica:
         host: str = "127.0.0.1",
         new_session: bool = True,
     ):
-        self.name, self.home, self.env, self.host = name, home, env, host
-        self.new_session = new_session
-        self.port = free_port()
-        self.log_path = log_dir / f"replica-{name}.log"
-        self.proc: subprocess.Popen | None = None
-        self.started_at = 0.0
+        super().__init__(
+            home,
+            args=("--replica", name),
+            base_env=env,
+            host=host,
+            port=free_port(host),
+            log_path=log_dir / f"replica-{name}.log",
+            new_session=new_session,
+            poll_s=0.02,
+        )
+        self.name = name
         self.ready_at = 0.0  # monotonic: when it first answered ready itself
 
-    @property
-    def url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    def start(self) -> "Replica":
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+    def start(self) -> "Replica":  # type: ignore[override]
         replica_address_file(self.home, self.name).unlink(missing_ok=True)
-        self.started_at = time.monotonic()
-        with open(self.log_path, "ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "tasks.serving", "--host", self.host, "--port", str(self.port)]
-                + ["--replica", self.name],
-                cwd=REPO_ROOT,
-                env={**self.env, "PYTHONUNBUFFERED": "1"},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=self.new_session,
-            )
+        super().start(wait_ready=False)
         return self
 
-    def output(self) -> str:
+    def wait_ready(self, timeout_s: float) -> float:
         try:
-            return self.log_path.read_text(errors="replace")[-3000:]
-        except OSError:
-            return ""
-
-    def wait_ready(self, timeout_s: float) -> None:
-        def ready() -> bool:
-            if self.proc is None or self.proc.poll() is not None:
-                raise ReplicaError(f"replica {self.name} exited at start:\n{self.output()}")
-            return httpx.get(self.url + "/v2/health/ready", timeout=2).status_code == 200
-
-        try:
-            wait_until(
-                ready,
-                timeout_s=timeout_s,
-                interval_s=0.02,
-                what=f"replica {self.name} ready",
-                retry_on=(httpx.HTTPError,),
-            )
-        except TimeoutError as exc:
-            raise ReplicaError(f"{exc}:\n{self.output()}") from None
+            seconds = super().wait_ready(timeout_s)
+        except (TimeoutError, RuntimeError) as exc:
+            raise ReplicaError(f"replica {self.name}: {exc}:\n{self.output()}") from None
         self.ready_at = time.monotonic()
+        return seconds
 
-    def signal(self, sig: int) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            os.kill(self.proc.pid, sig)
-
-    def wait_exit(self, timeout_s: float) -> int | None:
-        if self.proc is None:
-            return None
-        try:
-            return self.proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            return self.proc.wait(5)
-
-    def stop(self, grace_s: float = 15) -> None:
-        if self.proc is None:
-            return
-        if self.new_session:
-            stop_groups({f"replica {self.name}": self.proc.pid}, grace_s=grace_s)
-        elif self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(grace_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        self.proc.poll()
+    def stop(self, grace_s: float = 15) -> int | None:
+        return super().stop(grace_s)
 
 
 class ReplicaSet:

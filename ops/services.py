@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -30,6 +29,7 @@ from typing import Any, Callable
 import httpx
 
 from ops.airflow_env import ADMIN_USER, airflow_env, ensure_secrets
+from ops.model_server import answers, free_port, part_command, server_env
 from tasks.core.files import atomic_write_json
 from tasks.core.processes import ProcessGroupError, group_members, proc_info, reap, stop_groups
 from tasks.core.settings import Settings
@@ -57,13 +57,6 @@ class ServiceError(ProcessGroupError):
     pass
 
 
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (for servers that must be told their port)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _airflow_cmd(*args: str) -> list[str]:
     return [str(Path(sys.executable).parent / "airflow"), *args]
 
@@ -81,11 +74,15 @@ class Part:
     def of(cls, name: str, pid: int, exec_wait_s: float = 2.0) -> "Part":
         """The part as it reads now. A process just spawned may still be inside execve, where /proc shows
         an empty command line for a moment: wait (up to `exec_wait_s`) until it has one."""
-        deadline = time.monotonic() + exec_wait_s
-        info = proc_info(pid)
-        while info is not None and not info[3] and info[0] != "Z" and time.monotonic() < deadline:
-            time.sleep(0.01)
+
+        def execed() -> tuple | None:
             info = proc_info(pid)
+            return None if info is not None and not info[3] and info[0] != "Z" else (info,)
+
+        try:
+            (info,) = wait_until(execed, timeout_s=exec_wait_s, interval_s=0.01, what=f"{name}'s command line")
+        except TimeoutError:
+            info = proc_info(pid)  # still without one: take it as it reads
         if info is None:
             raise ServiceError(f"{name} (pid {pid}) is not running")
         return cls(name, pid, info[2], info[3])
@@ -241,9 +238,8 @@ class AirflowServices:
 
                 # serving.replicas > 1: that many replicas behind HAProxy on serve_port, one process group
                 n = load_params(settings=self.settings).serving.replicas
-                port = ["--port", str(self.serve_port)]
-                server = ["ops.replicas", "--replicas", str(n)] if n > 1 else ["tasks.serving", "--host", "127.0.0.1"]
-                cmd, env = [sys.executable, "-m", *server, *port], {**self.env, "PYTHONUNBUFFERED": "1"}
+                cmd = part_command(self.serve_port, n)
+                env = server_env(self.settings.home, base=self.env)
             else:
                 cmd, env = _airflow_cmd(*COMPONENTS[name]), self.env
             proc = subprocess.Popen(
@@ -396,8 +392,8 @@ class AirflowServices:
             health = httpx.get(f"{self.base_url}/api/v2/monitor/health", timeout=2).json()
             status = {k: v.get("status") for k, v in health.items() if isinstance(v, dict)}
             if "model-server" in parts:
-                live = httpx.get(f"{self.serve_url}/v2/health/live", timeout=2).status_code == 200
-                status["model_server"] = "healthy" if live else "not live"
+                # live, not ready: before the first model is promoted there is nothing to serve
+                status["model_server"] = "healthy" if answers(self.serve_url, "live") else "not live"
             wanted = [HEALTH_KEYS[n] for n in parts]
             return status if all(status.get(k, "healthy") == "healthy" for k in wanted) else None
 
@@ -588,11 +584,13 @@ class ApiClient:
         {"api-server": why}); it returns the parts it restarted. An API unreachable for `unreachable_s` and
         not restarted by `watch` (the services were stopped) is a ServiceError saying so."""
         seen: dict[str, str] = {}
-        deadline = time.monotonic() + timeout_s
         next_health = time.monotonic() + health_every_s
         unreachable_since: float | None = None
         warned: set[str] = set()
-        while time.monotonic() < deadline:
+
+        def ended() -> str | None:
+            """One poll: the run's final state once it has one; health reads and the lost API on the way."""
+            nonlocal next_health, unreachable_since, warned
             try:
                 run_state = self.dag_run(dag_id, run_id)["state"]  # read first: the tasks below are newer
                 for ti in self.task_instances(dag_id, run_id):
@@ -623,12 +621,15 @@ class ApiClient:
                 unreachable_since = unreachable_since or time.monotonic()
                 if watch and watch({"api-server": f"its API does not answer ({type(exc).__name__})"}):
                     unreachable_since = None  # restarted: poll on
-                    continue
-                if time.monotonic() - unreachable_since >= unreachable_s:
+                elif time.monotonic() - unreachable_since >= unreachable_s:
                     raise ServiceError(
                         f"lost the Airflow API at {self.base_url} while waiting for run {run_id} "
                         f"({type(exc).__name__}: {exc}); were the services stopped (make down)? "
                         f"`make status` says what is running"
                     ) from None
-            time.sleep(1)
-        raise ServiceError(f"run {run_id} did not finish within {timeout_s:.0f}s")
+            return None
+
+        try:
+            return wait_until(ended, timeout_s=timeout_s, interval_s=1, what=f"run {run_id} finished")
+        except TimeoutError:
+            raise ServiceError(f"run {run_id} did not finish within {timeout_s:.0f}s") from None

@@ -6,7 +6,8 @@
 A file maps to the tests of its package: tasks/<package>/... -> tests/<package>, a step
 (tasks/<step>.py) -> tests/steps, ops/ -> tests/ops, dags/ -> tests/dags, plugins/ -> tests/e2e (the
 Sluice page), bench/ -> tests/bench, docs/ and README.md -> tests/docs, tests/<folder>/... -> itself;
-a change to the core, the params or the lock touches everything (tests). Standard library only.
+a change to the core, the params, the lock or the shared test helpers (tests/conftest.py,
+tests/helpers/) touches everything (tests). Standard library only.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EVERYTHING = ("tasks/core/", "params.yaml", "pyproject.toml", "constraints.txt", "tests/conftest.py")
+EVERYTHING = ("tasks/core/", "params.yaml", "pyproject.toml", "constraints.txt", "tests/conftest.py", "tests/helpers/")
 
 
 def folders_for(paths: list[str], exists=lambda p: (ROOT / p).is_dir()) -> list[str]:

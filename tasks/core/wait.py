@@ -9,6 +9,10 @@ from tenacity import RetryError, Retrying, retry_if_exception_type, retry_if_res
 T = TypeVar("T")
 
 
+class WaitAborted(RuntimeError):
+    """`abort_if` named a reason to stop waiting (a process the wait is for has exited)."""
+
+
 def wait_until(
     probe: Callable[[], T],
     *,
@@ -16,18 +20,26 @@ def wait_until(
     interval_s: float = 0.2,
     what: str = "a condition",
     retry_on: tuple[type[BaseException], ...] = (),
+    abort_if: Callable[[], str | None] | None = None,
 ) -> T:
     """Call `probe` every `interval_s` until its result is truthy (returned) or `timeout_s` passes
     (TimeoutError naming `what` and the last result or error). Exceptions in `retry_on` count as
-    "not yet"; any other exception propagates at once."""
+    "not yet"; any other exception propagates at once. `abort_if`, called before each try, ends the
+    wait with WaitAborted when it returns a reason (a string): what is waited for can no longer come."""
+
+    def attempt() -> T:
+        if abort_if is not None and (why := abort_if()):
+            raise WaitAborted(f"{what}: {why}")
+        return probe()
+
     retrying = Retrying(
-        stop=stop_after_delay(timeout_s),
+        stop=stop_after_delay(max(timeout_s, 0)),
         wait=wait_fixed(interval_s),
         reraise=False,
         retry=retry_if_result(lambda r: not r) | retry_if_exception_type(retry_on),
     )
     try:
-        return retrying(probe)
+        return retrying(attempt)
     except RetryError as exc:
         last = exc.last_attempt
         seen = f"{type(last.exception()).__name__}: {last.exception()}" if last.failed else repr(last.result())

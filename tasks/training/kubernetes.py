@@ -14,7 +14,7 @@ In nightly_pipeline: `plan_train` (run time: the data version, the prod model to
 warm-start from, params.yaml, where outputs go) -> the pod or job, whose templated
 fields read the plan -> `train`, which fetches the outputs (`tasks.train.collect`).
 The pods run the engine with the same arguments as the local backend
-(`tasks.training.local.engine_args`); they read the data version by tag from the
+(`tasks.training.command.engine_args`); they read the data version by tag from the
 registry's git URL and DVC remote and publish to SLUICE_TRAIN_OUT_URI: no disk is
 shared with Airflow. Specs carry GPU limits, CPU, memory and ephemeral-storage requests,
 a memory-backed /dev/shm, node selector and tolerations, the remote's credentials from a
@@ -41,7 +41,8 @@ from typing import Any, Mapping
 
 from tasks.core.params import ScalingParams, TrainParams, load_params
 from tasks.core.settings import Settings
-from tasks.training.local import COMPUTE_ENV, engine_args, params_json
+from tasks.training.command import TORCHRUN, engine_args, launcher, params_json
+from tasks.training.local import COMPUTE_ENV
 
 RDZV_PORT = 29500
 PLAN_TASK = "plan_train"
@@ -212,21 +213,20 @@ def templated_plan() -> dict[str, str]:
 def pod_command(cfg: KubernetesTraining, plan: dict[str, str]) -> list[str]:
     name = plan["name"]
     if cfg.nodes == 1:
-        launcher = ["torchrun", "--standalone", f"--nproc-per-node={cfg.gpus_per_node}"]
+        pods = launcher(cfg.gpus_per_node, program=TORCHRUN)
     else:
-        launcher = [
-            "torchrun",
-            f"--nnodes={cfg.nodes}",
-            f"--nproc-per-node={cfg.gpus_per_node}",
-            f"--max-restarts={cfg.max_restarts}",
-            "--rdzv-backend=c10d",
-            f"--rdzv-endpoint=job-{name}-0.{name}:{RDZV_PORT}",
-            f"--rdzv-id={name}",
-        ]
+        pods = launcher(
+            cfg.gpus_per_node,
+            program=TORCHRUN,
+            nnodes=cfg.nodes,
+            max_restarts=cfg.max_restarts,
+            endpoint=f"job-{name}-0.{name}:{RDZV_PORT}",
+            rdzv_id=name,
+        )
     # --init-from "" means none, --dataset "" the image's params.yaml's: the argument list keeps one
     # shape whatever the plan holds.
     return [
-        *launcher,
+        *pods,
         *engine_args(
             plan["data_version"],
             plan["out_uri"],

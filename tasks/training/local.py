@@ -1,4 +1,4 @@
-"""Build and run the torchrun command for the local backend (loopback only).
+"""Run the torchrun command (tasks/training/command.py) for the local backend (loopback only).
 
 The launcher and its workers get an allowlisted environment (`worker_env`), not this
 process's: under Airflow that holds the JWT and session secrets, the Fernet key, the
@@ -7,20 +7,16 @@ database URL and the admin password file, none of which the training code needs.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from tasks.core.log import log
 from tasks.core.params import TrainParams
 from tasks.core.processes import stop_groups
-
-ENGINE_MODULE = "tasks.training.engine"  # the torchrun workers' entry module
-
+from tasks.training.command import ENGINE_MODULE, engine_args, launcher, params_json
 
 # Names passed to the workers as they are, and prefixes of names passed (all else is dropped):
 # the process basics, Sluice's settings, the DVC remote's credentials and config (AWS_*, DVC_*),
@@ -94,45 +90,6 @@ def worker_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def params_json(p: TrainParams) -> str:
-    return json.dumps(p.model_dump(mode="json"), sort_keys=True)
-
-
-def engine_args(
-    data_version: str,
-    out: str,
-    params: str,
-    init_from: str | None = None,
-    registry_url: str | None = None,
-    workdir: str | None = None,
-    store_dir: str | None = None,
-    module: str = ENGINE_MODULE,
-    module_args: Sequence[str] = (),
-    dataset: str | None = None,
-) -> list[str]:
-    """The engine's part of the command: the same locally, in a Kubernetes pod, in dvc.yaml.
-    `params` is `params_json(p)` (or, in a pod spec, a template that renders to it). `module` is
-    the worker's entry module: another one (a benchmark's) takes `module_args` and then the
-    engine's arguments. `dataset`: the step's dataset plug-in (a pod reads its image's params.yaml,
-    not the SLUICE_PARAMS of the Airflow side); None: the params file's."""
-    return [
-        "-m",
-        module,
-        *module_args,
-        "--data-version",
-        data_version,
-        "--out",
-        out,
-        "--params",
-        params,
-        *(["--init-from", init_from] if init_from is not None else []),
-        *(["--registry-url", registry_url] if registry_url else []),
-        *(["--workdir", workdir] if workdir else []),
-        *(["--store-dir", store_dir] if store_dir else []),
-        *(["--dataset", dataset] if dataset is not None else []),
-    ]
-
-
 def torchrun_command(
     data_version: str,
     out: str,
@@ -145,21 +102,12 @@ def torchrun_command(
     module_args: Sequence[str] = (),
     dataset: str | None = None,
 ) -> list[str]:
-    """The local backend's command. On one machine the rendezvous uses a file store: torch's
-    TCPStore server listens on every interface, and Sluice's processes listen on loopback only.
-    The workers' process group uses another file store in the same folder (`--store-dir`).
-    (Across machines, Kubernetes pods use the c10d TCP rendezvous instead.)"""
+    """The local backend's command (tasks/training/command.py's two parts). On one machine the
+    rendezvous uses a file store: torch's TCPStore server listens on every interface, and Sluice's
+    processes listen on loopback only. The workers' process group uses another file store in the same
+    folder (`--store-dir`). (Across machines, Kubernetes pods use the c10d TCP rendezvous instead.)"""
     return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes=1",
-        f"--nproc-per-node={p.nproc}",
-        f"--max-restarts={max_restarts}",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={store_dir / 'rendezvous'}",
-        "--rdzv-conf=store_type=file",
-        "--local-addr=127.0.0.1",
+        *launcher(p.nproc, max_restarts=max_restarts, file_store=store_dir),
         *engine_args(
             data_version,
             str(out),

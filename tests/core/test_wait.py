@@ -33,3 +33,17 @@ def test_listed_errors_mean_not_yet_and_others_propagate():
         )
     with pytest.raises(KeyError):
         wait_until(lambda: {}["x"], timeout_s=5, retry_on=(ConnectionError,))
+
+
+def test_abort_if_ends_the_wait_at_once_with_its_reason():
+    import time
+
+    from tasks.core.wait import WaitAborted
+
+    t0 = time.monotonic()
+    with pytest.raises(WaitAborted, match="the server ready: it exited with 3"):
+        wait_until(
+            lambda: False, timeout_s=30, interval_s=0.01, what="the server ready", abort_if=lambda: "it exited with 3"
+        )
+    assert time.monotonic() - t0 < 5
+    assert wait_until(lambda: "up", timeout_s=1, abort_if=lambda: None) == "up"

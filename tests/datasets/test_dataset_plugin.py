@@ -70,7 +70,7 @@ def test_a_second_three_class_night_runs_the_canary_on_replicas_and_promotes(set
     ROC AUC and F1 from the replayed feedback, PSI over the predicted class mix."""
     import httpx
 
-    from tests.serving.server import ServerProcess
+    from ops.model_server import ServerProcess
 
     params = _three_class_params(tmp_path, monkeypatch)
     _first_three_class_night(settings)

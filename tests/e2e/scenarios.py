@@ -246,7 +246,7 @@ def one_server_from_night_one(settings, tmp_path, params: Path, conf: dict):
     with the planted-fault switch in its environment only (tests/toy/fault.py: the fault is on while the
     yielded file exists); night 1 deploys model-v1 and the server turns ready. Yields (server, night 1's
     summary, the fault file); the fault is switched off and the server stopped at the end."""
-    from tests.serving.server import ServerProcess
+    from ops.model_server import ServerProcess
     from tests.toy import fault
 
     fault_file = tmp_path / "fault"

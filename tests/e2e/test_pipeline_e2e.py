@@ -5,9 +5,9 @@ import json
 import httpx
 import pytest
 
+from ops.model_server import server_env
 from tasks.registry import Registry
 from tests.airflow_helpers import dags_test, migrate, task_states
-from tests.serving.server import server_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.paired]
 FAST = {"epochs": 8}

@@ -54,9 +54,9 @@ def test_a_transformer_behind_replicas_held_back_by_a_gate_then_promoted(setting
                  model is promoted by a canary through the balancer to both replicas"""
     import pandas as pd
 
+    from ops.model_server import server_env
     from ops.replicas import ReplicaSet
     from tasks.core.params import load_params
-    from tests.serving.server import server_env
 
     conf = {"epochs": 6}
     write = functools.partial(moods_params, tmp_path, MOODS_TRANSFORMER)

@@ -88,11 +88,11 @@ def test_a_bag_of_embeddings_model_on_two_text_classes_behind_replicas_held_back
     (The faster sibling of tests/datasets/test_reviews.py's rejected text model, in the extended tier.)"""
     import pandas as pd
 
+    from ops.model_server import server_env
     from ops.replicas import ReplicaSet
     from tasks.core.params import load_params
     from tasks.models import load_model
     from tasks.models.artifact import read_metadata
-    from tests.serving.server import server_env
     from tests.toy import fault
 
     conf = {"epochs": 6}

@@ -197,9 +197,9 @@ def trainer_image(cluster, docker_engine) -> str:
 
 def free_port() -> int:
     """A free port on the bridge's address (HOST_ADDR), where the tier's servers listen for the pods."""
-    with socket.socket() as s:
-        s.bind((HOST_ADDR, 0))
-        return s.getsockname()[1]
+    from ops.model_server import free_port as free_port_on
+
+    return free_port_on(HOST_ADDR)
 
 
 @dataclass(frozen=True)

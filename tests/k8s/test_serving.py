@@ -42,7 +42,7 @@ NAMESPACE = "sluice"  # k8s/serving/'s own
 DEPLOYMENT = "sluice-model-server"
 PREDLOG = f"s3://{BUCKET}/predlog"
 
-# Registers a real ONNX model (the served signature, tests/serving/server.py) in the tier's registry and
+# Registers a real ONNX model (the served signature, tests/helpers/server.py) in the tier's registry and
 # makes it the champion: the pipeline's own registry API, with the storage's environment.
 REGISTER = """
 import sys
@@ -50,7 +50,7 @@ from pathlib import Path
 from tasks.core.settings import Settings
 from tasks.datasets import load_dataset
 from tasks.registry import Registry
-from tests.serving.server import write_onnx
+from tests.helpers.server import write_onnx
 
 onnx = write_onnx(Path(sys.argv[1]) / "model.int8.onnx", len(load_dataset().FEATURE_NAMES), seed=3)
 reg = Registry(Settings.from_env())

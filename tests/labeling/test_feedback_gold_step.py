@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from ops.model_server import ServerProcess
 from tasks.core.context import StepContext
 from tasks.core.settings import REPO_ROOT
 from tasks.datasets import load_dataset
@@ -19,7 +20,7 @@ from tasks.registry import TEST_REFUSAL, Registry
 from tasks.reports.run_summary import training_label_lines
 from tasks.validate_labeled import validate_labeled
 from tasks.weak_label import weak_label
-from tests.serving.server import ServerProcess, write_onnx
+from tests.helpers.server import write_onnx
 
 pytestmark = [pytest.mark.slow, pytest.mark.paired]
 

@@ -109,7 +109,7 @@ def test_fill_queue_from_a_real_night_and_ten_labels_train_the_next(settings, pa
     from tasks.fill_queue import fill_queue
     from tasks.ingest import ingest
     from tasks.weak_label import weak_label
-    from tests.serving.server import write_onnx
+    from tests.helpers.server import write_onnx
 
     ds = load_dataset()
     reg = Registry(settings)

@@ -16,6 +16,7 @@ def test_a_change_maps_to_the_tests_of_its_packages():
         "tests/e2e",
     ]
     assert folders_for(["tasks/core/params.py", "tasks/serving/app.py"]) == ["tests"]  # the core: everything
+    assert folders_for(["tests/helpers/server.py"]) == ["tests"]  # helpers shared by many folders
     assert folders_for(["tasks/nowhere/x.py"]) == []  # no such test folder: nothing invented
 
 

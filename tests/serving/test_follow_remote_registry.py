@@ -10,11 +10,12 @@ import httpx
 import pytest
 import yaml
 
+from ops.model_server import ServerProcess
 from tasks.core.settings import REPO_ROOT, Settings
 from tasks.registry import Registry
 from tasks.registry.follow import RemoteRegistry
 from tasks.registry.repo import RegistryError
-from tests.serving.server import ServerProcess, wait_for, write_onnx
+from tests.helpers.server import wait_for, write_onnx
 
 pytestmark = pytest.mark.slow
 

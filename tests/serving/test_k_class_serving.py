@@ -13,7 +13,7 @@ from tasks.compression.export import export_onnx, open_session, predict
 from tasks.core.params import load_params
 from tasks.core.settings import Settings
 from tasks.training.loop import fit_in_memory
-from tests.serving.server import promoted_server
+from tests.helpers.server import promoted_server
 from tests.toy import three
 
 pytestmark = pytest.mark.slow

@@ -18,6 +18,7 @@ import httpx
 import pytest
 import yaml
 
+from ops.model_server import server_env
 from ops.replicas import ReplicaSet
 from tasks.core.params import load_params
 from tasks.core.settings import REPO_ROOT, Settings
@@ -25,7 +26,7 @@ from tasks.registry import Registry
 from tasks.serving.paths import prediction_log, request_key_file
 from tasks.serving.predlog import read_log
 from tasks.serving.requestid import RequestIds, load_key
-from tests.serving.server import server_env, wait_for, write_onnx
+from tests.helpers.server import wait_for, write_onnx
 
 pytestmark = pytest.mark.slow
 CHECK_MS, DRAIN_S, FLUSH_S = 100, 0.4, 0.2

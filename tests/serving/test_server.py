@@ -20,13 +20,14 @@ import pandas as pd
 import pytest
 import yaml
 
+from ops.model_server import ServerProcess
 from tasks.core.settings import REPO_ROOT, Settings
 from tasks.registry import Registry
 from tasks.serving.paths import prediction_log
 from tasks.serving.predlog import read_log
 from tasks.serving.split import choose_variant
 from tests.conftest import row
-from tests.serving.server import ServerProcess, wait_for, write_onnx
+from tests.helpers.server import wait_for, write_onnx
 
 MAX_ROWS, MAX_BODY = 64, 64 * 1024
 pytestmark = pytest.mark.slow

@@ -73,7 +73,7 @@ def test_serving_state_shapes():
 
 
 def test_a_model_that_does_not_match_its_sha256_or_does_not_load_is_refused(tmp_path):
-    from tests.serving.server import write_onnx
+    from tests.helpers.server import write_onnx
 
     data = write_onnx(tmp_path / "m.onnx", 21, seed=1).read_bytes()
     import hashlib

@@ -11,7 +11,7 @@ from tasks.models import attach_tokenizer, metadata_input_encoder, tokenizer_met
 from tasks.models.artifact import read_metadata
 from tasks.models.tokens import Encoder, train_tokenizer
 from tasks.training.loop import fit_in_memory
-from tests.serving.server import promoted_server
+from tests.helpers.server import promoted_server
 
 pytestmark = pytest.mark.slow
 TRANSFORMER = {

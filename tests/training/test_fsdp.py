@@ -13,6 +13,7 @@ import torch
 
 from tasks.core.files import read_json
 from tasks.core.params import ParamsError, load_params
+from tasks.training.command import entry, launcher
 from tasks.training.local import run_torchrun, worker_env
 from tests.training.test_training import assert_same_weights, params, weights
 
@@ -58,21 +59,7 @@ def test_uneven_splits_give_the_global_mean_gradient(tmp_path):
     store = tmp_path / "store"
     store.mkdir()
     out = tmp_path / "result.json"
-    cmd = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nnodes=1",
-        "--nproc-per-node=2",
-        "--rdzv-backend=c10d",
-        f"--rdzv-endpoint={store / 'rendezvous'}",
-        "--rdzv-conf=store_type=file",
-        "--local-addr=127.0.0.1",
-        "-m",
-        "tests.training.fsdp_uneven_worker",
-        str(store),
-        str(out),
-    ]
+    cmd = [*launcher(2, file_store=store), *entry("tests.training.fsdp_uneven_worker", str(store), str(out))]
     env = {**worker_env(), "PYTHONPATH": os.pathsep.join(sys.path)}
     subprocess.run(cmd, env=env, check=True, timeout=180)
     r = read_json(out)

@@ -1,18 +1,16 @@
-"""Test helpers for the model server: real ONNX models in a real registry, and the server as a
-real subprocess (ops/model_server.py's ServerProcess, re-exported here for the tests)."""
+"""Test helpers for the model server: real ONNX models in a real registry, and a server for them
+(ops/model_server.py's ServerProcess, the one launcher the tests, ops and the benchmarks share)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ops.model_server import ServerProcess, server_env
+from ops.model_server import ServerProcess
 from tasks.core.settings import REPO_ROOT
-
-__all__ = ["ServerProcess", "promoted_server", "server_env", "wait_for", "write_onnx"]
+from tasks.core.wait import wait_until
 
 
 def write_onnx(path: Path, n_features: int, seed: int) -> Path:
@@ -66,10 +64,5 @@ def promoted_server(tmp: Path, onnx_path: Path, dataset_module: str) -> "ServerP
 
 
 def wait_for(predicate, timeout_s: float = 30, what: str = "condition") -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise TimeoutError(f"timed out waiting for {what}")
+    """`predicate`'s first truthy result, polled every 0.05 s (tasks/core/wait.wait_until)."""
+    return wait_until(predicate, timeout_s=timeout_s, interval_s=0.05, what=what)
