@@ -121,8 +121,9 @@ def _losses(out: Path) -> dict[int, float]:
     return {m["step"]: m["loss"] for m in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
 
 
-def _resume_copy(src: Path, dst: Path, step: int) -> None:
-    """The run's folder as it was once it had checkpointed `step`."""
+def resume_copy(src: Path, dst: Path, step: int) -> None:
+    """A copy of a finished run's folder as it was when it had checkpointed `step` (later checkpoints
+    and the run's outputs removed): a rerun there resumes from `step`."""
     shutil.copytree(src, dst, ignore=shutil.ignore_patterns("dist-store", "model.pt", "train_metrics.json"))
     for ckpt in (dst / "checkpoints").iterdir():
         if int(ckpt.name[5:11]) > step:
@@ -141,7 +142,7 @@ def reshard_resume(version: str, tmp: Path) -> Record:
         if not src.exists():
             run_torchrun(version, src, p.replace(nproc=src_world))
         dst = tmp / f"resume-w{src_world}-to-w{to_world}"
-        _resume_copy(src, dst, 20)
+        resume_copy(src, dst, 20)
         run_torchrun(version, dst, p.replace(nproc=to_world))
         m = read_json(dst / "train_metrics.json")
         if m["resumed_from"] is None or m["resumed_from"]["world_size"] != src_world:

@@ -3,7 +3,6 @@ sharded checkpoints that reshard on resume, the safe reader, and a plain model.p
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -11,6 +10,7 @@ import onnx
 import pytest
 import torch
 
+from bench.fsdp import resume_copy
 from tasks.core.files import read_json
 from tasks.core.params import ParamsError, load_params
 from tasks.training.command import entry, launcher
@@ -29,17 +29,6 @@ def assert_losses_close(a, b, rtol):
     assert a.keys() == b.keys() and a
     for step in a:
         assert a[step] == pytest.approx(b[step], rel=rtol, abs=0), step
-
-
-def resume_copy(src, dst, step):
-    """A copy of a finished run's folder as it was when it had checkpointed `step` (later checkpoints
-    and the run's outputs removed): a rerun there resumes from `step`."""
-    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("dist-store", "model.pt", "train_metrics.json"))
-    for ckpt in (dst / "checkpoints").iterdir():
-        if int(ckpt.name[5:11]) > step:
-            shutil.rmtree(ckpt) if ckpt.is_dir() else ckpt.unlink()
-    lines = (dst / "metrics.jsonl").read_text().splitlines()
-    (dst / "metrics.jsonl").write_text("".join(x + "\n" for x in lines if json.loads(x)["step"] <= step))
 
 
 def test_fsdp2_refuses_the_ddp_only_features(tmp_path):
