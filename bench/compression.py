@@ -35,7 +35,7 @@ def _train(X, y, hidden, epochs, seed=0):
     import torch
     import torch.nn.functional as F
 
-    from tasks.models.mlp_net import MLP
+    from tasks.plugins.mlp.net import MLP
 
     torch.manual_seed(seed)
     model = MLP(X.shape[1], hidden)

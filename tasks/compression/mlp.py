@@ -1,8 +1,7 @@
 """What the torch-side techniques need to know about any model: its Linear layers, its size.
 
-Low rank works on the MLP plug-in's `net` stack of Linear/ReLU pairs (tasks/models/mlp_net.py
-`plain_linears` checks it, naming what differs); structured pruning and distillation ask the model's
-plug-in (`prunable`, `narrower`: tasks/core/plugins.py)."""
+Low rank, structured pruning and distillation ask the model's plug-in which layers they may change
+(`low_rank_layers`, `prunable`, `narrower`: tasks/core/plugins.py)."""
 
 from __future__ import annotations
 

@@ -83,8 +83,10 @@ def validate_plugin_params(module: str, values: dict[str, Any], at: str = "datas
     core depends on neither tasks/datasets nor tasks/models."""
     import importlib
 
+    from tasks.core.moved import current
+
     try:
-        mod = importlib.import_module(module)
+        mod = importlib.import_module(current(module))
     except ImportError as exc:
         raise ValueError(f"cannot import the plug-in {module} to validate its params: {exc}") from None
     model = getattr(mod, "Params", None)
@@ -226,7 +228,7 @@ class PretrainedWeights(Section):
 
 class ModelParams(Section):
     module: ModulePath
-    """The model plug-in (its protocol: tasks/core/plugins.py; tasks.models.mlp is the default)."""
+    """The model plug-in (its protocol: tasks/core/plugins.py; tasks.plugins.mlp is the default)."""
     params: dict[str, Any]
     """The plug-in's own parameters, validated by the `Params` model its module declares (for the
     MLP: `hidden`, the hidden layers' widths)."""

@@ -96,7 +96,7 @@ A model module provides (checked when it is loaded, with an error naming what is
                           (a Sequential, the positions of the Linear layers in it that low rank may
                           factorize in place); required only when "lowrank" is in COMPRESSION
 
-See docs/models.md for adding one. `tasks.models.mlp` is the default.
+See docs/models.md for adding one. `tasks.plugins.mlp` is the default.
 """
 
 from __future__ import annotations
@@ -106,6 +106,7 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING
 
+from tasks.core.moved import current
 from tasks.core.params import ParamsError, load_params, validate_plugin_params
 
 if TYPE_CHECKING:
@@ -129,15 +130,6 @@ DATASET_REQUIRED = (
 )
 
 BINARY = ("0", "1")  # the classes of a dataset that names none
-
-# Where plug-ins that moved live now: an old path in a registered data version, a reproduction's
-# params or a user's params file still loads (old -> new module path).
-MOVED = {
-    "tasks.datasets.emails": "tasks.plugins.emails",
-    "tasks.labeling.email_lfs": "tasks.plugins.emails.lfs",
-    "tasks.datasets.reviews": "tasks.plugins.reviews",
-    "tasks.labeling.review_lfs": "tasks.plugins.reviews.lfs",
-}
 
 
 class DatasetError(ValueError):
@@ -167,7 +159,7 @@ def dataset_params(dataset: DatasetParams, source: str = "params.yaml") -> BaseM
 def import_plugin_module(module: str, what: str = "dataset module") -> ModuleType:
     """The module at `module`, or where it moved (MOVED); DatasetError naming it if it cannot be imported."""
     try:
-        return importlib.import_module(MOVED.get(module, module))
+        return importlib.import_module(current(module))
     except ImportError as exc:
         raise DatasetError(f"{what} {module!r} cannot be imported: {exc}") from exc
 
@@ -248,9 +240,9 @@ class ModelPluginError(ValueError):
 
 @functools.lru_cache(maxsize=None)
 def load_model_plugin(module: str) -> ModuleType:
-    """The model plug-in `module`, checked complete."""
+    """The model plug-in `module` (or where it moved: MOVED), checked complete."""
     try:
-        mod = importlib.import_module(module)
+        mod = importlib.import_module(current(module))
     except ImportError as exc:
         raise ModelPluginError(f"model module {module!r} cannot be imported: {exc}") from exc
     missing = [name for name in MODEL_REQUIRED if not hasattr(mod, name)]

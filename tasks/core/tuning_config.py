@@ -32,7 +32,9 @@ def tunable(train: Any) -> dict[str, str]:
     (imported by name: core does not depend on tasks/models)."""
     import importlib
 
-    plugin = importlib.import_module(train.model.module)
+    from tasks.core.moved import current
+
+    plugin = importlib.import_module(current(train.model.module))
     return {**TRAIN_TUNABLE, **plugin.TUNABLE}
 
 

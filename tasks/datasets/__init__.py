@@ -3,10 +3,10 @@ batches. The dataset plug-in protocol (what a plug-in provides, its checks, `loa
 paths) is documented and checked in tasks/core/plugins.py; its names are re-exported here, where the
 pipeline's code has always imported them."""
 
+from tasks.core.moved import MOVED
 from tasks.core.plugins import (
     BINARY,
     DATASET_REQUIRED,
-    MOVED,
     DatasetError,
     check_labels,
     class_names,

@@ -1,7 +1,8 @@
 """Models are plug-ins: one module each, chosen by params.yaml `train.model.module`, as datasets are.
 The protocol (what a model module provides) is documented and checked in tasks/core/plugins.py;
 this package holds what works on any plug-in's models: building, saving and reading them, their
-tokenizers and input encoders. `tasks.models.mlp` is the default.
+tokenizers and input encoders. The plug-ins themselves are folders in tasks/plugins/ (`tasks.plugins.mlp`
+is the default).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from tasks.core.moved import current
 from tasks.core.plugins import ModelPluginError, load_model_plugin
 
 __all__ = ["ModelPluginError", "load_model_plugin"]  # the protocol's, re-exported where models are used
@@ -40,7 +42,7 @@ def build_model(module: str, stats, params: dict[str, Any]):
 
 
 def _tagged(model, module: str):
-    model.sluice_plugin = module
+    model.sluice_plugin = current(module)  # a file written before its plug-in moved: tagged where it is now
     return model
 
 

@@ -37,6 +37,7 @@ from torch.nn.parallel import DistributedDataParallel
 
 from tasks.core.files import atomic_write_json
 from tasks.core.log import Progress, log
+from tasks.core.moved import current
 from tasks.core.params import TrainParams
 from tasks.core.settings import Settings
 from tasks.core.versions import is_model_version
@@ -181,7 +182,7 @@ def warm_start(
     if not init_from:
         return None
     blob, mine = read_init_model(init_from, registry_url, settings), model_blob(model)
-    theirs = (blob.get("plugin", LEGACY_PLUGIN), blob["arch"])
+    theirs = (current(blob.get("plugin", LEGACY_PLUGIN)), blob["arch"])
     if theirs != (mine["plugin"], mine["arch"]):
         log(f"not warm-starting: {init_from} is {theirs[0]} {theirs[1]}, this run {mine['plugin']} {mine['arch']}")
         return None

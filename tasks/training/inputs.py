@@ -16,6 +16,7 @@ from typing import Callable
 
 from tasks.core.files import atomic_write_bytes
 from tasks.core.log import log
+from tasks.core.moved import current
 from tasks.core.params import TrainParams
 from tasks.models import load_model_plugin
 from tasks.models.pretrained import pretrained_tokenizer
@@ -62,7 +63,8 @@ def _rank0_tokenizer(p: TrainParams, texts, store, init_blob: dict | None) -> st
         found = path.read_text()
         log(f"tokenizer: this training's own {TOKENIZER} (sha256 {tokenizer_sha256(found)[:12]})")
         return found
-    if init_blob is not None and init_blob.get("plugin") == p.model.module and init_blob.get("tokenizer"):
+    same_plugin = init_blob is not None and current(init_blob.get("plugin", "")) == current(p.model.module)
+    if same_plugin and init_blob.get("tokenizer"):
         found = init_blob["tokenizer"]
         log(f"tokenizer: the warm-start model's (sha256 {tokenizer_sha256(found)[:12]})")
     elif p.pretrained is not None and p.pretrained.tokenizer is not None:

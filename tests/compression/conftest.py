@@ -35,7 +35,7 @@ def trained(rows):
     import torch
     import torch.nn.functional as F
 
-    from tasks.models.mlp_net import MLP
+    from tasks.plugins.mlp.net import MLP
 
     X, y = rows
     torch.manual_seed(0)

@@ -268,9 +268,9 @@ def test_the_engine_trains_on_the_dataset_plugin_the_step_names(reviews_home, go
 
 TEXT_MODELS = {
     "mlp": None,  # params.yaml's: the hashed n-gram features
-    "bow": {"module": "tasks.models.bow", "params": {"vocab_size": 4000, "max_len": 96, "dim": 32, "head_width": 32}},
+    "bow": {"module": "tasks.plugins.bow", "params": {"vocab_size": 4000, "max_len": 96, "dim": 32, "head_width": 32}},
     "transformer": {
-        "module": "tasks.models.transformer",
+        "module": "tasks.plugins.transformer",
         "params": {"vocab_size": 4000, "max_len": 64, "width": 32, "depth": 1, "heads": 4, "ffn": 64, "dropout": 0.0},
     },
 }

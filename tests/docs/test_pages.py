@@ -175,23 +175,37 @@ def test_the_scenario_table_matches_the_matrix():
     assert not stale_page(PAGE, want, "tests/e2e/scenarios.py", "python -m tests.e2e.scenarios")
 
 
-def architecture_claims(page: str) -> tuple[set[str], set[str]]:
-    """docs/architecture.md's layout block: the steps it lists under `tasks/<step>.py` and the dataset
-    plug-ins named on its `tasks/plugins/<name>/` line."""
+def architecture_claims(page: str) -> tuple[set[str], set[str], set[str]]:
+    """docs/architecture.md's layout block: the steps it lists under `tasks/<step>.py`, and the dataset
+    and model plug-ins named on its `tasks/plugins/<name>/` lines."""
     block = page.split("tasks/<step>.py", 1)[1].split("thin:", 1)[0]
     steps = set(re.findall(r"[a-z_]+", block.split("\n", 1)[1]))
-    datasets = re.search(r"tasks/plugins/<name>/\s+a dataset plug-in each \(([^)]*)\)", page)
-    return steps, set(re.findall(r"[a-z_]+", datasets.group(1))) if datasets else set()
+    named = {
+        kind: re.search(rf"{kind} \(([^)]*)\)", page.split("tasks/plugins/<name>/", 1)[-1])
+        for kind in ("Datasets", "Models")
+    }
+    datasets, models = ({*re.findall(r"[a-z_]+", m.group(1))} if m else set() for m in named.values())
+    return steps, datasets, models
 
 
-def test_the_architecture_page_lists_every_step_and_dataset_the_code_has():
-    """The steps are the modules in tasks/ that declare one with @step; the datasets, the plug-in folders
-    in tasks/plugins/."""
+def plugin_folders() -> tuple[set[str], set[str]]:
+    """The dataset and the model plug-ins in tasks/plugins/ (a dataset module has a GOLD_COLUMN)."""
+    import importlib
+
+    names = [p.parent.name for p in (ROOT / "tasks" / "plugins").glob("*/__init__.py")]
+    datasets = {n for n in names if hasattr(importlib.import_module(f"tasks.plugins.{n}"), "GOLD_COLUMN")}
+    return datasets, set(names) - datasets
+
+
+def test_the_architecture_page_lists_every_step_and_plugin_the_code_has():
+    """The steps are the modules in tasks/ that declare one with @step; the plug-ins, the folders in
+    tasks/plugins/, datasets and models apart."""
     steps = {p.stem for p in (ROOT / "tasks").glob("*.py") if re.search(r"^@step\b", p.read_text(), re.M)}
-    datasets = {p.parent.name for p in (ROOT / "tasks" / "plugins").glob("*/__init__.py")}
-    listed_steps, listed_datasets = architecture_claims((ROOT / "docs" / "architecture.md").read_text())
+    datasets, models = plugin_folders()
+    listed_steps, listed_datasets, listed_models = architecture_claims((ROOT / "docs" / "architecture.md").read_text())
     assert len(steps) > 20 and listed_steps == steps, (sorted(steps - listed_steps), sorted(listed_steps - steps))
     assert datasets and listed_datasets == datasets, (sorted(datasets), sorted(listed_datasets))
+    assert models and listed_models == models, (sorted(models), sorted(listed_models))
     # the check can fail: a page that leaves a step out
-    page = "tasks/<step>.py  x\n  ingest train\n  thin: y\ntasks/plugins/<name>/   a dataset plug-in each (emails): x"
-    assert architecture_claims(page) == ({"ingest", "train"}, {"emails"})
+    page = "tasks/<step>.py  x\n  ingest train\n  thin: y\ntasks/plugins/<name>/  Datasets (emails): x. Models (mlp): y"
+    assert architecture_claims(page) == ({"ingest", "train"}, {"emails"}, {"mlp"})

@@ -151,9 +151,9 @@ def table() -> str:
 
 # ---- what the scenarios share -------------------------------------------------------------------
 
-MOODS_BOW = {"module": "tasks.models.bow", "params": {"vocab_size": 200, "max_len": 16, "dim": 16, "head_width": 16}}
+MOODS_BOW = {"module": "tasks.plugins.bow", "params": {"vocab_size": 200, "max_len": 16, "dim": 16, "head_width": 16}}
 MOODS_TRANSFORMER = {
-    "module": "tasks.models.transformer",
+    "module": "tasks.plugins.transformer",
     "params": {"vocab_size": 200, "max_len": 16, "width": 16, "depth": 1, "heads": 2, "ffn": 32, "dropout": 0.0},
 }
 

@@ -7,7 +7,7 @@ import torch
 
 from tasks.core.params import load_params
 from tasks.labeling.mix import gold_budget_mask, hold_out, label_counts, replayed_gold, training_labels
-from tasks.models import mlp
+from tasks.plugins import mlp
 from tasks.training.loop import fit_in_memory
 
 NAN = np.nan

@@ -35,7 +35,7 @@ def _targets(y: np.ndarray, weight: float = 1.0) -> torch.Tensor:
 def trained():
     X, y = _rows(900, 0)
     p = load_params().train.replace(
-        epochs=15, batch_size=64, model={"module": "tasks.models.mlp", "params": {"hidden": [32, 16]}}
+        epochs=15, batch_size=64, model={"module": "tasks.plugins.mlp", "params": {"hidden": [32, 16]}}
     )
     model, losses = fit_in_memory(torch.from_numpy(X), _targets(y), p)
     return model, losses
@@ -58,7 +58,7 @@ def test_a_binary_mlp_keeps_one_logit_and_its_arch():
     X, y = _rows(200, 2)
     y = (y == 0).astype(np.float32)
     p = load_params().train.replace(
-        epochs=1, batch_size=64, model={"module": "tasks.models.mlp", "params": {"hidden": [4]}}
+        epochs=1, batch_size=64, model={"module": "tasks.plugins.mlp", "params": {"hidden": [4]}}
     )
     model, _ = fit_in_memory(torch.from_numpy(X), torch.from_numpy(y), p)
     assert "outputs" not in model.arch and predict_proba(model, X).shape == (200,)
@@ -91,7 +91,7 @@ def test_a_three_class_transformer_learns_from_token_ids(tmp_path):
     ids = rng.integers(6, 50, size=(600, 12))
     ids[np.arange(600), rng.integers(0, 12, 600)] = 3 + y
     spec = {
-        "module": "tasks.models.transformer",
+        "module": "tasks.plugins.transformer",
         "params": {"vocab_size": 64, "max_len": 12, "width": 16, "depth": 1, "heads": 2, "ffn": 32, "dropout": 0.0},
     }
     p = load_params().train.replace(model=spec, epochs=12, batch_size=32, lr=0.01)

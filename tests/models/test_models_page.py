@@ -10,7 +10,7 @@ import pytest
 import torch
 from sklearn.metrics import roc_auc_score
 
-import tasks.models
+import tasks.plugins
 from tasks.core.context import parse_overrides
 from tasks.core.errors import CompressionError
 from tasks.core.params import ParamsError, repo_params
@@ -37,17 +37,17 @@ def _step3_sets() -> list[str]:
 
 @pytest.fixture
 def linear_plugin(tmp_path, monkeypatch):
-    """Step 1: the page's module, written where `tasks.models.linear` is found."""
+    """Step 1: the page's module, written in a folder of its own where `tasks.plugins.linear` is found."""
     folder = tmp_path / "plugins"
-    folder.mkdir()
-    (folder / "linear.py").write_text(_page_module_code())
-    monkeypatch.setattr(tasks.models, "__path__", [*tasks.models.__path__, str(folder)])
+    (folder / "linear").mkdir(parents=True)
+    (folder / "linear" / "__init__.py").write_text(_page_module_code())
+    monkeypatch.setattr(tasks.plugins, "__path__", [*tasks.plugins.__path__, str(folder)])
     load_model_plugin.cache_clear()
-    yield "tasks.models.linear"
+    yield "tasks.plugins.linear"
     load_model_plugin.cache_clear()
     import sys
 
-    sys.modules.pop("tasks.models.linear", None)
+    sys.modules.pop("tasks.plugins.linear", None)
 
 
 def test_the_page_plugin_loads_trains_exports_and_compresses_as_it_says(linear_plugin, tmp_path):
@@ -57,7 +57,7 @@ def test_the_page_plugin_loads_trains_exports_and_compresses_as_it_says(linear_p
 
     plugin = load_model_plugin(linear_plugin)  # step 2: loads, nothing missing
     sets = _step3_sets()
-    assert sets == ["train.model.module=tasks.models.linear", "train.model.params={}"]
+    assert sets == ["train.model.module=tasks.plugins.linear", "train.model.params={}"]
     train = repo_params(overrides=parse_overrides(sets)).train.replace(epochs=30, batch_size=32)
     assert train.model.module == linear_plugin and train.model.params == {}
 
@@ -103,16 +103,16 @@ def test_a_plugin_lacking_pieces_is_refused_naming_them(tmp_path, monkeypatch):
     code = _page_module_code()
     cut = code[: code.index("def shard_units")]  # the module without shard_units and what follows
     (folder / "partial.py").write_text(cut.replace("def loss(", "def not_loss("))
-    monkeypatch.setattr(tasks.models, "__path__", [*tasks.models.__path__, str(folder)])
+    monkeypatch.setattr(tasks.plugins, "__path__", [*tasks.plugins.__path__, str(folder)])
     load_model_plugin.cache_clear()
     with pytest.raises(ModelPluginError, match=r"lacks \['loss', 'shard_units', 'export_wrapper', 'example_input'\]"):
-        load_model_plugin("tasks.models.partial")
+        load_model_plugin("tasks.plugins.partial")
     load_model_plugin.cache_clear()
 
 
 def test_weights_that_do_not_fit_the_architecture_are_a_clear_error():
     stats = FeatureStats(1, torch.zeros(4), torch.ones(4), (0.5, 0.5))
-    blob = model_blob(build_model("tasks.models.mlp", stats, {"hidden": [8]}))
+    blob = model_blob(build_model("tasks.plugins.mlp", stats, {"hidden": [8]}))
     blob["arch"] = {"n_features": 4, "hidden": [9]}
     with pytest.raises(ModelPluginError, match=r"do not fit tasks\.models\.mlp's architecture"):
         model_from_blob(blob)
@@ -120,9 +120,9 @@ def test_weights_that_do_not_fit_the_architecture_are_a_clear_error():
 
 def test_a_model_saved_before_plugins_is_read_as_the_mlp():
     stats = FeatureStats(1, torch.zeros(4), torch.ones(4), (0.5, 0.5))
-    blob = model_blob(build_model("tasks.models.mlp", stats, {"hidden": [8]}))
+    blob = model_blob(build_model("tasks.plugins.mlp", stats, {"hidden": [8]}))
     del blob["plugin"]
-    assert model_from_blob(blob).sluice_plugin == "tasks.models.mlp"
+    assert model_from_blob(blob).sluice_plugin == "tasks.plugins.mlp"
 
 
 def test_the_pages_pretrained_weights_section_as_written(tmp_path):

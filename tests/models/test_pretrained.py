@@ -13,7 +13,7 @@ from tasks.models.pretrained import PretrainedError, load_pretrained
 from tasks.training.data import FeatureStats
 from tasks.training.loop import make_model
 
-MLP = "tasks.models.mlp"
+MLP = "tasks.plugins.mlp"
 STATS = FeatureStats(1, torch.zeros(6), torch.ones(6), (0.7, 0.3))
 
 

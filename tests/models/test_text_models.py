@@ -26,9 +26,9 @@ from tasks.training.loop import fit_in_memory
 from tests.conftest import write_params
 from tests.toy import text as toy_text
 
-BOW = {"module": "tasks.models.bow", "params": {"vocab_size": 200, "max_len": 16, "dim": 16, "head_width": 16}}
+BOW = {"module": "tasks.plugins.bow", "params": {"vocab_size": 200, "max_len": 16, "dim": 16, "head_width": 16}}
 TRANSFORMER = {
-    "module": "tasks.models.transformer",
+    "module": "tasks.plugins.transformer",
     "params": {"vocab_size": 200, "max_len": 16, "width": 32, "depth": 2, "heads": 4, "ffn": 64, "dropout": 0.0},
 }
 # the transformer distilled into a bag-of-embeddings (vocab_size and max_len: the teacher's)
@@ -122,7 +122,7 @@ def test_the_engine_trains_a_transformer_on_two_processes_and_keeps_its_tokenize
     run_torchrun(text_version, tmp_path / "a", p)
     first = load_model(tmp_path / "a" / "model.pt")
     tok = (tmp_path / "a" / "tokenizer.json").read_text()
-    assert first.tokenizer_json == tok and first.sluice_plugin == "tasks.models.transformer"
+    assert first.tokenizer_json == tok and first.sluice_plugin == "tasks.plugins.transformer"
     metrics = json.loads((tmp_path / "a" / "train_metrics.json").read_text())
     assert metrics["world_size"] == 2 and metrics["losses"][-1] < metrics["losses"][0]
     assert "tokenizer: trained on 600 texts" in capfd.readouterr().err
@@ -318,7 +318,7 @@ def test_a_transformer_distils_into_a_bag_of_embeddings_that_reads_its_ids(corpu
     with pytest.raises(CompressionError, match=r"reads dense inputs, the teacher \(transformer\) tokens"):
         apply_chain(
             teacher,
-            [{**TO_BOW, "student": {"module": "tasks.models.mlp", "params": {"hidden": [4]}}}],
+            [{**TO_BOW, "student": {"module": "tasks.plugins.mlp", "params": {"hidden": [4]}}}],
             CompressionData(ids),
             tmp_path,
         )

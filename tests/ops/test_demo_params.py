@@ -21,7 +21,7 @@ def test_demo_params_is_params_yaml_with_the_plugins_demo_yaml_over_it(tmp_path)
     own = yaml.safe_load((REPO_ROOT / "tasks" / "plugins" / "reviews" / "demo.yaml").read_text())
     assert written.pop("dataset") == {"module": "tasks.plugins.reviews", "params": {}}
     # the demo's own choices, whatever params.yaml says (its model is the emails demo's)
-    assert own["train"]["model.module"] == "tasks.models.mlp"
+    assert own["train"]["model.module"] == "tasks.plugins.mlp"
     assert written["train"]["model"] == {"module": own["train"]["model.module"], "params": own["train"]["model.params"]}
     assert written["evaluate"]["min_roc_auc"] == own["evaluate"]["min_roc_auc"]
     # every value it does not set is params.yaml's

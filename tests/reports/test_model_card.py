@@ -52,7 +52,7 @@ def lineage(data_version: str, parent: str | None) -> dict:
         },
         "reproduce": {  # the part of the register step's `reproduce` record the card reads
             "dataset": {"module": "tasks.plugins.emails", "name": "emails", "classes": ["ham", "spam"]},
-            "params": {"train": {"model": {"module": "tasks.models.mlp", "params": {"hidden": [32, 16]}}}},
+            "params": {"train": {"model": {"module": "tasks.plugins.mlp", "params": {"hidden": [32, 16]}}}},
         },
     }
 
@@ -101,7 +101,7 @@ def test_card_holds_data_contracts_lfs_metrics_slices_chain_and_commit(registry)
         "| 1 | prune | sparsity=0.5 |",
         "| 2 | fp16 | - |",
         "python -m tasks.reproduce model-v2",
-        "A 2-class classifier (ham, spam) on the emails dataset (model plug-in tasks.models.mlp)",
+        "A 2-class classifier (ham, spam) on the emails dataset (model plug-in tasks.plugins.mlp)",
     ):
         assert expected in md, expected
     # A '|' in data cannot break the markdown table; HTML gets every string escaped.
@@ -137,12 +137,13 @@ def test_a_k_class_card_names_the_datasets_classes_and_an_old_record_its_indices
     info = {**lineage("data-v1", None), "version": "model-v1"}
     info["reproduce"] = {
         "dataset": {"name": "three", "classes": ["neg", "neutral", "pos"]},
-        "params": {"train": {"model": {"module": "tasks.models.transformer"}}},
+        "params": {"train": {"model": {"module": "tasks.plugins.transformer"}}},
     }
     data = {"lf_analysis": [{"lf": "lf_stars", "polarity": [0, 2], "coverage": 0.5}]}
     md = render_markdown(card_blocks(info, data, "candidate"))
-    assert "A 3-class classifier (neg, neutral, pos) on the three dataset (model plug-in tasks.models.transformer)" in (
-        md
+    assert (
+        "A 3-class classifier (neg, neutral, pos) on the three dataset (model plug-in tasks.plugins.transformer)"
+        in (md)
     )
     assert "| lf_stars | neg/pos | 0.5 |" in md
     del info["reproduce"]

@@ -27,7 +27,7 @@ def served(tmp_path_factory):
     train, held = source.iloc[:800], source.iloc[800:830]
     targets = np.concatenate([np.eye(K)[train[three.GOLD_COLUMN]], np.ones((len(train), 1))], 1)
     p = load_params().train.replace(
-        epochs=5, batch_size=64, model={"module": "tasks.models.mlp", "params": {"hidden": [16]}}
+        epochs=5, batch_size=64, model={"module": "tasks.plugins.mlp", "params": {"hidden": [16]}}
     )
     model, _ = fit_in_memory(torch.from_numpy(three.featurize(train)), torch.from_numpy(targets.astype(np.float32)), p)
     tmp = tmp_path_factory.mktemp("k-class-serving")
@@ -127,7 +127,7 @@ def served_text(tmp_path_factory):
     tok = train_tokenizer(text3.texts(train), 200)
     ids = Encoder(tok, 16, 200).encode(text3.texts(train))
     spec = {
-        "module": "tasks.models.transformer",
+        "module": "tasks.plugins.transformer",
         "params": {"vocab_size": 200, "max_len": 16, "width": 32, "depth": 1, "heads": 4, "ffn": 64, "dropout": 0.0},
     }
     p = load_params().train.replace(model=spec, epochs=8, batch_size=32, lr=0.005)

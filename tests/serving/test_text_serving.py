@@ -15,7 +15,7 @@ from tests.helpers.server import promoted_server
 
 pytestmark = pytest.mark.slow
 TRANSFORMER = {
-    "module": "tasks.models.transformer",
+    "module": "tasks.plugins.transformer",
     "params": {"vocab_size": 1000, "max_len": 48, "width": 32, "depth": 1, "heads": 4, "ffn": 64, "dropout": 0.0},
 }
 

@@ -25,10 +25,10 @@ pytestmark = pytest.mark.slow  # trains and exports four small models (about 20 
 
 SPECS = {
     "transformer": {
-        "module": "tasks.models.transformer",
+        "module": "tasks.plugins.transformer",
         "params": {"vocab_size": 200, "max_len": 16, "width": 16, "depth": 1, "heads": 2, "ffn": 32, "dropout": 0.0},
     },
-    "bow": {"module": "tasks.models.bow", "params": {"vocab_size": 200, "max_len": 16, "dim": 16, "head_width": 16}},
+    "bow": {"module": "tasks.plugins.bow", "params": {"vocab_size": 200, "max_len": 16, "dim": 16, "head_width": 16}},
 }
 
 

@@ -13,9 +13,9 @@ from tasks.core.context import StepContext
 from tasks.core.params import ParamsError, load_params
 from tasks.datasets.demo_feed import DemoFeed
 from tasks.models import save_model
-from tasks.models.mlp_net import MLP
 from tasks.plugins import emails as emails_plugin
 from tasks.plugins.emails import FEATURE_NAMES, featurize
+from tasks.plugins.mlp.net import MLP
 from tasks.registry import Registry
 from tests.conftest import write_params
 from tests.steps.records import train_record

@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 from tasks.core.params import load_params
 from tasks.models.losses import binary_loss as mlp_loss
-from tasks.models.mlp_net import MLP
+from tasks.plugins.mlp.net import MLP
 from tasks.training.batching import rank_slice
 from tasks.training.engine import chunks_needed, init_process_group
 from tasks.training.loop import accumulate_gradients

@@ -132,7 +132,7 @@ def test_fsdp2_trains_like_ddp_and_resumes_at_any_world_size_and_strategy(settin
 def small_sharded_checkpoint(folder):
     """A one-process sharded checkpoint (DCP, through ShardedCheckpointer) of a tiny trained model."""
     from tasks.models.losses import binary_loss as mlp_loss
-    from tasks.models.mlp_net import MLP
+    from tasks.plugins.mlp.net import MLP
     from tasks.training.loop import accumulate_gradients, make_optimizer
     from tasks.training.sharded import ShardedCheckpointer
 
@@ -169,7 +169,7 @@ def remark(path):
 
 
 def test_sharded_checkpoint_round_trip_and_incomplete_ones_are_skipped(tmp_path):
-    from tasks.models.mlp_net import MLP
+    from tasks.plugins.mlp.net import MLP
     from tasks.training.checkpoint import latest_valid_checkpoint
     from tasks.training.loop import make_optimizer
     from tasks.training.sharded import load_sharded
@@ -332,7 +332,7 @@ def test_the_nightly_dag_trains_the_sharded_profile_with_fsdp2_on_two_processes(
                 "epochs": 1,  # a bounded number of steps (7: fewer than log_every, so no metrics window closes)
                 "lr": 0.0003,  # the demo's 0.003 diverges at this width
                 "checkpoint_every": 4,
-                "model": {"module": "tasks.models.mlp", "params": {"hidden": list(hidden)}},
+                "model": {"module": "tasks.plugins.mlp", "params": {"hidden": list(hidden)}},
             },
             # 143 MB in fp32 (~31 ms a row at batch 1, ~11 ms as int8): the demo's 10 ms budget suits the small model
             "compress": {"candidates": [["int8_dynamic"]], "latency_repeats": 3, "latency_budget_ms": 100},

@@ -215,7 +215,7 @@ def test_training_processes_listen_on_loopback_only(settings, data_version, tmp_
 @pytest.mark.slow
 def test_warm_start_picks_up_a_previous_model(settings, data_version, tmp_path):
     from tasks.models import load_model, save_model
-    from tasks.models.mlp_net import MLP
+    from tasks.plugins.mlp.net import MLP
 
     p = params(epochs=10, checkpoint_every=100)
     run_torchrun(data_version, tmp_path / "prod", p)

@@ -3,7 +3,7 @@
 Feature scaling lives inside the model (buffers), so the exported ONNX graph takes raw
 features and the serving side needs no separate scaler. The plug-in interface is described
 in tasks/core/plugins.py. This module stays light (no torch at import: params.yaml is read,
-and these Params validated, when DAG files are parsed); the torch modules are in mlp_net.py.
+and these Params validated, when DAG files are parsed); the torch modules are in net.py.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from tasks.models.mlp_net import MLP
+    from .net import MLP
 
 NAME = "mlp"
 BATCH_FORMAT = "dense"
@@ -35,7 +35,8 @@ class Params(BaseModel):
 
 def build(stats, params: Params) -> MLP:
     from tasks.models.losses import logit_count
-    from tasks.models.mlp_net import MLP
+
+    from .net import MLP
 
     model = MLP(len(stats.mean), params.hidden, logit_count(stats.classes))
     model.set_scaling(stats.mean, stats.std)
@@ -47,7 +48,7 @@ def arch(model: MLP) -> dict[str, Any]:
 
 
 def from_arch(arch: dict[str, Any]) -> MLP:
-    from tasks.models.mlp_net import MLP
+    from .net import MLP
 
     return MLP(**arch)
 
@@ -72,7 +73,7 @@ def shard_units(model: MLP) -> list[nn.Module]:
 
 
 def export_wrapper(model: MLP) -> nn.Module:
-    from tasks.models.mlp_net import Probability
+    from .net import Probability
 
     return Probability(model)
 
@@ -85,7 +86,7 @@ def example_input(model: MLP, n: int) -> torch.Tensor:
 
 def narrower(model: MLP, hidden: list[int]) -> MLP:
     """A new MLP with `hidden` widths taking the same raw features (the same input scaling)."""
-    from tasks.models.mlp_net import MLP
+    from .net import MLP
 
     student = MLP(model.mean.numel(), hidden, model.outputs)
     student.set_scaling(model.mean, model.std)
@@ -97,7 +98,7 @@ def low_rank_layers(model: MLP) -> tuple[Any, list[int]]:
     Linear/ReLU stack, checked: a factorized model is refused)."""
     from torch import nn
 
-    from tasks.models.mlp_net import plain_linears
+    from .net import plain_linears
 
     plain_linears(model)
     return model.net, [j for j, m in enumerate(model.net) if isinstance(m, nn.Linear)]
@@ -106,6 +107,6 @@ def low_rank_layers(model: MLP) -> tuple[Any, list[int]]:
 def prunable(model: MLP) -> list[list[tuple[str, str]]]:
     """Each hidden layer's units, one width of `narrower` each: made by `net.{2i}`, read by `net.{2i+2}`
     (a plain Linear/ReLU stack, checked: a factorized model is refused)."""
-    from tasks.models.mlp_net import plain_linears
+    from .net import plain_linears
 
     return [[(f"net.{2 * i}", f"net.{2 * i + 2}")] for i in range(len(plain_linears(model)) - 1)]

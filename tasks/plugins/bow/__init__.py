@@ -33,13 +33,14 @@ class Params(TokenParams):
 
 def build(stats, params: Params):
     from tasks.models.losses import logit_count
-    from tasks.models.text_net import BagOfEmbeddings
+
+    from .net import BagOfEmbeddings
 
     return BagOfEmbeddings(params.vocab_size, params.max_len, params.dim, params.head_width, logit_count(stats.classes))
 
 
 def from_arch(spec: dict):
-    from tasks.models.text_net import BagOfEmbeddings
+    from .net import BagOfEmbeddings
 
     return BagOfEmbeddings(**spec)
 

@@ -1,4 +1,4 @@
-"""The MLP plug-in's torch modules (tasks/models/mlp.py is the plug-in: light, so that reading params.yaml,
+"""The MLP plug-in's torch modules (its __init__.py is the plug-in: light, so that reading params.yaml,
 as DAG files do when parsed, validates `train.model.params` without importing torch)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ CLIP_STD = 5.0
 
 
 class MLP(nn.Module):
-    sluice_plugin = "tasks.models.mlp"  # which plug-in built it (tasks.models.plugin_of), for models made directly too
+    sluice_plugin = "tasks.plugins.mlp"  # which plug-in built it (tasks.models.plugin_of), for models made directly too
 
     def __init__(self, n_features: int, hidden: tuple[int, ...] | list[int], outputs: int = 1):
         """`outputs`: logits per row, 1 for a binary model (its arch then omits it, as before K classes)."""

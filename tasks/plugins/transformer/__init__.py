@@ -47,14 +47,15 @@ class Params(TokenParams):
 
 def build(stats, params: Params):
     from tasks.models.losses import logit_count
-    from tasks.models.text_net import TransformerClassifier
+
+    from .net import TransformerClassifier
 
     fields = ("vocab_size", "max_len", "width", "depth", "heads", "ffn", "dropout")
     return TransformerClassifier(**{k: getattr(params, k) for k in fields}, outputs=logit_count(stats.classes))
 
 
 def from_arch(spec: dict):
-    from tasks.models.text_net import TransformerClassifier
+    from .net import TransformerClassifier
 
     return TransformerClassifier(**spec)
 
