@@ -73,7 +73,7 @@ def _worker(rank: int, world: int, args: argparse.Namespace, store_dir: str, out
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     else:
         ddp = model
-    opt, loss_fn = make_optimizer(model, p), make_loss(stats, p, device)
+    opt, loss_fn = make_optimizer(model, p), make_loss(model, stats, device)
     # FSDP2's MixedPrecisionPolicy casts the parameters itself: no autocast on top.
     autocast = contextlib.nullcontext if fsdp else autocast_for(p, device)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)

@@ -106,7 +106,7 @@ def train_in_process(values: dict, data, seed: int, on_epoch) -> Trial:
     p = repo_params().train.replace(**values, nproc=1, seed=seed)
     stats = FeatureStats.of([(x, y)])
     model = make_model(stats, p)
-    opt, loss_fn = make_optimizer(model, p), make_loss(stats, p)
+    opt, loss_fn = make_optimizer(model, p), make_loss(model, stats)
     loader = DataLoader(
         TensorDataset(x, y), batch_size=p.batch_size, shuffle=True, generator=torch.Generator().manual_seed(seed)
     )

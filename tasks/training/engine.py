@@ -42,7 +42,15 @@ from tasks.core.params import TrainParams
 from tasks.core.settings import Settings
 from tasks.core.versions import is_model_version
 from tasks.datasets import load_dataset
-from tasks.models import LEGACY_PLUGIN, attach_tokenizer, model_blob, read_blob, rebuilt_with, save_model
+from tasks.models import (
+    LEGACY_PLUGIN,
+    attach_tokenizer,
+    load_model_plugin,
+    model_blob,
+    read_blob,
+    rebuilt_with,
+    save_model,
+)
 from tasks.training.batching import equal_splits, rank_slice, rebalance
 from tasks.training.checkpoint import AsyncCheckpointer, latest_valid_checkpoint, load_checkpoint
 from tasks.training.data import StreamingVersion, version_texts
@@ -443,14 +451,16 @@ def run_training(
     device = pick_device(p)
     ranks = join_process_group(device, store_dir, dist_timeout_s)
     stop, store = StopSignal(), OutputStore(out, workdir, settings)
-    dataset = load_dataset(dataset_module or None, settings=settings)
+    dataset = load_dataset(dataset_module or None, settings=settings)  # the worker's plug-ins, resolved once
+    plugin = load_model_plugin(p.model.module)
     tokenizer = decide_tokenizer(
+        plugin,
         p,
         dataset,
         lambda: version_texts(data_version, dataset, registry_url, settings),
         store,
         ranks,
-        read_init_model(init_from, registry_url, settings) if init_from and takes_tokens(p) else None,
+        read_init_model(init_from, registry_url, settings) if init_from and takes_tokens(plugin) else None,
     )
     data = StreamingVersion(
         data_version,
@@ -500,7 +510,7 @@ def run_training(
         state,
         net,
         autocast_for(p, device),
-        make_loss(data.stats, p, device),
+        make_loss(model, data.stats, device),
         make_checkpointer(store, p, ranks),
         TrainingMetrics(store.local / "metrics.jsonl", enabled=ranks.master),
         stop,

@@ -12,29 +12,35 @@ library, so nothing that must reproduce retrains it.
 
 from __future__ import annotations
 
+from types import ModuleType
 from typing import Callable
 
 from tasks.core.files import atomic_write_bytes
 from tasks.core.log import log
 from tasks.core.moved import current
 from tasks.core.params import TrainParams
-from tasks.models import load_model_plugin
 from tasks.models.pretrained import pretrained_tokenizer
 from tasks.models.tokens import tokenizer_sha256, train_tokenizer
 
 TOKENIZER = "tokenizer.json"
 
 
-def takes_tokens(p: TrainParams) -> bool:
-    return load_model_plugin(p.model.module).BATCH_FORMAT == "tokens"
+def takes_tokens(plugin: ModuleType) -> bool:
+    return plugin.BATCH_FORMAT == "tokens"
 
 
 def decide_tokenizer(
-    p: TrainParams, dataset, texts: Callable[[], list[str]], store, ranks, init_blob: dict | None
+    plugin: ModuleType,
+    p: TrainParams,
+    dataset,
+    texts: Callable[[], list[str]],
+    store,
+    ranks,
+    init_blob: dict | None,
 ) -> str | None:
-    """The tokenizer JSON this training reads with (None: the model takes dense features). `texts`
-    gives the data version's trainable texts (called on rank 0, only when a new one is trained)."""
-    plugin = load_model_plugin(p.model.module)
+    """The tokenizer JSON this training reads with (None: the model plug-in `plugin`, the one
+    `p.model` names, takes dense features). `texts` gives the data version's trainable texts (called
+    on rank 0, only when a new one is trained)."""
     if plugin.BATCH_FORMAT != "tokens":
         if p.pretrained and p.pretrained.tokenizer is not None:
             raise ValueError(f"train.pretrained: {plugin.NAME} reads dense features; it takes no tokenizer")

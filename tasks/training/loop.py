@@ -13,7 +13,7 @@ import time
 import torch
 
 from tasks.core.params import TrainParams
-from tasks.models import build_model, load_model_plugin
+from tasks.models import build_model, plugin_of
 from tasks.models.pretrained import load_pretrained
 from tasks.training.data import FeatureStats
 
@@ -32,10 +32,10 @@ def make_optimizer(model: torch.nn.Module, p: TrainParams) -> torch.optim.Optimi
     return torch.optim.AdamW(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
 
 
-def make_loss(stats: FeatureStats, p: TrainParams, device: torch.device | None = None):
-    """The model plug-in's noise-aware loss on soft targets with row weights, for labels whose
-    (row-weighted) class shares are the stats'; a loss that is a module is moved to `device`."""
-    loss = load_model_plugin(p.model.module).loss(stats.class_shares)
+def make_loss(model: torch.nn.Module, stats: FeatureStats, device: torch.device | None = None):
+    """The noise-aware loss on soft targets with row weights of the plug-in that built `model`, for
+    labels whose (row-weighted) class shares are the stats'; a loss that is a module is moved to `device`."""
+    loss = plugin_of(model).loss(stats.class_shares)
     return loss.to(device) if device is not None and isinstance(loss, torch.nn.Module) else loss
 
 
@@ -80,7 +80,7 @@ def fit_in_memory(x: torch.Tensor, y: torch.Tensor, p: TrainParams) -> tuple[tor
     `y` is `[n]` soft targets or `[n, 2]` (target, row weight), as the engine's stream gives."""
     stats = FeatureStats.of([(x, y)])
     model = make_model(stats, p)
-    opt, loss_fn = make_optimizer(model, p), make_loss(stats, p)
+    opt, loss_fn = make_optimizer(model, p), make_loss(model, stats)
     generator, n = torch.Generator().manual_seed(p.seed), len(x)
     losses = []
     for _ in range(p.epochs):

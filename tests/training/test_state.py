@@ -29,8 +29,8 @@ def test_to_dict_then_load_dict_continues_bit_identical():
     g = torch.Generator().manual_seed(0)
     x, y = torch.randn(64, 5, generator=g), (torch.rand(64, generator=g) < 0.3).float()
     stats = FeatureStats.of([(x, y)])
-    loss_fn = make_loss(stats, p)
     a = new_state(p, stats)
+    loss_fn = make_loss(a.model, stats)
     for _ in range(4):
         step(a, x, y, loss_fn)
     assert a.step == 4 and len(a.losses) == 1 and a.position(3) == (1, 1)
@@ -86,7 +86,7 @@ def test_a_resized_resume_derives_splits_and_rng_from_global_state():
     x, y = torch.randn(64, 5, generator=g), (torch.rand(64, generator=g) < 0.3).float()
     stats = FeatureStats.of([(x, y)])
     a = new_state(p, stats)
-    step(a, x, y, make_loss(stats, p))
+    step(a, x, y, make_loss(a.model, stats))
     a.splits = [40, 24]
     blob = a.to_dict([rng_state(CPU), rng_state(CPU)])
     one = new_state(p, stats)
