@@ -114,7 +114,7 @@ def test_weights_that_do_not_fit_the_architecture_are_a_clear_error():
     stats = FeatureStats(1, torch.zeros(4), torch.ones(4), (0.5, 0.5))
     blob = model_blob(build_model("tasks.plugins.mlp", stats, {"hidden": [8]}))
     blob["arch"] = {"n_features": 4, "hidden": [9]}
-    with pytest.raises(ModelPluginError, match=r"do not fit tasks\.models\.mlp's architecture"):
+    with pytest.raises(ModelPluginError, match=r"do not fit tasks\.plugins\.mlp's architecture"):
         model_from_blob(blob)
 
 
