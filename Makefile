@@ -1,6 +1,6 @@
 # Sluice: two commands do everything on a fresh machine with Python 3.11.
 #   make run    set up the pinned environment, run nightly_pipeline once through Airflow, print the summary
-#               (make run DEMO=reviews: the text demo)
+#               (make run DEMO=reviews: the text demo; MODEL=bert: the pretrained encoder on it)
 #   make test   set up the pinned environment, run the whole test suite
 # Also: make up / make down / make status (Airflow UI + scheduler on 127.0.0.1), make bench [BENCH=name].
 
@@ -28,15 +28,18 @@ env: $(STAMP)
 
 # DEMO=reviews (any plug-in in tasks/plugins/): the demo on that dataset, in a SLUICE_HOME of its own
 # (a registry holds one dataset), with the plug-in's demo.yaml over params.yaml (python -m ops demo-params).
+# MODEL=bert (a model plug-in with a demo.yaml): that model's choices over those, in the dataset's home,
+# so its night canaries against the champion the dataset's own demo left there.
 DEMO ?= emails
-ifneq ($(DEMO),emails)
+MODEL ?=
+ifneq ($(DEMO)$(MODEL),emails)
 export SLUICE_HOME ?= $(CURDIR)/.sluice-$(DEMO)
-export SLUICE_PARAMS ?= $(SLUICE_HOME)/params.$(DEMO).yaml
+export SLUICE_PARAMS ?= $(SLUICE_HOME)/params.$(DEMO)$(if $(MODEL),-$(MODEL)).yaml
 DEMO_PARAMS := demo-params
 endif
 
 demo-params: $(STAMP)
-	$(PY) -m ops demo-params $(DEMO) "$(SLUICE_PARAMS)"
+	$(PY) -m ops demo-params $(DEMO) "$(SLUICE_PARAMS)" $(if $(MODEL),--model $(MODEL))
 
 run: $(STAMP) $(DEMO_PARAMS)
 	$(PY) -m ops run

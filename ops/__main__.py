@@ -11,8 +11,9 @@ run     run nightly_pipeline once through the scheduler (triggered via the REST 
         meanwhile a part that dies is restarted (the api-server too), and so is a scheduler or dag-processor
         that is alive but unhealthy (hung: no heartbeat) for --restart-hung-after seconds (60), saying so once
 clean-state  stop them and delete SLUICE_HOME, only if it carries the marker file .sluice-home
-demo-params NAME OUT  write params.yaml's values with the plug-in tasks/plugins/NAME's demo.yaml over them to OUT
-        (what `make run DEMO=reviews` runs with: the text demo, in a SLUICE_HOME of its own)
+demo-params NAME OUT [--model M]  write params.yaml's values with the plug-in tasks/plugins/NAME's demo.yaml over
+        them to OUT (what `make run DEMO=reviews` runs with: the text demo, in a SLUICE_HOME of its own); --model:
+        the model plug-in tasks/plugins/M's demo.yaml over that (make run DEMO=reviews MODEL=bert)
 """
 
 from __future__ import annotations
@@ -290,14 +291,29 @@ def cmd_run(settings: Settings, conf: dict, timeout_s: float, hung_after_s: floa
     return 0 if state == "success" else 1
 
 
-def cmd_demo_params(name: str, out: Path) -> int:
+def _demo_yaml(path: Path) -> dict:
+    """A demo.yaml's {section: {dotted key: value}} (empty when there is none)."""
+    import yaml
+
+    from tasks.core.params import ParamsError
+
+    own = yaml.safe_load(path.read_text()) or {} if path.exists() else {}
+    if not isinstance(own, dict) or not all(isinstance(v, dict) for v in own.values()):
+        raise ParamsError(f"{path}: expected {{section: {{key: value}}}}, got {own!r}")
+    return own
+
+
+def cmd_demo_params(name: str, out: Path, model: str | None = None) -> int:
     """params.yaml's values with the demo's own laid over them, written to `out`: the plug-in
     tasks/plugins/<name>/ (checked on load) as the dataset, and its folder's demo.yaml (what its demo
     chooses: model, compression candidates, floors; {section: {dotted key: value}}, as `--set` gives
-    them) over the rest. Nothing another demo chooses reaches it: a value it does not set is params.yaml's."""
+    them) over the rest. Nothing another demo chooses reaches it: a value it does not set is params.yaml's.
+    `model`: a model plug-in tasks/plugins/<model>/ whose demo.yaml (its params, pretrained weights,
+    compression candidates) is laid over that in turn."""
     import yaml
 
     from tasks.core.params import ParamsError, load_params, with_overrides
+    from tasks.core.plugins import ModelPluginError, load_model_plugin
     from tasks.core.settings import REPO_ROOT
     from tasks.datasets import DatasetError, load_dataset
 
@@ -306,22 +322,35 @@ def cmd_demo_params(name: str, out: Path) -> int:
         if not name.isidentifier():
             raise DatasetError(f"{name!r} is not a module name")
         demo_file = Path(load_dataset(module).__file__).with_name("demo.yaml")
-        own = yaml.safe_load(demo_file.read_text()) or {} if demo_file.exists() else {}
-        if not isinstance(own, dict) or not all(isinstance(v, dict) for v in own.values()):
-            raise ParamsError(f"{demo_file}: expected {{section: {{key: value}}}}, got {own!r}")
+        own = _demo_yaml(demo_file)
         values = with_overrides(
             yaml.safe_load((REPO_ROOT / "params.yaml").read_text()),
             {**own, "dataset": {**own.get("dataset", {}), "module": module}},
         )
+        if model:
+            if not model.isidentifier():
+                raise ModelPluginError(f"{model!r} is not a module name")
+            model_file = Path(load_model_plugin(f"tasks.plugins.{model}").__file__).with_name("demo.yaml")
+            if not model_file.exists():
+                raise ModelPluginError(f"tasks.plugins.{model} has no demo.yaml")
+            values = with_overrides(values, _demo_yaml(model_file))
+            demo_file = f"{demo_file.relative_to(REPO_ROOT)} and {model_file.relative_to(REPO_ROOT)}"
+        else:
+            demo_file = demo_file.relative_to(REPO_ROOT)
     except DatasetError as exc:
         print(f"[sluice] DEMO={name}: not a dataset plug-in ({exc})", file=sys.stderr)
+        return 2
+    except ModelPluginError as exc:
+        print(f"[sluice] MODEL={model}: not a model plug-in with a demo ({exc})", file=sys.stderr)
         return 2
     except (ParamsError, yaml.YAMLError) as exc:
         print(f"[sluice] DEMO={name}: {exc}", file=sys.stderr)
         return 2
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
-        f"# params.yaml with {demo_file.relative_to(REPO_ROOT)} over it (python -m ops demo-params {name}); "
+        f"# params.yaml with {demo_file} over it (python -m ops demo-params {name}"
+        + (f" --model {model}" if model else "")
+        + "); "
         "edit those, not this file\n" + yaml.safe_dump(values, sort_keys=False)
     )
     try:
@@ -355,11 +384,12 @@ def main(argv: list[str] | None = None) -> int:
         "(default 60; 0: never, only say so)",
     )
     demo = sub.add_parser("demo-params", help="params.yaml with another demo dataset plug-in (make run DEMO=NAME)")
-    demo.add_argument("name", help="a plug-in under tasks/datasets/, e.g. reviews")
+    demo.add_argument("name", help="a dataset plug-in under tasks/plugins/, e.g. reviews")
     demo.add_argument("out", type=Path, help="the params file to write")
+    demo.add_argument("--model", help="a model plug-in under tasks/plugins/ with a demo.yaml, e.g. bert")
     args = parser.parse_args(argv)
     if args.command == "demo-params":
-        return cmd_demo_params(args.name, args.out)
+        return cmd_demo_params(args.name, args.out, args.model)
     settings = Settings.from_env()
     if args.command == "clean-state":
         return cmd_clean_state(settings)  # before ensure(): it would write the marker

@@ -78,6 +78,7 @@ def _record(
         **{k: m[k] for k in keep},
         warm_start=m["warm_started_from"],
         pretrained=m.get("pretrained"),  # absent from trainings older than pretrained weights
+        inputs=m.get("inputs"),
         strategy=m["strategy"],
         resumed_from=m["resumed_from"],
         metrics=summarize([json.loads(x) for x in lines]),

@@ -202,13 +202,9 @@ def gate_reasons(
 
 def torch_onnx_parity(candidate: Candidate, X: np.ndarray) -> float:
     """max |P_torch - P_onnx| of the candidate's torch-side model against its fp32 export."""
-    import torch
+    from tasks.models import predict_proba
 
-    from tasks.models import plugin_of
-
-    model = candidate.torch_model
-    with torch.no_grad():
-        p_torch = plugin_of(model).probabilities(model, torch.from_numpy(model_input(X))).numpy()
+    p_torch = predict_proba(candidate.torch_model, model_input(X))
     p_onnx = predict(open_session(candidate.fp32_path), X)
     return float(np.max(np.abs(p_onnx - p_torch))) if len(X) else 0.0
 

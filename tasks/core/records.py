@@ -155,6 +155,9 @@ class TrainRecord(Record):
     warm_start: str | None
     pretrained: dict[str, Any] | None = None
     """The pretrained weights started from (train.pretrained): file, sha256, tensors, fresh weights."""
+    inputs: dict[str, Any] | None = None
+    """A token model's inputs: its tokenizer's sha256, max_len and how many trainable texts were cut
+    there, a frozen encoder's embedding cache (None: dense features, or a training before this record)."""
     metrics: dict[str, Any] | None  # None: the run closed no metrics window (fewer steps than train.log_every)
     model: str
     outputs: str

@@ -123,6 +123,9 @@ def load_model(path: str | Path):
     return model_from_blob(read_blob(path))
 
 
+PREDICT_CHUNK_ROWS = 128
+
+
 def predict_proba(model, X) -> Any:
     """The probabilities of each row of X (the model's input array: features, as float32, or int64
     token ids) as float64: binary, P(class 1) [n]; K classes, [n, K]."""
@@ -130,9 +133,22 @@ def predict_proba(model, X) -> Any:
     import torch
 
     X = np.asarray(X)
+    x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32 if X.dtype.kind == "f" else X.dtype))
+    plugin = plugin_of(model)
+    if plugin.BATCH_FORMAT != "tokens" or len(x) <= PREDICT_CHUNK_ROWS:
+        with torch.no_grad():
+            return plugin.probabilities(model, x).double().numpy()
+    # Token rows in chunks of similar length: an encoder's work (and memory: attention is [n, heads, L, L])
+    # grows with the padded length of its batch, and a model cuts padding columns no row of a chunk uses.
+    order = np.argsort((X != 0).sum(1), kind="stable")
+    parts = []
     with torch.no_grad():
-        x = torch.from_numpy(np.ascontiguousarray(X, dtype=np.float32 if X.dtype.kind == "f" else X.dtype))
-        return plugin_of(model).probabilities(model, x).double().numpy()
+        for start in range(0, len(order), PREDICT_CHUNK_ROWS):
+            rows = torch.from_numpy(order[start : start + PREDICT_CHUNK_ROWS])
+            parts.append(plugin.probabilities(model, x[rows]).double().numpy())
+    out = np.empty((len(X), *parts[0].shape[1:]), np.float64)
+    out[order] = np.concatenate(parts)
+    return out
 
 
 def tokenizer_metadata(model) -> dict[str, Any]:

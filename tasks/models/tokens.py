@@ -66,6 +66,10 @@ class Encoder:
         self.tokenizer.enable_truncation(max_len)
         self.tokenizer.enable_padding(pad_id=0, pad_token=PAD, length=max_len)
 
+    def truncated(self, texts: list[str]) -> int:
+        """How many of `texts` are longer than `max_len` tokens (their ids are cut there)."""
+        return sum(1 for e in self.tokenizer.encode_batch(list(texts)) if e.overflowing)
+
     def encode(self, texts: list[str]) -> np.ndarray:
         bad = [i for i, t in enumerate(texts) if not isinstance(t, str)]
         if bad:

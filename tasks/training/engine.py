@@ -55,7 +55,7 @@ from tasks.training.batching import equal_splits, rank_slice, rebalance
 from tasks.training.checkpoint import AsyncCheckpointer, latest_valid_checkpoint, load_checkpoint
 from tasks.training.data import StreamingVersion, version_texts
 from tasks.training.hierarchical import HierarchicalState, hierarchical_allreduce_hook
-from tasks.training.inputs import decide_tokenizer, row_inputs, takes_tokens
+from tasks.training.inputs import decide_tokenizer, frozen_trunk, inputs_record, row_inputs, takes_tokens
 from tasks.training.loop import accumulate_gradients, make_loss, make_model, make_optimizer
 from tasks.training.outputs import CHECKPOINTS, OUTPUTS, OutputStore
 from tasks.training.peers import describe_loss, gather_hosts, is_collective_failure, leave_process_group
@@ -453,22 +453,24 @@ def run_training(
     stop, store = StopSignal(), OutputStore(out, workdir, settings)
     dataset = load_dataset(dataset_module or None, settings=settings)  # the worker's plug-ins, resolved once
     plugin = load_model_plugin(p.model.module)
+    texts = lambda: version_texts(data_version, dataset, registry_url, settings)  # noqa: E731
     tokenizer = decide_tokenizer(
         plugin,
         p,
         dataset,
-        lambda: version_texts(data_version, dataset, registry_url, settings),
+        texts,
         store,
         ranks,
         read_init_model(init_from, registry_url, settings) if init_from and takes_tokens(plugin) else None,
     )
+    frozen = frozen_trunk(plugin, p, dataset, tokenizer, settings, ranks, texts)
     data = StreamingVersion(
         data_version,
         registry_url,
         cache_mb=p.stream_cache_mb,
         seed=p.seed,
         settings=settings,
-        inputs=row_inputs(p, dataset, tokenizer),
+        inputs=row_inputs(p, dataset, tokenizer, frozen),
     )
     batch = min(p.batch_size, len(data))
     steps_per_epoch = max(1, len(data) // batch)  # full global batches only; the order changes each epoch
@@ -477,6 +479,10 @@ def run_training(
     if tokenizer is not None:
         attach_tokenizer(model, tokenizer)
     pretrained = model.sluice_pretrained
+    inputs = inputs_record(p, tokenizer, texts, frozen) if ranks.master else None
+    if inputs and inputs["truncated_texts"]:
+        cut = inputs["truncated_texts"]
+        log(f"{cut} of {inputs['texts']} texts are longer than max_len {inputs['max_len']} tokens: cut there")
     if pretrained and ranks.master:
         log(
             f"pretrained: {pretrained['tensors']} tensors from {pretrained['path']} "
@@ -492,6 +498,8 @@ def run_training(
         p.strategy,
     )
     warm, resumed = resume_or_warm_start(state, store, ranks, device, init_from, registry_url, settings)
+    if frozen is not None:
+        frozen.check(model)
     resumed_from = state.step
     if ranks.master:
         log(
@@ -528,7 +536,8 @@ def run_training(
         blocked = time.perf_counter()
         run.checkpointer.close()  # the last write is part of the run's time
         run.blocked_s += time.perf_counter() - blocked
-    result = {**_result(run, data_version, warm, resumed_from, time.time() - t0), "pretrained": pretrained}
+    result = _result(run, data_version, warm, resumed_from, time.time() - t0)
+    result.update(pretrained=pretrained, inputs=inputs)
     del run, net  # DDP goes while the process group lives (peers.leave_process_group says why)
     finish(result, model, store, ranks)
     return result

@@ -8,10 +8,16 @@ its ids), the warm-start model's (its embedding rows mean those ids), the pretra
 same reason; `train.pretrained.tokenizer`), or a new one trained on the data version's
 trainable texts. Tokenizer training is not deterministic in every version of the
 library, so nothing that must reproduce retrains it.
+
+A plug-in whose encoder is frozen (`frozen_trunk(model)` is not None: the BERT plug-in's `finetune:
+frozen`) trains its head on the trunk's outputs instead of ids: rank 0 embeds every trainable text once
+into the content-addressed cache (tasks/models/embeddings.py) while the other ranks wait, then every
+rank reads them from there. The trained model still takes ids (its export, evaluation, serving).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import ModuleType
 from typing import Callable
 
@@ -85,12 +91,106 @@ def _rank0_tokenizer(p: TrainParams, texts, store, init_blob: dict | None) -> st
     return found
 
 
-def row_inputs(p: TrainParams, dataset, tokenizer_json: str | None) -> Callable:
-    """rows -> the model's input array, as the stream needs it: the dataset's features, or token ids
-    (tasks.models.tokens.Encoder, the path evaluation and serving take too)."""
+def row_inputs(p: TrainParams, dataset, tokenizer_json: str | None, frozen: "FrozenTrunk | None" = None) -> Callable:
+    """rows -> the model's input array, as the stream needs it: the dataset's features, token ids
+    (tasks.models.tokens.Encoder, the path evaluation and serving take too), or a frozen trunk's
+    outputs for those ids (kept in its cache)."""
     if tokenizer_json is None:
         return dataset.featurize
+    if frozen is not None:
+        return lambda df: frozen.embed(dataset.texts(df))
+    encoder = _encoder(p, tokenizer_json)
+    return lambda df: encoder.encode(dataset.texts(df))
+
+
+def _encoder(p: TrainParams, tokenizer_json: str):
     from tasks.models.tokens import Encoder
 
-    encoder = Encoder(tokenizer_json, p.model.params["max_len"], p.model.params["vocab_size"])
-    return lambda df: encoder.encode(dataset.texts(df))
+    return Encoder(tokenizer_json, p.model.params["max_len"], p.model.params["vocab_size"])
+
+
+def inputs_record(p: TrainParams, tokenizer_json: str | None, texts, frozen: "FrozenTrunk | None") -> dict | None:
+    """What lineage keeps of a token model's inputs (None for dense features): the tokenizer's sha256,
+    where text is cut and how many of the trainable texts were (`texts()`), the frozen encoder's cache."""
+    if tokenizer_json is None:
+        return None
+    encoder = _encoder(p, tokenizer_json)
+    corpus = texts()
+    record = {
+        "tokenizer_sha256": encoder.sha256,
+        "max_len": encoder.max_len,
+        "texts": len(corpus),
+        "truncated_texts": encoder.truncated(corpus),
+    }
+    if frozen is not None:
+        record["embedding_cache"] = frozen.cache.fingerprint
+    return record
+
+
+class FrozenTrunk:
+    """A frozen encoder's outputs for texts, through the embedding cache: `embed(texts) -> [n, d]`."""
+
+    def __init__(self, trunk, p: TrainParams, tokenizer_json: str, cache_root: Path, chunk_rows: int = 64):
+        from tasks.models.embeddings import EmbeddingCache, trunk_fingerprint
+
+        self.trunk, self.encoder, self.chunk_rows = trunk.eval(), _encoder(p, tokenizer_json), chunk_rows
+        self.cache = EmbeddingCache(cache_root, trunk_fingerprint(trunk, self.ids_digest))
+
+    @property
+    def ids_digest(self) -> str:
+        return f"{self.encoder.sha256}:{self.encoder.max_len}"
+
+    def _compute(self, texts: list[str]):
+        import numpy as np
+        import torch
+
+        out = []
+        for start in range(0, len(texts), self.chunk_rows):
+            ids = torch.from_numpy(self.encoder.encode(texts[start : start + self.chunk_rows]))
+            with torch.no_grad():
+                out.append(self.trunk(ids).numpy())
+            if (start // self.chunk_rows) % 10 == 9:
+                log(f"embeddings: {start + len(ids)}/{len(texts)} texts")
+        return np.concatenate(out)
+
+    def embed(self, texts: list[str]):
+        return self.cache.embed(texts, self._compute)
+
+    def check(self, model) -> None:
+        """Refuse a model whose frozen trunk is not the one the inputs came from (a warm start or a
+        resumed checkpoint with another encoder)."""
+        from tasks.models import plugin_of
+        from tasks.models.embeddings import trunk_fingerprint
+
+        found = trunk_fingerprint(plugin_of(model).frozen_trunk(model), self.ids_digest)
+        if found != self.cache.fingerprint:
+            raise ValueError(
+                f"the model's frozen encoder (sha256 {found[:12]}) is not the one its inputs were embedded "
+                f"with ({self.cache.fingerprint[:12]}): a warm-start or resumed model whose encoder was "
+                "trained (finetune full or top); train it with that mode, or without warm_start"
+            )
+
+
+def frozen_trunk(plugin: ModuleType, p: TrainParams, dataset, tokenizer_json: str | None, settings, ranks, texts):
+    """The FrozenTrunk of a plug-in whose encoder this training leaves as it is, with every trainable
+    text (`texts()`) embedded by rank 0 before the others read them; None for any other training."""
+    if tokenizer_json is None or not hasattr(plugin, "frozen_trunk"):
+        return None
+    from types import SimpleNamespace
+
+    from tasks.core.plugins import class_names
+    from tasks.training.loop import make_model
+
+    probe = make_model(SimpleNamespace(classes=len(class_names(dataset))), p)  # seeded, with the pretrained weights
+    trunk = plugin.frozen_trunk(probe)
+    if trunk is None:
+        return None
+    frozen = FrozenTrunk(trunk, p, tokenizer_json, settings.home / "cache" / "embeddings")
+    if ranks.master:
+        frozen.embed(texts())
+        log(f"embeddings: every trainable text's in {frozen.cache.folder}")
+    if ranks.distributed:
+        import torch.distributed as dist
+
+        dist.barrier()
+    return frozen

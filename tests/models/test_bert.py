@@ -99,7 +99,8 @@ Q = "encoder.layer.0.attention.self.query.weight"
 MISFITS = {
     "renamed": (
         dict(edit=_rename(Q, Q.replace("query", "qry"))),
-        r"not weights of the model: encoder\.layer\.0\.attention\.self\.qry\.weight$",
+        r"not weights of the model: encoder\.layer\.0\.attention\.self\.qry\.weight; "
+        r"missing \(only head\. may start fresh\): encoder\.layer\.0\.attention\.self\.query\.weight$",
     ),
     "ffn narrowed": (
         dict(edit=_narrow_ffn),
@@ -120,6 +121,11 @@ MISFITS = {
     "deeper": (
         dict(layers=4),
         r"not weights of the model: encoder\.layer\.2\.attention\.output\.LayerNorm\.bias, .* and 24 more$",
+    ),
+    # 1 layer into depth 2: layer 1 would start from its seeded initialization under a pretrained layer 0
+    "shallower": (
+        dict(layers=1),
+        r"missing \(only head\. may start fresh\): encoder\.layer\.1\.attention\.output\.LayerNorm\.bias, .* and 8 more$",
     ),
 }
 

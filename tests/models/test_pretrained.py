@@ -38,6 +38,7 @@ def test_the_files_weights_replace_the_fresh_ones_and_what_it_lacks_stays_fresh(
         "sha256": spec.sha256,
         "tensors": len(source.state_dict()),
         "fresh": [],
+        "unused": [],
         "tokenizer_sha256": None,
     }
     for (k, a), b in zip(source.state_dict().items(), model.state_dict().values()):

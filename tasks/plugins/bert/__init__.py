@@ -33,7 +33,7 @@ NAME = "bert"
 # token plug-in that reads the same ids (DistilConfig.student: a bag-of-embeddings)
 COMPRESSION = (*TOKEN_COMPRESSION, "prune_structured", "distil")
 TUNABLE = {"top_layers": "int"}
-
+PRETRAINED_FRESH = ("head.",)  # the only weights a checkpoint leaves to their seeded start
 
 
 class Params(TokenParams):
@@ -102,6 +102,15 @@ def pretrained_unused(model) -> dict[str, tuple[int, ...]]:
         "pooler.dense.bias": (width,),
         "embeddings.position_ids": (1, positions),
     }
+
+
+def frozen_trunk(model):
+    """The part of `model` training never changes, ids -> the head's input, when the whole encoder is
+    frozen (`finetune: frozen`); else None. The engine then trains the head on its outputs, computed once
+    per text and kept (tasks/models/embeddings.py); the model's forward takes either."""
+    from .net import Trunk
+
+    return Trunk(model) if model.arch["train_top"] == 0 else None
 
 
 def shard_units(model) -> list:

@@ -159,19 +159,37 @@ class BertClassifier(nn.Module):
 
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """The sentence embedding [n, width]: the mean of the last layer over the unpadded tokens."""
-        keep = ids != 0
-        if not torch.compiler.is_exporting() and ids.shape[1] > 1:
-            # padding columns at the end change nothing (masked everywhere): cut them before the work
-            used = max(1, int(keep.any(0).nonzero().max()) + 1) if bool(keep.any()) else 1
-            ids, keep = ids[:, :used], keep[:, :used]
-        # A row of padding only would attend to nothing (NaN softmax): let it attend to its first slot.
-        attend_to = keep | (~keep.any(1, keepdim=True) & (torch.arange(ids.shape[1], device=ids.device) == 0))
-        attend = torch.zeros(attend_to.shape, dtype=torch.float32, device=ids.device)
-        attend = attend.masked_fill(~attend_to, torch.finfo(torch.float32).min)[:, None, None, :]
-        h = self.embeddings(ids)
-        for layer in self.encoder.layer:
-            h = layer(h, attend.to(h.dtype))
-        return masked_mean(h, keep)
+        return sentence_embedding(self.embeddings, self.encoder.layer, ids)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """Token ids [n, L] -> logits; or, from float sentence embeddings [n, width] (what a frozen
+        encoder's training reads from the cache, tasks/models/embeddings.py), the head's logits alone."""
+        return logits(self.head(x if x.is_floating_point() else self.embed(x)), self.outputs)
+
+
+class Trunk(nn.Module):
+    """The encoder of a BertClassifier (its own modules, shared, under the same names): ids -> the
+    sentence embedding the head reads. What a frozen encoder's cache is keyed and computed by."""
+
+    def __init__(self, model: BertClassifier):
+        super().__init__()
+        self.embeddings, self.encoder = model.embeddings, model.encoder
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return logits(self.head(self.embed(ids)), self.outputs)
+        return sentence_embedding(self.embeddings, self.encoder.layer, ids)
+
+
+def sentence_embedding(embeddings: Embeddings, layers: nn.ModuleList, ids: torch.Tensor) -> torch.Tensor:
+    keep = ids != 0
+    if not torch.compiler.is_exporting() and ids.shape[1] > 1:
+        # padding columns at the end change nothing (masked everywhere): cut them before the work
+        used = int(keep.any(0).nonzero().max()) + 1 if bool(keep.any()) else 1
+        ids, keep = ids[:, :used], keep[:, :used]
+    # A row of padding only would attend to nothing (NaN softmax): let it attend to its first slot.
+    attend_to = keep | (~keep.any(1, keepdim=True) & (torch.arange(ids.shape[1], device=ids.device) == 0))
+    attend = torch.zeros(attend_to.shape, dtype=torch.float32, device=ids.device)
+    attend = attend.masked_fill(~attend_to, torch.finfo(torch.float32).min)[:, None, None, :]
+    h = embeddings(ids)
+    for layer in layers:
+        h = layer(h, attend.to(h.dtype))
+    return masked_mean(h, keep)
