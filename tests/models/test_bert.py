@@ -125,7 +125,8 @@ MISFITS = {
     # 1 layer into depth 2: layer 1 would start from its seeded initialization under a pretrained layer 0
     "shallower": (
         dict(layers=1),
-        r"missing \(only head\. may start fresh\): encoder\.layer\.1\.attention\.output\.LayerNorm\.bias, .* and 8 more$",
+        r"missing \(only head\. may start fresh\): "
+        r"encoder\.layer\.1\.attention\.output\.LayerNorm\.bias, .* and 8 more$",
     ),
 }
 
