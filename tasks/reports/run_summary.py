@@ -122,7 +122,7 @@ def build_summary(
         "train": pick(
             tr,
             *("rows", "epochs", "world_size", "device", "final_loss", "seconds", "warm_start", "metrics"),
-            *("strategy", "n_parameters"),
+            *("strategy", "n_parameters", "pretrained", "inputs"),
         ),
         "test": pick(ev, "challenger", "champion", "champion_version"),
         "compression": compression_summary(cp),
@@ -163,6 +163,14 @@ def held_summary(steps: dict[str, Any], registry_state: dict[str, Any]) -> dict[
         "rows_tonight": rows,
         "reentered": list(snap.reentered) if snap else [],
     }
+
+
+def _start(pretrained: dict | None) -> str:
+    """Where a training without a warm start began: pretrained weights (named, pinned) or scratch."""
+    if not pretrained:
+        return ", from scratch"
+    fresh = ", ".join(pretrained["fresh"]) or "none"
+    return f", from pretrained {pretrained['path']} (sha256 {pretrained['sha256'][:12]}; fresh: {fresh})"
 
 
 def compression_summary(cp: Any) -> dict[str, Any] | None:
@@ -354,8 +362,19 @@ def render_text(s: dict[str, Any]) -> str:
             f"  train          {t['rows']} rows, {t['epochs']} epochs x {t['world_size']} processes"
             + (f" ({t['strategy']}, {t['n_parameters'] / 1e6:.1f}M parameters)" if t.get("strategy") else "")
             + f", final loss {t['final_loss']:.4f}"
-            + (f", warm start from {t['warm_start']}" if t.get("warm_start") else ", from scratch")
+            + (f", warm start from {t['warm_start']}" if t.get("warm_start") else _start(t.get("pretrained")))
         )
+        inputs = t.get("inputs")
+        if inputs:
+            lines.append(
+                f"  train inputs   tokenizer sha256 {inputs['tokenizer_sha256'][:12]}, max_len {inputs['max_len']}: "
+                f"{inputs['truncated_texts']} of {inputs['texts']} texts cut there"
+                + (
+                    f"; frozen encoder's embeddings cached ({inputs['embedding_cache'][:12]})"
+                    if inputs.get("embedding_cache")
+                    else ""
+                )
+            )
         if t.get("metrics"):
             m = t["metrics"]
             spread = (

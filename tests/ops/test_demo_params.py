@@ -67,3 +67,31 @@ def test_make_run_demo_reviews_uses_a_home_and_params_of_its_own():
     show = ["make", "-s", "--eval", "show: ; @echo $$SLUICE_HOME $$SLUICE_PARAMS", "show", "DEMO=reviews"]
     seen = subprocess.run(show, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert seen == [str(REPO_ROOT / ".sluice-reviews"), str(params)]
+
+
+def test_a_model_plugins_demo_yaml_goes_over_the_datasets_in_the_datasets_home(tmp_path):
+    """`make run DEMO=reviews MODEL=bert` (docs/models.md "Pretrained encoders"): the model plug-in's
+    demo.yaml over the dataset demo's params, in the dataset demo's SLUICE_HOME, in a params file of its own."""
+    out = tmp_path / "params.reviews-bert.yaml"
+    subprocess.run([sys.executable, "-m", "ops", "demo-params", "reviews", str(out), "--model", "bert"],
+                   cwd=REPO_ROOT, capture_output=True, text=True, check=True)  # fmt: skip
+    p = load_params(out)
+    bert = yaml.safe_load((REPO_ROOT / "tasks" / "plugins" / "bert" / "demo.yaml").read_text())["train"]
+    reviews = yaml.safe_load((REPO_ROOT / "tasks" / "plugins" / "reviews" / "demo.yaml").read_text())
+    assert p.dataset.module == "tasks.plugins.reviews" and p.train.model.module == "tasks.plugins.bert"
+    assert p.train.pretrained.model_dump() == bert["pretrained"]
+    own = yaml.safe_load((REPO_ROOT / "tasks" / "plugins" / "bert" / "demo.yaml").read_text())
+    assert [list(c) for c in p.compress.candidates] == own["compress"]["candidates"]
+    assert p.evaluate.min_roc_auc == reviews["evaluate"]["min_roc_auc"]  # the dataset's own floor stays
+    for model, message in (
+        ("nosuch", "MODEL=nosuch: not a model plug-in"),
+        ("mlp", "tasks.plugins.mlp has no demo.yaml"),
+    ):
+        bad = tmp_path / f"{model}.yaml"
+        proc = subprocess.run([sys.executable, "-m", "ops", "demo-params", "reviews", str(bad), "--model", model],
+                              cwd=REPO_ROOT, capture_output=True, text=True)  # fmt: skip
+        assert proc.returncode == 2 and message in proc.stderr and not bad.exists()
+    env = {k: v for k, v in os.environ.items() if k not in ("SLUICE_HOME", "SLUICE_PARAMS", "MAKEFLAGS", "MAKELEVEL")}
+    show = ["make", "-s", "--eval", "show: ; @echo $$SLUICE_HOME $$SLUICE_PARAMS", "show", "DEMO=reviews", "MODEL=bert"]
+    seen = subprocess.run(show, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert seen == [str(REPO_ROOT / ".sluice-reviews"), str(REPO_ROOT / ".sluice-reviews" / "params.reviews-bert.yaml")]
