@@ -14,22 +14,26 @@ vectors, written atomically), so concurrent writers (ranks, trials) at worst com
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+import torch
 
 from tasks.core.files import atomic_create_with
 from tasks.core.log import log
 
 
 def trunk_fingerprint(trunk, ids_digest: str) -> str:
-    """sha256 of the trunk's weights (names, shapes, bytes) and of what makes its ids (`ids_digest`:
-    the tokenizer's sha256 and max length)."""
+    """sha256 of the trunk's architecture (`trunk.arch`, values no weight's shape shows: heads, eps),
+    its weights (names, shapes, bytes) and what makes its ids (`ids_digest`: the tokenizer's sha256
+    and max length)."""
     h = hashlib.sha256(ids_digest.encode())
+    h.update(json.dumps(getattr(trunk, "arch", None), sort_keys=True).encode())
     for name, tensor in sorted(trunk.state_dict().items()):
         h.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}".encode())
-        h.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        h.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
 
 
@@ -37,8 +41,8 @@ class EmbeddingCache:
     """Vectors by text under `root/<fingerprint[:32]>/`; `embed(texts, compute)` returns them in order,
     computing (`compute(list of texts) -> [n, d] float32`) only the texts not kept yet."""
 
-    def __init__(self, root: Path, fingerprint: str):
-        self.folder = Path(root) / fingerprint[:32]
+    def __init__(self, root: Path, fingerprint: str, width: int):
+        self.folder, self.width = Path(root) / fingerprint[:32], width
         self.fingerprint = fingerprint
         self._known: dict[str, np.ndarray] = {}
         self._read_shards: set[str] = set()
@@ -66,9 +70,7 @@ class EmbeddingCache:
             new_keys = np.asarray([k for k, _ in missing])
             self._write(new_keys, vectors)
             self._known.update(zip(new_keys.tolist(), vectors))
-        if not texts:
-            return np.zeros((0, 0), np.float32)
-        return np.stack([self._known[k] for k in keys])
+        return np.stack([self._known[k] for k in keys]) if texts else np.zeros((0, self.width), np.float32)
 
     def _write(self, keys: np.ndarray, vectors: np.ndarray) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)

@@ -134,7 +134,7 @@ class FrozenTrunk:
         from tasks.models.embeddings import EmbeddingCache, trunk_fingerprint
 
         self.trunk, self.encoder, self.chunk_rows = trunk.eval(), _encoder(p, tokenizer_json), chunk_rows
-        self.cache = EmbeddingCache(cache_root, trunk_fingerprint(trunk, self.ids_digest))
+        self.cache = EmbeddingCache(cache_root, trunk_fingerprint(trunk, self.ids_digest), trunk.width)
 
     @property
     def ids_digest(self) -> str:

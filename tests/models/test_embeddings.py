@@ -47,7 +47,7 @@ def _expected(texts):
 
 
 def test_the_cache_computes_only_the_texts_it_lacks_once_and_answers_in_order(tmp_path):
-    cache, compute = EmbeddingCache(tmp_path, FP), Counting()
+    cache, compute = EmbeddingCache(tmp_path, FP, 3), Counting()
     first = ["b", "a", "b", "c", "a"]
     np.testing.assert_array_equal(cache.embed(first, compute), _expected(first))
     assert sorted(compute.asked) == ["a", "b", "c"]  # duplicates in one call: computed once
@@ -61,17 +61,17 @@ def test_the_cache_computes_only_the_texts_it_lacks_once_and_answers_in_order(tm
 
 
 def test_a_new_cache_object_reads_what_another_wrote_and_another_fingerprint_is_another_folder(tmp_path):
-    writer = EmbeddingCache(tmp_path, FP)
+    writer = EmbeddingCache(tmp_path, FP, 3)
     writer.embed(TEXTS[:3], Counting())
     writer.embed(TEXTS[2:], Counting())
-    reader, compute = EmbeddingCache(tmp_path, FP), Counting()
+    reader, compute = EmbeddingCache(tmp_path, FP, 3), Counting()
     np.testing.assert_array_equal(reader.embed(TEXTS[::-1], compute), _expected(TEXTS[::-1]))
     assert compute.asked == []  # every text in the other's shards
     # the same object keeps reading shards written after its first call
     writer.embed(["written later"], Counting())
     reader.embed(["written later"], compute)
     assert compute.asked == []
-    other, recomputed = EmbeddingCache(tmp_path, "cd" * 32), Counting()
+    other, recomputed = EmbeddingCache(tmp_path, "cd" * 32, 3), Counting()
     other.embed(TEXTS, recomputed)
     assert sorted(recomputed.asked) == sorted(TEXTS) and other.folder != writer.folder
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([FP[:32], "cd" * 16])
@@ -80,7 +80,7 @@ def test_a_new_cache_object_reads_what_another_wrote_and_another_fingerprint_is_
 def test_two_writers_of_the_same_texts_leave_one_shard_and_no_temp_file(tmp_path):
     """As two ranks or trials racing: b reads the folder (empty), a writes its shard, then b computes
     and writes the same texts: a's shard is left as it is, and no temp file."""
-    a, b = EmbeddingCache(tmp_path, FP), EmbeddingCache(tmp_path, FP)
+    a, b = EmbeddingCache(tmp_path, FP, 3), EmbeddingCache(tmp_path, FP, 3)
     ca, cb = Counting(), Counting()
 
     def b_computes_after_a_wrote(texts):
@@ -168,6 +168,16 @@ def test_the_fingerprint_follows_the_weights_and_the_ids_not_the_head(small):
     with torch.no_grad():
         model.embeddings.word_embeddings.weight[5, 0] += 1e-3
     assert trunk_fingerprint(trunk, "tok:64") != base
+    # what no weight's shape shows: 6 heads of 64 instead of 12 of 32, another eps
+    for changes in ({"heads": 6}, {"layer_norm_eps": 1e-3}):
+        torch.manual_seed(0)
+        other = build_model(BERT, STATS, {**small.params, "finetune": "frozen", **changes})
+        load_pretrained(other, small.spec)
+        assert trunk_fingerprint(plugin_of(other).frozen_trunk(other), "tok:64") != base, changes
+
+
+def test_no_texts_are_no_rows_of_the_trunks_width(tmp_path):
+    assert EmbeddingCache(tmp_path, FP, 3).embed([], Counting()).shape == (0, 3)
 
 
 def test_the_ids_digest_is_the_tokenizer_and_max_len(small, tokenizer, train_params, tmp_path):

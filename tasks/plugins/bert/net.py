@@ -174,6 +174,9 @@ class Trunk(nn.Module):
     def __init__(self, model: BertClassifier):
         super().__init__()
         self.embeddings, self.encoder = model.embeddings, model.encoder
+        # what the outputs depend on beyond the weights (heads and eps change no tensor's shape)
+        self.arch = {k: v for k, v in model.arch.items() if k not in ("train_top", "dropout", "outputs")}
+        self.width = model.arch["width"]
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         return sentence_embedding(self.embeddings, self.encoder.layer, ids)
