@@ -167,3 +167,40 @@ def test_a_text_champion_keeps_serving_beside_a_challenger_and_after_the_rollbac
     reg.rollback_canary(reason="test: back to the champion alone", who="test")
     wait_until(lambda: serves(1), timeout_s=30, interval_s=0.1, what="the champion alone")
     all_answer({CHAMPION})
+
+
+def test_a_pretrained_encoder_serves_probabilities_from_raw_text_to_tritonclient(tmp_path):
+    """The BERT plug-in (a 2-layer copy of all-MiniLM-L6-v2, tests/helpers/checkpoints.py) with the
+    checkpoint's own tokenizer in the served file: tritonclient sends BYTES text and gets the torch
+    model's probabilities for those texts, the ids made in the server by that tokenizer."""
+    import tritonclient.http as triton
+
+    from tasks.datasets import load_dataset
+    from tasks.models import build_model, predict_proba
+    from tasks.models.pretrained import load_pretrained, pretrained_tokenizer
+    from tasks.training.data import FeatureStats
+    from tests.helpers.checkpoints import truncated_checkpoint
+
+    ds = load_dataset("tasks.plugins.reviews")
+    held = ds.load_source().iloc[:24]
+    ckpt = truncated_checkpoint(tmp_path, 2, max_len=64)
+    torch.manual_seed(0)
+    model = build_model("tasks.plugins.bert", FeatureStats(1, torch.zeros(1), torch.ones(1), (0.5, 0.5)), ckpt.params)
+    load_pretrained(model, ckpt.spec)
+    tokenizer = pretrained_tokenizer(ckpt.spec)
+    attach_tokenizer(model, tokenizer)
+    expected = predict_proba(model.eval(), Encoder(tokenizer, 64, 30522).encode(ds.texts(held)))
+    onnx_path = export_onnx(model, tmp_path / "model.served.onnx")
+    write_metadata(onnx_path, {**read_metadata(onnx_path), **tokenizer_metadata(model)})
+    assert read_metadata(onnx_path)["tokenizer_sha256"] == ckpt.tokenizer_sha256  # the checkpoint's, as it is
+    server = promoted_server(tmp_path, onnx_path, "tasks.plugins.reviews")
+    try:
+        server.start(timeout_s=90)
+        client = triton.InferenceServerClient(server.url.removeprefix("http://"))
+        inp = triton.InferInput("text", [len(held)], "BYTES")
+        inp.set_data_from_numpy(np.array([t.encode() for t in ds.texts(held)], dtype=np.object_), binary_data=True)
+        result = client.infer("reviews", [inp], outputs=[triton.InferRequestedOutput("p_positive", binary_data=True)])
+        np.testing.assert_allclose(result.as_numpy("p_positive"), expected, rtol=1e-4, atol=1e-5)
+        client.close()
+    finally:
+        server.stop()
