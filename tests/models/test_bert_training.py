@@ -19,20 +19,32 @@ from tests.training.test_fsdp import assert_losses_close, step_losses
 from tests.training.test_training import assert_same_weights, weights
 
 
-@pytest.fixture
-def reviews_version(tmp_path, monkeypatch):
-    """data-v1 of 300 reviews rows (through both data gates) in a fresh SLUICE_HOME."""
+@pytest.fixture(scope="module")
+def reviews_version(tmp_path_factory):
+    """data-v1 of 300 reviews rows (through both data gates) in a SLUICE_HOME of the module's two tests."""
     from tasks.core.settings import Settings
     from tests.steps.test_bad_input import through_data_gates
 
-    path = write_params(tmp_path / "params.yaml", {"dataset": {"module": "tasks.plugins.reviews", "params": {}}})
-    monkeypatch.setenv("SLUICE_PARAMS", str(path))
-    settings = Settings.from_env()
-    source = reviews.load_source()
-    batch = split_demo(source, load_params().demo, reviews)[2][0].iloc[:300]
-    (settings.layout.ensure().landing / "b.csv").write_bytes(batch.to_csv(index=False).encode())
-    _, version, _ = through_data_gates(settings, "b")
-    return settings, version
+    home = tmp_path_factory.mktemp("bert-home")
+    path = write_params(home / "params.yaml", {"dataset": {"module": "tasks.plugins.reviews", "params": {}}})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("SLUICE_HOME", str(home / "sluice"))
+        mp.setenv("SLUICE_PARAMS", str(path))
+        mp.setenv("DVC_NO_ANALYTICS", "1")
+        mp.setenv("GX_ANALYTICS_ENABLED", "false")
+        settings = Settings.from_env()
+        source = reviews.load_source()
+        batch = split_demo(source, load_params().demo, reviews)[2][0].iloc[:300]
+        (settings.layout.ensure().landing / "b.csv").write_bytes(batch.to_csv(index=False).encode())
+        _, version, _ = through_data_gates(settings, "b")
+        yield settings, version
+
+
+@pytest.fixture(autouse=True)
+def _in_that_home(reviews_version, monkeypatch):
+    settings, _ = reviews_version
+    monkeypatch.setenv("SLUICE_HOME", str(settings.home))
+    monkeypatch.setenv("SLUICE_PARAMS", str(settings.params))
 
 
 def _bert(tmp_path, finetune: str, **changes):
