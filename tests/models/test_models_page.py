@@ -165,3 +165,32 @@ def test_the_pages_pretrained_weights_section_as_written(tmp_path):
     assert built.sluice_pretrained["fresh"] == [] and built.sluice_pretrained["tensors"] == len(model.state_dict())
     assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), built.state_dict().values()))
     assert pretrained_tokenizer(p.pretrained) == tok
+
+
+def test_the_pages_pretrained_encoder_yaml_is_the_bert_demos_and_loads_the_pinned_checkpoint():
+    """ "Pretrained encoders": the page's yaml is what `MODEL=bert` lays over params (its demo.yaml), the
+    params it names are the checkpoint's config.json, and the model built from it loads every tensor of
+    the pinned file with only the head fresh."""
+    import json
+
+    import yaml
+
+    from tasks.core.params import load_params
+    from tasks.core.settings import REPO_ROOT
+    from tasks.models.pretrained import resolve
+    from tasks.training.loop import make_model
+
+    section = PAGE.read_text().split("## Pretrained encoders", 1)[1].split("\n## ", 1)[0]
+    written = yaml.safe_load(re.search(r"```yaml\n(.*?)```", section, re.S).group(1))["train"]
+    demo = yaml.safe_load((REPO_ROOT / "tasks" / "plugins" / "bert" / "demo.yaml").read_text())["train"]
+    assert written["model"] == {"module": demo["model.module"], "params": demo["model.params"]}
+    assert written["pretrained"] == demo["pretrained"]
+    config = json.loads(resolve(written["pretrained"]["path"]).with_name("config.json").read_text())
+    names = {"width": "hidden_size", "depth": "num_hidden_layers", "heads": "num_attention_heads",
+             "ffn": "intermediate_size", "max_positions": "max_position_embeddings", "type_vocab": "type_vocab_size",
+             "vocab_size": "vocab_size", "layer_norm_eps": "layer_norm_eps"}  # fmt: skip
+    assert {k: written["model"]["params"][k] for k in names} == {k: config[v] for k, v in names.items()}
+    p = load_params().train.replace(model=written["model"], pretrained=written["pretrained"])
+    built = make_model(FeatureStats(1, torch.zeros(1), torch.ones(1), (0.5, 0.5)), p)
+    loaded = built.sluice_pretrained
+    assert loaded["fresh"] == ["head.bias", "head.weight"] and loaded["tensors"] == 104
