@@ -40,7 +40,8 @@ import numpy as np
 from bench.record import Record
 from bench.text_models import DISTIL, EPOCHS, SEED, _split
 
-# Committed settings, sized for ~20 minutes on 2 shared cores (the transformer alone trains ~6 of them).
+# Committed settings. Meant for ~20 minutes on 2 cores; the committed run took 27.5 min with the load at 6-7
+# (the transformer 581 s, the embeddings 432 s, the search 533 s). The first thing to cut is MAX_LEN (not measured).
 MAX_LEN = 128  # the checkpoint's demo's (and the transformer profile's)
 HEAD = {"lr": 0.01, "epochs": 40}  # demo.yaml's lr; params.yaml train.epochs
 TUNE_ROWS = 1000  # training rows the search distils, calibrates and gates on (bench/text_models.py: 2000)
