@@ -36,6 +36,13 @@ BENCHMARKS = {
         "compress_quality_kept_text",
         "compress_speedup_b1_text",
     ],
+    "bench.pretrained": [
+        "pretrained_vs_scratch_reviews",
+        "pretrained_test_roc_auc",
+        "compress_speedup_b1_pretrained",
+        "compress_size_ratio_pretrained",
+        "compress_quality_kept_pretrained",
+    ],
     "bench.weak_weight_flip": ["weak_weight_flip_rate", "weak_weight_flip_rate_before"],
     "bench.feedback_gold": ["feedback_gold_gain", "feedback_gold_gain_equal"],
     # weak plus gold the labeling queue's acquisition rule chose, vs gold at random (label_savings_at_95's)
