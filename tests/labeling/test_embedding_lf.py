@@ -15,6 +15,7 @@ from tasks.core.settings import Settings
 from tasks.labeling.embedding_lf import NAME, embedding_lf, votes_of, with_embedding_lf
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import ABSTAIN, LabelingFunction, apply_lfs, apply_lfs_dev
+from tasks.reports.run_summary import build_summary, render_text
 from tests.conftest import write_params_with_model
 from tests.helpers.checkpoints import truncated_checkpoint
 from tests.toy import moods
@@ -191,6 +192,9 @@ def test_the_step_keeps_or_drops_it_reports_why_and_a_frozen_training_embeds_not
     assert (report["label_model_dev_auc_with"] > report["label_model_dev_auc_without"]) == report["kept"]
     assert (NAME in [r["lf"] for r in wl.lf_table]) == report["kept"]
     assert 0 < report["dev_coverage"] <= 1 and len(report["cache"]) == 64
+    summary = build_summary("r1", {"ingest": ing, "weak_label": wl}, {"prod_model": None}, [])
+    assert summary["labeling"]["embedding_lf"] == report
+    assert f"  embedding LF   {report['reason']}" in render_text(summary).splitlines()  # the run summary says
     batch = pd.read_parquet(ing.staged)
     dev = pd.read_parquet(settings.layout.gold / "dev.parquet")
     wanted = set(moods.texts(batch)) | set(moods.texts(dev))
