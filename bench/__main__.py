@@ -43,6 +43,8 @@ BENCHMARKS = {
         "compress_size_ratio_pretrained",
         "compress_quality_kept_pretrained",
     ],
+    # the label model's dev ROC AUC with an LF on the pretrained encoder's embeddings over without it
+    "bench.embedding_lf": ["embedding_lf_gain"],
     "bench.weak_weight_flip": ["weak_weight_flip_rate", "weak_weight_flip_rate_before"],
     "bench.feedback_gold": ["feedback_gold_gain", "feedback_gold_gain_equal"],
     # weak plus gold the labeling queue's acquisition rule chose, vs gold at random (label_savings_at_95's)

@@ -26,6 +26,7 @@ from tasks.core.log import log
 from tasks.core.records import IngestRecord, WeakLabelRecord
 from tasks.datasets import check_labels, class_names, load_lfs
 from tasks.labeling.drift import drift_flags, labeling_stats
+from tasks.labeling.embedding_lf import embedding_lf, with_embedding_lf
 from tasks.labeling.feedback import NightlyFeedback, describe, grow_dev, mix_in, nightly_feedback, trained_through
 from tasks.labeling.label_model import label_batch
 from tasks.labeling.lf import VOTES_FILE, apply_lfs, apply_lfs_dev, votes_frame
@@ -63,6 +64,10 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     L, L_dev = apply_lfs(batch, lfs, classes), apply_lfs_dev(dev, lfs, classes)
     log(f"applied {len(lfs)} LFs to {len(batch)} batch rows and {len(dev)} gold dev rows ({classes} classes)")
     out = label_batch(L, L_dev, y_dev, lfs, p, classes)
+    make_lfs, embedding = module.make_lfs, None
+    if p.embedding_lf.enabled:
+        labeling = embedding_lf_step(ctx, ds, module.make_lfs, batch, dev, y_dev, lfs, L, L_dev, out)
+        make_lfs, lfs, L, L_dev, out, embedding = labeling
     stats = labeling_stats(L, out.label, classes)
     before = prev_info.get("labeling_stats")
     drift = drift_flags(stats, before, p)
@@ -80,7 +85,7 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
     rows, gold, prob, held_out = mix_in(fb, batch, gold, out.prob, held_out, ds)
     lm_auc = out.quality["label_model"]["roc_auc"]  # the label model's dev quality: which way the choice leans
     choice = nightly_weak_weight(
-        rows[~held_out], gold[~held_out], dev, y_dev, module.make_lfs, ds.featurize, p, lm_auc, classes
+        rows[~held_out], gold[~held_out], dev, y_dev, make_lfs, ds.featurize, p, lm_auc, classes
     )
     labels = hold_out(training_labels(prob, gold, p.mix, choice.weight), held_out)
     counts = label_counts(labels)
@@ -131,7 +136,33 @@ def weak_label(ctx: StepContext, ingest: IngestRecord) -> WeakLabelRecord:
         | {k: len(fb.report[k]) for k in ("accepted", "refused", "conflicts", "pending")},
         feedback_gold_version=fb.used_through,
         lf_votes=str(run_dir / VOTES_FILE),
+        embedding_lf=embedding,
     )
+
+
+def embedding_lf_step(ctx: StepContext, ds, own_lfs, batch, dev, y_dev, lfs, L, L_dev, out):
+    """weak_label.embedding_lf: the LF on train.pretrained's frozen encoder's embeddings (the cache a frozen
+    training reads), kept only when the label model's dev ROC AUC gains from it; (make_lfs for the weak
+    weight's folds, LFs, L, L_dev, outcome, the choice's report)."""
+    from tasks.training.inputs import pretrained_frozen_trunk  # torch and the checkpoint: only when enabled
+
+    p, classes = ctx.params.weak_label, len(class_names(ds))
+    if not hasattr(ds, "texts"):
+        raise ValueError(f"weak_label.embedding_lf: the dataset {ds.NAME} has no texts(df) to embed")
+    frozen = pretrained_frozen_trunk(ctx.params.train, classes, ctx.settings)
+
+    def build(dev_rows, y):
+        return embedding_lf(dev_rows, y, ds.texts, frozen.embed, p.embedding_lf, classes, p.seed)
+
+    lfs, L, L_dev, out, choice = with_embedding_lf(batch, dev, y_dev, lfs, L, L_dev, out, build(dev, y_dev), p, classes)
+    log(f"embedding LF (cache {frozen.cache.fingerprint[:12]}): {choice.reason}")
+
+    def with_it(dev_rows, y):  # the weak weight's folds rebuild the labeling as it is: the LF fitted on the fold
+        extra = build(dev_rows, y)
+        return [*own_lfs(dev_rows, y), *([extra] if extra is not None else [])]
+
+    report = choice.report() | {"cache": frozen.cache.fingerprint}
+    return (with_it if choice.kept else own_lfs), lfs, L, L_dev, out, report
 
 
 def feedback_gold(ctx: StepContext, ds, registry, batch, dev, test_ids, consumed) -> NightlyFeedback:

@@ -135,6 +135,24 @@ class DemoParams(Section):
         return v
 
 
+class EmbeddingLFParams(Section):
+    """The embedding LF (tasks/labeling/embedding_lf.py): a logistic regression on the gold dev rows'
+    sentence embeddings from train.pretrained's frozen encoder, kept only where it measures a gain."""
+
+    enabled: StrictBool
+    """Build it every run (loads train.pretrained's checkpoint; the model plug-in must have a frozen trunk)."""
+    vote_at: Annotated[float, Field(gt=0, le=1, allow_inf_nan=False)]
+    """Vote the most probable class when its probability reaches this; abstain below."""
+    folds: StrictInt = Field(ge=2, le=20)
+    """Stratified folds of the gold dev rows for its out-of-fold votes there."""
+    min_per_class: StrictInt = Field(ge=2)
+    """Fewer gold dev rows of some class than this (or than `folds`): the LF is not built."""
+    c: Annotated[float, Field(gt=0, allow_inf_nan=False)]
+    """The logistic regression's inverse regularization strength (sklearn's C)."""
+    min_gain: Annotated[float, Field(ge=0, le=1, allow_inf_nan=False)]
+    """Kept when the label model's dev ROC AUC with it exceeds the one without it by more than this."""
+
+
 class WeakLabelParams(Section):
     label_model_epochs: StrictInt = Field(ge=1)
     label_model_lr: Fraction
@@ -172,6 +190,8 @@ class WeakLabelParams(Section):
     rest trains. A row never does both."""
     feedback_settle_s: Annotated[float, Field(ge=0, le=86_400, allow_inf_nan=False)]
     """Feedback younger than this waits for the next run (its prediction's chunk may not be flushed yet)."""
+    embedding_lf: EmbeddingLFParams
+    """The LF on the pretrained encoder's sentence embeddings (off by default: it loads the checkpoint)."""
 
 
 class AcquisitionWeights(Section):

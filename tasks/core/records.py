@@ -80,6 +80,9 @@ class WeakLabelRecord(Record):
     feedback_gold: dict[str, Any] | None = None
     feedback_gold_version: str | None = None
     lf_votes: str | None = None  # runs/<id>/lf_votes.parquet: per row, the LF votes and P(positive)
+    # weak_label.embedding_lf: kept or dropped, why (the label model's dev ROC AUC with and without it),
+    # its dev coverage and out-of-fold accuracy, the embedding cache's fingerprint (None: not enabled)
+    embedding_lf: dict[str, Any] | None = None
 
 
 class FillQueueRecord(Record):

@@ -108,6 +108,7 @@ def build_summary(
             **pick(wl, "coverage", "chosen", "quality_dev", "n_lfs", "lf_table", "drift", "drift_compared_with"),
             "stats": wl.labeling_stats,
             **pick(wl, "mix", "gold_budget", "weak_weight", "weak_weight_choice", "label_counts", "feedback_gold"),
+            **pick(wl, "embedding_lf"),
             "queue": pick(steps.get("fill_queue"), "added", "chosen", "random", "random_inclusion", "signals"),
         }
         if wl
@@ -332,6 +333,8 @@ def render_text(s: dict[str, Any]) -> str:
             f"label model {fmt_quality(q['label_model'])} | majority vote {fmt_quality(q['majority_vote'])}"
             f" -> using {lab['chosen']}"
         )
+        if lab.get("embedding_lf"):
+            lines.append(f"  embedding LF   {lab['embedding_lf']['reason']}")
         names = s.get("classes") or []  # label k's name (older summaries: its number)
         table = lab["lf_table"] or []
         votes = ["/".join(names[v] if v < len(names) else str(v) for v in r["polarity"]) or "-" for r in table]

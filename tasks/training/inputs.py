@@ -171,21 +171,35 @@ class FrozenTrunk:
             )
 
 
+def embedding_cache_root(settings) -> Path:
+    """Where every frozen encoder's sentence embeddings are kept (one folder per trunk fingerprint)."""
+    return settings.home / "cache" / "embeddings"
+
+
+def build_frozen_trunk(
+    plugin: ModuleType, p: TrainParams, classes: int, tokenizer_json: str, cache_root: Path
+) -> FrozenTrunk | None:
+    """The FrozenTrunk of the model `p` describes (seeded, with the pretrained weights), as a training
+    builds it; None when the plug-in's encoder trains (`frozen_trunk(model)` None)."""
+    from types import SimpleNamespace
+
+    from tasks.training.loop import make_model
+
+    probe = make_model(SimpleNamespace(classes=classes), p)
+    trunk = plugin.frozen_trunk(probe) if hasattr(plugin, "frozen_trunk") else None
+    return None if trunk is None else FrozenTrunk(trunk, p, tokenizer_json, cache_root)
+
+
 def frozen_trunk(plugin: ModuleType, p: TrainParams, dataset, tokenizer_json: str | None, settings, ranks, texts):
     """The FrozenTrunk of a plug-in whose encoder this training leaves as it is, with every trainable
     text (`texts()`) embedded by rank 0 before the others read them; None for any other training."""
     if tokenizer_json is None or not hasattr(plugin, "frozen_trunk"):
         return None
-    from types import SimpleNamespace
-
     from tasks.core.plugins import class_names
-    from tasks.training.loop import make_model
 
-    probe = make_model(SimpleNamespace(classes=len(class_names(dataset))), p)  # seeded, with the pretrained weights
-    trunk = plugin.frozen_trunk(probe)
-    if trunk is None:
+    frozen = build_frozen_trunk(plugin, p, len(class_names(dataset)), tokenizer_json, embedding_cache_root(settings))
+    if frozen is None:
         return None
-    frozen = FrozenTrunk(trunk, p, tokenizer_json, settings.home / "cache" / "embeddings")
     if ranks.master:
         frozen.embed(texts())
         log(f"embeddings: every trainable text's in {frozen.cache.folder}")
@@ -193,4 +207,25 @@ def frozen_trunk(plugin: ModuleType, p: TrainParams, dataset, tokenizer_json: st
         import torch.distributed as dist
 
         dist.barrier()
+    return frozen
+
+
+def pretrained_frozen_trunk(p: TrainParams, classes: int, settings) -> FrozenTrunk:
+    """train.pretrained's frozen encoder outside a training (the labeling step's embedding LF), built as a
+    first `finetune: frozen` training builds its own (the pretrained weights, their tokenizer, max_len),
+    so both read and write the same cache folder: a text either embeds is never embedded again."""
+    from tasks.core.plugins import load_model_plugin
+
+    plugin = load_model_plugin(p.model.module)
+    if p.pretrained is None or p.pretrained.tokenizer is None or plugin.BATCH_FORMAT != "tokens":
+        raise ValueError(
+            f"sentence embeddings need a token model plug-in started from pretrained weights with their "
+            f"tokenizer (train.pretrained); train.model is {p.model.module}, pretrained {p.pretrained}"
+        )
+    frozen = build_frozen_trunk(plugin, p, classes, pretrained_tokenizer(p.pretrained), embedding_cache_root(settings))
+    if frozen is None:
+        raise ValueError(
+            f"{p.model.module} with these params trains its encoder: no frozen trunk to embed with "
+            "(the BERT plug-in's finetune: frozen has one)"
+        )
     return frozen
