@@ -32,6 +32,8 @@ def trunk_fingerprint(trunk, ids_digest: str) -> str:
     h = hashlib.sha256(ids_digest.encode())
     h.update(json.dumps(getattr(trunk, "arch", None), sort_keys=True).encode())
     for name, tensor in sorted(trunk.state_dict().items()):
+        if hasattr(tensor, "full_tensor"):  # an FSDP2 shard (a collective: every rank fingerprints)
+            tensor = tensor.full_tensor()
         h.update(f"{name}{tuple(tensor.shape)}{tensor.dtype}".encode())
         h.update(tensor.detach().cpu().contiguous().view(-1).view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
