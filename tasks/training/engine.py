@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import re
@@ -453,7 +454,9 @@ def run_training(
     stop, store = StopSignal(), OutputStore(out, workdir, settings)
     dataset = load_dataset(dataset_module or None, settings=settings)  # the worker's plug-ins, resolved once
     plugin = load_model_plugin(p.model.module)
-    texts = lambda: version_texts(data_version, dataset, registry_url, settings)  # noqa: E731
+    # read from the registry once, on rank 0, for whichever of the tokenizer, the frozen encoder's cache
+    # and the inputs record needs them
+    texts = functools.cache(lambda: version_texts(data_version, dataset, registry_url, settings))
     tokenizer = decide_tokenizer(
         plugin,
         p,

@@ -253,3 +253,23 @@ def test_the_onnx_export_has_dynamic_batch_and_sequence_and_weights_as_initializ
     ]
     assert len(initializers) >= 2 * 6 + 1, initializers  # each layer's q, k, v, output, FFN in and out; words
     assert constants == []
+
+
+def test_three_classes_get_a_head_of_three_and_serve_class_probabilities(small, encoder, tmp_path):
+    """K > 2 over the pretrained encoder: K logits, exported as the K-class output whose rows sum to 1."""
+    from tasks.models import K_CLASS_OUTPUT
+
+    torch.manual_seed(0)
+    model = build_model(BERT, FeatureStats(1, torch.zeros(1), torch.ones(1), (0.5, 0.3, 0.2)), small.params)
+    load_pretrained(model, small.spec)
+    model.eval()
+    assert model.head.out_features == 3 and model.arch["outputs"] == 3
+    ids = torch.from_numpy(encoder.encode(TEXTS))
+    session = open_session(export_onnx(model, tmp_path / "bert3.onnx"), threads=1)
+    assert [o.name for o in session.get_outputs()] == [K_CLASS_OUTPUT]
+    served = session.run(None, {"input_ids": ids.numpy()})[0]
+    with torch.no_grad():
+        expected = torch.softmax(model(ids), dim=-1).numpy()
+    assert served.shape == (len(TEXTS), 3)
+    np.testing.assert_allclose(served, expected, atol=1e-4)
+    np.testing.assert_allclose(served.sum(1), 1.0, atol=1e-5)
